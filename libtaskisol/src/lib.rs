@@ -1,0 +1,2 @@
+//! libtaskisol: Linux CPU isolation for latency-critical work.
+pub mod abi;
