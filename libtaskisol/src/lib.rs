@@ -1,2 +1,26 @@
 //! libtaskisol: Linux CPU isolation for latency-critical work.
+//!
+//! * [`abi`]: the task-isolation prctl ABI of patched kernels (numbers, `#[repr(C)]` structs).
+//! * [`isolation`]: the safe API on the calling task; it can only be used after the running
+//!   kernel was positively detected, because prctl 63..67 mean other things on stock kernels.
+//! * [`procfs`]: `/proc/<pid>/task_isolation`, `/proc/<pid>/stat`, `/proc/<pid>/status`.
+//! * [`cpuset`]: CPU sets of any size, list and hex-mask formats.
+//! * [`topology`]: online CPUs, isolated CPUs by mechanism, kernel version, cgroup v2.
+//! * [`sched`]: affinity, scheduling policy, THP disable.
+//! * [`launch`]: check-then-apply plans for starting a workload isolated (used by chisol).
+//! * [`sysroot`]: where `/proc` and `/sys` are read, so everything can run on fixture trees.
 pub mod abi;
+pub mod cpuset;
+pub mod error;
+pub mod isolation;
+pub mod launch;
+pub mod procfs;
+pub mod sched;
+pub mod sysroot;
+pub mod topology;
+
+pub use cpuset::{CpuSet, CpuSetError};
+pub use error::{Error, Result, Unsupported};
+pub use isolation::{Inherit, QuiesceConfig, TaskIsolation};
+pub use procfs::TaskIsolationState;
+pub use sysroot::SysRoot;

@@ -1,0 +1,582 @@
+//! CPU sets of any size, in the kernel's two text formats.
+//!
+//! * list format, as in `/sys/devices/system/cpu/online` or `taskset -c`: `0-3,8,10-11`;
+//!   the kernel's stride form `0-15:2/4` (use 2 of every 4) is accepted on input.
+//! * hex-mask format, as in `/proc/irq/N/smp_affinity`: comma-separated 32-bit groups, most
+//!   significant first: `ff,ffffffff`.
+//!
+//! Unlike `libc::cpu_set_t` (1024 CPUs), a [`CpuSet`] grows as needed; the only bound is
+//! [`CpuSet::MAX_CPUS`], which protects against absurd input such as `0-4000000000`.
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::str::FromStr;
+
+/// A CPU list or mask could not be parsed or does not fit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid CPU {kind} {input:?}: {reason}")]
+pub struct CpuSetError {
+    /// "list" or "mask".
+    pub kind: &'static str,
+    /// The text that was given.
+    pub input: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl CpuSetError {
+    fn list(input: &str, reason: impl Into<String>) -> Self {
+        CpuSetError {
+            kind: "list",
+            input: input.to_string(),
+            reason: reason.into(),
+        }
+    }
+    fn mask(input: &str, reason: impl Into<String>) -> Self {
+        CpuSetError {
+            kind: "mask",
+            input: input.to_string(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// A set of CPU numbers.
+///
+/// Equality, hashing and ordering ignore capacity: `{2,3}` built from a 4-CPU mask equals
+/// `{2,3}` built from a 4096-CPU mask.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
+pub struct CpuSet {
+    // Bit n of words[n / 64] is CPU n. Invariant: no trailing zero words, so derived
+    // equality is set equality.
+    words: Vec<u64>,
+}
+
+impl CpuSet {
+    /// Largest number of CPUs a set can describe (CPU numbers 0..MAX_CPUS). Far above any
+    /// kernel's NR_CPUS (8192 on x86 MAXSMP) while keeping a set's memory bounded (128 KiB).
+    pub const MAX_CPUS: usize = 1 << 20;
+
+    /// The empty set.
+    pub fn new() -> Self {
+        CpuSet { words: Vec::new() }
+    }
+
+    /// CPUs `0..n`.
+    pub fn first_n(n: usize) -> Self {
+        let mut s = CpuSet::new();
+        s.insert_range(0, n);
+        s
+    }
+
+    fn trim(&mut self) {
+        while self.words.last() == Some(&0) {
+            self.words.pop();
+        }
+    }
+
+    /// Add CPU `cpu`. Panics if `cpu >= MAX_CPUS` (parsers check this and return errors).
+    pub fn insert(&mut self, cpu: usize) {
+        assert!(cpu < Self::MAX_CPUS, "CPU {cpu} beyond CpuSet::MAX_CPUS");
+        let w = cpu / 64;
+        if self.words.len() <= w {
+            self.words.resize(w + 1, 0);
+        }
+        self.words[w] |= 1 << (cpu % 64);
+    }
+
+    /// Add CPUs `start..end`.
+    pub fn insert_range(&mut self, start: usize, end: usize) {
+        for cpu in start..end {
+            self.insert(cpu);
+        }
+    }
+
+    /// Remove CPU `cpu`.
+    pub fn remove(&mut self, cpu: usize) {
+        let w = cpu / 64;
+        if w < self.words.len() {
+            self.words[w] &= !(1 << (cpu % 64));
+            self.trim();
+        }
+    }
+
+    /// Whether CPU `cpu` is in the set.
+    pub fn contains(&self, cpu: usize) -> bool {
+        self.words
+            .get(cpu / 64)
+            .is_some_and(|w| w & (1 << (cpu % 64)) != 0)
+    }
+
+    /// Number of CPUs in the set.
+    pub fn len(&self) -> usize {
+        self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    /// True when no CPU is in the set.
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+
+    /// Lowest CPU.
+    pub fn first(&self) -> Option<usize> {
+        self.iter().next()
+    }
+
+    /// Highest CPU.
+    pub fn last(&self) -> Option<usize> {
+        let w = self.words.len().checked_sub(1)?;
+        Some(w * 64 + 63 - self.words[w].leading_zeros() as usize)
+    }
+
+    /// CPUs in ascending order.
+    pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.words.iter().enumerate().flat_map(|(i, &w)| {
+            let mut bits = w;
+            std::iter::from_fn(move || {
+                if bits == 0 {
+                    return None;
+                }
+                let b = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                Some(i * 64 + b)
+            })
+        })
+    }
+
+    fn zip_with(&self, other: &CpuSet, f: impl Fn(u64, u64) -> u64) -> CpuSet {
+        let n = self.words.len().max(other.words.len());
+        let get = |v: &Vec<u64>, i: usize| v.get(i).copied().unwrap_or(0);
+        let mut out = CpuSet {
+            words: (0..n)
+                .map(|i| f(get(&self.words, i), get(&other.words, i)))
+                .collect(),
+        };
+        out.trim();
+        out
+    }
+
+    /// CPUs in either set.
+    pub fn union(&self, other: &CpuSet) -> CpuSet {
+        self.zip_with(other, |a, b| a | b)
+    }
+
+    /// CPUs in both sets.
+    pub fn intersection(&self, other: &CpuSet) -> CpuSet {
+        self.zip_with(other, |a, b| a & b)
+    }
+
+    /// CPUs in `self` but not in `other`.
+    pub fn difference(&self, other: &CpuSet) -> CpuSet {
+        self.zip_with(other, |a, b| a & !b)
+    }
+
+    /// Whether every CPU of `self` is in `other`.
+    pub fn is_subset(&self, other: &CpuSet) -> bool {
+        self.difference(other).is_empty()
+    }
+
+    /// Whether the sets share no CPU.
+    pub fn is_disjoint(&self, other: &CpuSet) -> bool {
+        self.intersection(other).is_empty()
+    }
+
+    /// Parse the list format (`0-3,8,10-11`, `0-15:2/4`). Surrounding white space (the
+    /// trailing newline of sysfs files) is ignored; an empty string is the empty set, as the
+    /// kernel prints an empty list.
+    pub fn parse_list(input: &str) -> Result<CpuSet, CpuSetError> {
+        let s = input.trim();
+        let mut set = CpuSet::new();
+        if s.is_empty() {
+            return Ok(set);
+        }
+        for part in s.split(',') {
+            let part = part.trim();
+            if part.is_empty() {
+                return Err(CpuSetError::list(input, "empty element"));
+            }
+            let (range, stride) = match part.split_once(':') {
+                Some((r, st)) => (r, Some(st)),
+                None => (part, None),
+            };
+            let num = |t: &str| -> Result<usize, CpuSetError> {
+                let t = t.trim();
+                if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(CpuSetError::list(input, format!("{t:?} is not a CPU number")));
+                }
+                match t.parse::<usize>() {
+                    Ok(n) if n < Self::MAX_CPUS => Ok(n),
+                    _ => Err(CpuSetError::list(
+                        input,
+                        format!("CPU {t} is beyond the largest supported CPU number {}", Self::MAX_CPUS - 1),
+                    )),
+                }
+            };
+            let (lo, hi) = match range.split_once('-') {
+                Some((a, b)) => (num(a)?, num(b)?),
+                None => {
+                    let n = num(range)?;
+                    (n, n)
+                }
+            };
+            if lo > hi {
+                return Err(CpuSetError::list(input, format!("range {lo}-{hi} is reversed")));
+            }
+            let (used, group) = match stride {
+                None => (1, 1),
+                Some(st) => {
+                    let (u, g) = st
+                        .split_once('/')
+                        .ok_or_else(|| CpuSetError::list(input, format!("stride {st:?} is not used/group")))?;
+                    let (u, g) = (num(u)?, num(g)?);
+                    if u == 0 || g == 0 || u > g {
+                        return Err(CpuSetError::list(
+                            input,
+                            format!("stride {u}/{g}: need 0 < used <= group"),
+                        ));
+                    }
+                    (u, g)
+                }
+            };
+            let mut cpu = lo;
+            while cpu <= hi {
+                if (cpu - lo) % group < used {
+                    set.insert(cpu);
+                }
+                cpu += 1;
+            }
+        }
+        Ok(set)
+    }
+
+    /// Parse the kernel's hex-mask format: comma-separated groups of up to 8 hex digits (32
+    /// bits each), most significant first (`ff,ffffffff`). A single group without commas may
+    /// be longer and may carry a `0x` prefix, for masks typed by hand. White space around
+    /// the text is ignored.
+    pub fn parse_mask(input: &str) -> Result<CpuSet, CpuSetError> {
+        let s = input.trim();
+        if s.is_empty() {
+            return Err(CpuSetError::mask(input, "empty mask"));
+        }
+        let groups: Vec<&str> = if s.contains(',') {
+            let g: Vec<&str> = s.split(',').collect();
+            if let Some(bad) = g
+                .iter()
+                .find(|g| g.is_empty() || g.len() > 8 || !g.bytes().all(|b| b.is_ascii_hexdigit()))
+            {
+                return Err(CpuSetError::mask(
+                    input,
+                    format!("group {bad:?} must be 1 to 8 hex digits"),
+                ));
+            }
+            g
+        } else {
+            let t = s
+                .strip_prefix("0x")
+                .or_else(|| s.strip_prefix("0X"))
+                .unwrap_or(s);
+            if t.is_empty() {
+                return Err(CpuSetError::mask(input, "no hex digits"));
+            }
+            if let Some(c) = t.chars().find(|c| !c.is_ascii_hexdigit()) {
+                return Err(CpuSetError::mask(input, format!("{c:?} is not a hex digit")));
+            }
+            // Split into 8-digit groups from the right.
+            let mut v = Vec::new();
+            let mut end = t.len();
+            while end > 0 {
+                let start = end.saturating_sub(8);
+                v.push(&t[start..end]);
+                end = start;
+            }
+            v.reverse();
+            v
+        };
+        let mut set = CpuSet::new();
+        for (i, g) in groups.iter().rev().enumerate() {
+            let val = u32::from_str_radix(g, 16)
+                .map_err(|_| CpuSetError::mask(input, format!("{g:?} is not hexadecimal")))?;
+            if val == 0 {
+                continue;
+            }
+            let base = i * 32;
+            if base + 32 - val.leading_zeros() as usize > Self::MAX_CPUS {
+                return Err(CpuSetError::mask(
+                    input,
+                    format!("mask is wider than {} CPUs", Self::MAX_CPUS),
+                ));
+            }
+            for b in 0..32 {
+                if val & (1 << b) != 0 {
+                    set.insert(base + b);
+                }
+            }
+        }
+        Ok(set)
+    }
+
+    /// The list format, as the kernel prints it (`0-3,8`); empty for the empty set.
+    pub fn to_list_string(&self) -> String {
+        let mut out = String::new();
+        let mut it = self.iter().peekable();
+        while let Some(lo) = it.next() {
+            let mut hi = lo;
+            while it.peek() == Some(&(hi + 1)) {
+                hi = it.next().unwrap_or(hi);
+            }
+            if !out.is_empty() {
+                out.push(',');
+            }
+            if lo == hi {
+                out.push_str(&lo.to_string());
+            } else {
+                out.push_str(&format!("{lo}-{hi}"));
+            }
+        }
+        out
+    }
+
+    /// The hex-mask format with no leading zero groups (`ff,ffffffff`); `0` for the empty set.
+    pub fn to_mask_string(&self) -> String {
+        self.to_mask_string_width(self.last().map_or(1, |l| l + 1))
+    }
+
+    /// The hex-mask format exactly as the kernel prints a mask of `nbits` bits (its
+    /// `nr_cpu_ids`): the first group has as many digits as the top bits need, every other
+    /// group has 8 (`nbits` = 36 gives `f,ffffffff`). CPUs at or above `nbits` are printed too.
+    pub fn to_mask_string_width(&self, nbits: usize) -> String {
+        let nbits = nbits.max(self.last().map_or(1, |l| l + 1)).max(1);
+        let ngroups = nbits.div_ceil(32);
+        let group = |i: usize| -> u32 {
+            let w = self.words.get(i / 2).copied().unwrap_or(0);
+            (if i % 2 == 0 { w } else { w >> 32 }) as u32
+        };
+        let mut out = String::new();
+        for i in (0..ngroups).rev() {
+            if i == ngroups - 1 {
+                let top_bits = nbits - i * 32;
+                let digits = top_bits.div_ceil(4);
+                out.push_str(&format!("{:0width$x}", group(i), width = digits));
+            } else {
+                out.push_str(&format!(",{:08x}", group(i)));
+            }
+        }
+        out
+    }
+
+    /// The set as bytes of a kernel `unsigned long` bitmap (for `sched_setaffinity`), padded
+    /// to `min_bytes` and to whole longs.
+    pub fn to_kernel_bitmap(&self, min_bytes: usize) -> Vec<u8> {
+        let long = std::mem::size_of::<libc::c_ulong>();
+        let need = (self.words.len() * 8).max(min_bytes).div_ceil(long) * long;
+        let mut out = vec![0u8; need];
+        for (i, w) in self.words.iter().enumerate() {
+            out[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+
+    /// Build from a kernel bitmap of bytes (little-endian x86/arm64 layout).
+    pub fn from_kernel_bitmap(bytes: &[u8]) -> CpuSet {
+        let mut words: Vec<u64> = bytes
+            .chunks(8)
+            .map(|c| {
+                let mut b = [0u8; 8];
+                b[..c.len()].copy_from_slice(c);
+                u64::from_le_bytes(b)
+            })
+            .collect();
+        while words.last() == Some(&0) {
+            words.pop();
+        }
+        CpuSet { words }
+    }
+}
+
+impl FromStr for CpuSet {
+    type Err = CpuSetError;
+    /// Parses the list format.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        CpuSet::parse_list(s)
+    }
+}
+
+impl fmt::Display for CpuSet {
+    /// The list format.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_list_string())
+    }
+}
+
+impl fmt::Debug for CpuSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CpuSet({})", self.to_list_string())
+    }
+}
+
+impl FromIterator<usize> for CpuSet {
+    fn from_iter<I: IntoIterator<Item = usize>>(iter: I) -> Self {
+        let mut s = CpuSet::new();
+        for c in iter {
+            s.insert(c);
+        }
+        s
+    }
+}
+
+impl PartialOrd for CpuSet {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for CpuSet {
+    /// Orders by the CPU lists, lowest CPU first (`0-1` < `0-2` < `1`).
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.iter().cmp(other.iter())
+    }
+}
+
+impl std::ops::BitOr for &CpuSet {
+    type Output = CpuSet;
+    fn bitor(self, rhs: &CpuSet) -> CpuSet {
+        self.union(rhs)
+    }
+}
+
+impl std::ops::BitAnd for &CpuSet {
+    type Output = CpuSet;
+    fn bitand(self, rhs: &CpuSet) -> CpuSet {
+        self.intersection(rhs)
+    }
+}
+
+impl std::ops::Sub for &CpuSet {
+    type Output = CpuSet;
+    fn sub(self, rhs: &CpuSet) -> CpuSet {
+        self.difference(rhs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn l(s: &str) -> CpuSet {
+        CpuSet::parse_list(s).unwrap()
+    }
+
+    #[test]
+    fn list_format_matches_the_kernel() {
+        assert_eq!(l("0-3,8,10-11").to_string(), "0-3,8,10-11");
+        assert_eq!(l(" 3,2,1,0\n").to_string(), "0-3");
+        assert_eq!(l("").to_string(), "");
+        assert_eq!(l("\n").len(), 0);
+        assert_eq!(l("0-15:2/4").to_string(), "0-1,4-5,8-9,12-13");
+        assert_eq!(l("5").iter().collect::<Vec<_>>(), vec![5]);
+    }
+
+    #[test]
+    fn mask_format_matches_the_kernel() {
+        let s = CpuSet::parse_mask("ff,ffffffff").unwrap();
+        assert_eq!(s.to_list_string(), "0-39");
+        assert_eq!(s.to_mask_string(), "ff,ffffffff");
+        assert_eq!(CpuSet::parse_mask("f\n").unwrap().to_list_string(), "0-3");
+        assert_eq!(CpuSet::parse_mask("0x30").unwrap().to_list_string(), "4-5");
+        assert_eq!(CpuSet::parse_mask("00000000,00000001").unwrap().to_list_string(), "0");
+        assert_eq!(CpuSet::parse_mask("0").unwrap(), CpuSet::new());
+        // nr_cpu_ids = 4: the kernel prints a single digit.
+        assert_eq!(l("0-1").to_mask_string_width(4), "3");
+        // nr_cpu_ids = 36 and 64.
+        assert_eq!(l("0").to_mask_string_width(36), "0,00000001");
+        assert_eq!(l("32-35").to_mask_string_width(64), "0000000f,00000000");
+        assert_eq!(CpuSet::new().to_mask_string(), "0");
+    }
+
+    #[test]
+    fn more_than_1024_cpus() {
+        let s = l("0,1023-1025,4095");
+        assert_eq!(s.len(), 5);
+        assert_eq!(s.last(), Some(4095));
+        let m = s.to_mask_string();
+        assert_eq!(m.split(',').count(), 128);
+        assert_eq!(CpuSet::parse_mask(&m).unwrap(), s);
+        let bm = s.to_kernel_bitmap(0);
+        assert_eq!(bm.len(), 512);
+        assert_eq!(CpuSet::from_kernel_bitmap(&bm), s);
+    }
+
+    #[test]
+    fn algebra() {
+        let a = l("0-7");
+        let b = l("4-11");
+        assert_eq!((&a | &b).to_string(), "0-11");
+        assert_eq!((&a & &b).to_string(), "4-7");
+        assert_eq!((&a - &b).to_string(), "0-3");
+        assert!(l("2-3").is_subset(&a));
+        assert!(!b.is_subset(&a));
+        assert!(l("0-1").is_disjoint(&l("2-3")));
+        let mut c = l("64");
+        c.remove(64);
+        assert_eq!(c, CpuSet::new(), "removing the top CPU trims storage");
+        assert!(l("0-1") < l("0-2"));
+    }
+
+    #[test]
+    fn bad_input_names_the_input() {
+        for bad in ["1-", "a", "3-1", "0,,1", "0-3:0/4", "0-3:3/2", "99999999999", "-1"] {
+            let e = CpuSet::parse_list(bad).unwrap_err();
+            assert_eq!(e.input, bad);
+            assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
+        }
+        for bad in ["", "xyz", "123456789,0", "f,,f", "0x", "+f,0", "f,-1"] {
+            let e = CpuSet::parse_mask(bad).unwrap_err();
+            assert_eq!(e.input, bad);
+            assert!(e.to_string().starts_with("invalid CPU mask"), "{e}");
+        }
+        let e = CpuSet::parse_list("0-2000000").unwrap_err();
+        assert!(e.reason.contains("beyond"), "{e}");
+    }
+
+    fn arb_set() -> impl Strategy<Value = CpuSet> {
+        prop::collection::vec(0usize..5000, 0..64).prop_map(|v| v.into_iter().collect())
+    }
+
+    proptest! {
+        #[test]
+        fn list_round_trips(s in arb_set()) {
+            prop_assert_eq!(CpuSet::parse_list(&s.to_list_string()).unwrap(), s);
+        }
+
+        #[test]
+        fn mask_round_trips(s in arb_set(), extra in 0usize..300) {
+            let width = s.last().map_or(1, |x| x + 1) + extra;
+            prop_assert_eq!(CpuSet::parse_mask(&s.to_mask_string_width(width)).unwrap(), s.clone());
+            prop_assert_eq!(CpuSet::parse_mask(&s.to_mask_string()).unwrap(), s);
+        }
+
+        #[test]
+        fn bitmap_round_trips(s in arb_set()) {
+            prop_assert_eq!(CpuSet::from_kernel_bitmap(&s.to_kernel_bitmap(128)), s);
+        }
+
+        #[test]
+        fn algebra_agrees_with_btreeset(a in arb_set(), b in arb_set()) {
+            use std::collections::BTreeSet;
+            let sa: BTreeSet<usize> = a.iter().collect();
+            let sb: BTreeSet<usize> = b.iter().collect();
+            prop_assert_eq!(a.union(&b).iter().collect::<BTreeSet<_>>(), &sa | &sb);
+            prop_assert_eq!(a.intersection(&b).iter().collect::<BTreeSet<_>>(), &sa & &sb);
+            prop_assert_eq!(a.difference(&b).iter().collect::<BTreeSet<_>>(), &sa - &sb);
+            prop_assert_eq!(a.is_subset(&b), sa.is_subset(&sb));
+            prop_assert_eq!(a.len(), sa.len());
+        }
+
+        #[test]
+        fn garbage_never_panics(s in "\\PC{0,40}") {
+            let _ = CpuSet::parse_list(&s);
+            let _ = CpuSet::parse_mask(&s);
+        }
+    }
+}

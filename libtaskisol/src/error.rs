@@ -1,0 +1,103 @@
+//! The library's error type. Every variant carries what a user needs to act: the file, the
+//! value, the operation and the errno. Errors print with `Display`; `source()` chains the
+//! underlying I/O error where there is one.
+
+use std::io;
+use std::path::PathBuf;
+
+use nix::errno::Errno;
+
+use crate::cpuset::CpuSetError;
+
+/// Result alias of the library.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why the task-isolation interface cannot be used on this kernel.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unsupported {
+    /// `/proc/self/task_isolation` does not exist: the kernel lacks the task-isolation patches.
+    #[error("this kernel has no task-isolation interface (no /proc/self/task_isolation; it needs the out-of-tree task-isolation patches)")]
+    NoProcFile,
+    /// The file exists but is not in the format of the supported ABI (v8..v12).
+    #[error("/proc/self/task_isolation has an unknown format ({0}); refusing to issue prctls 63..67")]
+    UnknownFormat(String),
+    /// The file could not be read.
+    #[error("cannot read /proc/self/task_isolation: {0}")]
+    Unreadable(String),
+}
+
+/// Errors of libtaskisol.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading a file failed.
+    #[error("failed to read {}: {source}", path.display())]
+    Read {
+        /// The real path (below the sysroot).
+        path: PathBuf,
+        /// The I/O error, with its errno.
+        source: io::Error,
+    },
+    /// Writing a file failed.
+    #[error("failed to write {data:?} to {}: {source}", path.display())]
+    Write {
+        /// The real path (below the sysroot).
+        path: PathBuf,
+        /// What was written.
+        data: String,
+        /// The I/O error, with its errno.
+        source: io::Error,
+    },
+    /// A file's content is not in the expected format.
+    #[error("unexpected content in {}: {reason}: {input:?}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The offending text.
+        input: String,
+        /// What was expected.
+        reason: String,
+    },
+    /// A CPU list or mask is invalid.
+    #[error(transparent)]
+    CpuSet(#[from] CpuSetError),
+    /// The task-isolation interface is not available.
+    #[error(transparent)]
+    Unsupported(#[from] Unsupported),
+    /// A task-isolation prctl failed.
+    #[error("prctl {op} failed: {} ({})", errno.desc(), errno)]
+    Prctl {
+        /// The call, e.g. `PR_ISOL_CFG_SET(I_CFG_FEAT, ISOL_F_QUIESCE)`.
+        op: String,
+        /// The errno the kernel returned.
+        errno: Errno,
+    },
+    /// Another system call failed.
+    #[error("{op} failed: {} ({})", errno.desc(), errno)]
+    Syscall {
+        /// What was attempted, with its arguments.
+        op: String,
+        /// The errno.
+        errno: Errno,
+    },
+    /// A request that cannot be satisfied (bad value, missing prerequisite).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Error {
+    /// The errno behind this error, if there is one.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::Read { source, .. } | Error::Write { source, .. } => source.raw_os_error(),
+            Error::Prctl { errno, .. } | Error::Syscall { errno, .. } => Some(*errno as i32),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn syscall(op: impl Into<String>, errno: Errno) -> Self {
+        Error::Syscall {
+            op: op.into(),
+            errno,
+        }
+    }
+}

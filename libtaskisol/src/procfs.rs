@@ -1,0 +1,393 @@
+//! Parsers for the per-task files under `/proc`: the task-isolation state file of patched
+//! kernels, `/proc/<pid>/stat` and `/proc/<pid>/status`.
+
+use std::fmt;
+use std::path::Path;
+
+use crate::abi;
+use crate::error::{Error, Result, Unsupported};
+use crate::sysroot::SysRoot;
+
+/// The state shown by `/proc/<pid>/task_isolation`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TaskIsolationState {
+    /// Configured features (`abi::ISOL_F_QUIESCE`).
+    pub configured: u64,
+    /// Active features.
+    pub active: u64,
+    /// Quiesce bits being performed (`abi::ISOL_F_QUIESCE_VMSTATS`).
+    pub quiescing: u64,
+}
+
+const LINES: [&str; 3] = ["Configured state:", "Active state:", "Quiescing:"];
+
+fn names_to_mask(rest: &str, table: &[(u64, &str)]) -> std::result::Result<u64, String> {
+    // The kernel prints each name followed by one space, or "none " for an empty mask.
+    let body = rest
+        .strip_prefix(' ')
+        .ok_or_else(|| "expected a space after the colon".to_string())?;
+    if !body.ends_with(' ') {
+        return Err("expected the list to end with a space".into());
+    }
+    let names: Vec<&str> = body[..body.len() - 1].split(' ').collect();
+    if names == ["none"] {
+        return Ok(0);
+    }
+    let mut mask = 0;
+    for n in names {
+        match table.iter().find(|(_, name)| *name == n) {
+            Some((bit, _)) => mask |= bit,
+            None => return Err(format!("unknown name {n:?}")),
+        }
+    }
+    if mask == 0 {
+        return Err("empty list (the kernel prints \"none \")".into());
+    }
+    Ok(mask)
+}
+
+fn mask_to_names(mask: u64, table: &[(u64, &str)]) -> String {
+    let mut s = String::new();
+    for (bit, name) in table {
+        if mask & bit != 0 {
+            s.push_str(name);
+            s.push(' ');
+        }
+    }
+    let known: u64 = table.iter().map(|(b, _)| b).fold(0, |a, b| a | b);
+    if mask & !known != 0 {
+        s.push_str(&format!("0x{:x} ", mask & !known));
+    }
+    if s.is_empty() {
+        s.push_str("none ");
+    }
+    s
+}
+
+impl TaskIsolationState {
+    /// Parse the exact three-line format of the v8..v12 series:
+    ///
+    /// ```text
+    /// Configured state: quiesce 
+    /// Active state: none 
+    /// Quiescing: vmstat_sync 
+    /// ```
+    ///
+    /// The error text says which line is wrong and why.
+    pub fn parse(content: &str) -> std::result::Result<Self, String> {
+        let lines: Vec<&str> = content.lines().collect();
+        if lines.len() != 3 || !content.ends_with('\n') {
+            return Err(format!(
+                "expected 3 newline-terminated lines, found {}",
+                lines.len()
+            ));
+        }
+        let mut masks = [0u64; 3];
+        for (i, (line, prefix)) in lines.iter().zip(LINES).enumerate() {
+            let rest = line
+                .strip_prefix(prefix)
+                .ok_or_else(|| format!("line {} does not start with {prefix:?}", i + 1))?;
+            let table = if i == 2 {
+                abi::QUIESCE_NAMES
+            } else {
+                abi::FEATURE_NAMES
+            };
+            masks[i] = names_to_mask(rest, table).map_err(|e| format!("line {}: {e}", i + 1))?;
+        }
+        Ok(TaskIsolationState {
+            configured: masks[0],
+            active: masks[1],
+            quiescing: masks[2],
+        })
+    }
+
+    /// Read and parse `/proc/<tid>/task_isolation` (a thread id works at the top level).
+    pub fn read(root: &SysRoot, tid: i32) -> Result<Self> {
+        Self::read_path(root, &format!("/proc/{tid}/task_isolation"))
+    }
+
+    /// Read and parse a task_isolation file at a kernel path.
+    pub fn read_path(root: &SysRoot, abs: &str) -> Result<Self> {
+        let content = root.read_to_string(abs)?;
+        Self::parse(&content).map_err(|reason| Error::Parse {
+            path: root.path(abs),
+            input: content,
+            reason,
+        })
+    }
+
+    /// Names of the configured features, as the kernel prints them (`"quiesce"`, `"none"`).
+    pub fn configured_names(&self) -> String {
+        mask_to_names(self.configured, abi::FEATURE_NAMES)
+            .trim_end()
+            .to_string()
+    }
+
+    /// Names of the active features.
+    pub fn active_names(&self) -> String {
+        mask_to_names(self.active, abi::FEATURE_NAMES)
+            .trim_end()
+            .to_string()
+    }
+
+    /// Names of the quiesce bits being performed (`"vmstat_sync"`, `"none"`).
+    pub fn quiescing_names(&self) -> String {
+        mask_to_names(self.quiescing, abi::QUIESCE_NAMES)
+            .trim_end()
+            .to_string()
+    }
+}
+
+impl fmt::Display for TaskIsolationState {
+    /// The exact file format, so that a state prints as the kernel would print it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Configured state: {}\nActive state: {}\nQuiescing: {}\n",
+            mask_to_names(self.configured, abi::FEATURE_NAMES),
+            mask_to_names(self.active, abi::FEATURE_NAMES),
+            mask_to_names(self.quiescing, abi::QUIESCE_NAMES)
+        )
+    }
+}
+
+/// The task-isolation state of one thread of a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadIsolation {
+    /// Thread id.
+    pub tid: i32,
+    /// Thread name (`/proc/<pid>/task/<tid>/comm`).
+    pub comm: String,
+    /// Its state.
+    pub state: TaskIsolationState,
+}
+
+/// The thread ids of process `pid`, ascending.
+pub fn thread_ids(root: &SysRoot, pid: i32) -> Result<Vec<i32>> {
+    let dir = format!("/proc/{pid}/task");
+    let mut tids = Vec::new();
+    for name in root.read_dir_names(&dir)? {
+        let tid = name.parse::<i32>().map_err(|_| Error::Parse {
+            path: root.path(&dir),
+            input: name.clone(),
+            reason: "entry is not a thread id".into(),
+        })?;
+        tids.push(tid);
+    }
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+/// Read the task-isolation state of every thread of process `pid`.
+///
+/// Fails with [`Unsupported::NoProcFile`] when the process exists but the kernel has no
+/// task-isolation interface, and with a read error (ENOENT) when the process does not
+/// exist. Threads that exit while being read are left out.
+pub fn read_process_isolation(root: &SysRoot, pid: i32) -> Result<Vec<ThreadIsolation>> {
+    let tids = thread_ids(root, pid)?;
+    if !root.exists(format!("/proc/{pid}/task_isolation")) {
+        return Err(Unsupported::NoProcFile.into());
+    }
+    let mut out = Vec::with_capacity(tids.len());
+    for tid in tids {
+        let state = match TaskIsolationState::read(root, tid) {
+            Ok(s) => s,
+            Err(e) if e.errno() == Some(libc::ENOENT) && tid != pid => continue,
+            Err(e) => return Err(e),
+        };
+        let comm = root
+            .read_value(format!("/proc/{pid}/task/{tid}/comm"))
+            .unwrap_or_default();
+        out.push(ThreadIsolation { tid, comm, state });
+    }
+    Ok(out)
+}
+
+/// Fields of `/proc/<pid>/stat` that isolation tools look at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskStat {
+    /// Task id.
+    pub pid: i32,
+    /// Command name (between the parentheses; may contain spaces and parentheses).
+    pub comm: String,
+    /// State letter (R, S, D, ...).
+    pub state: char,
+    /// `PF_*` flags (field 9).
+    pub flags: u64,
+    /// CPU it last ran on (field 39).
+    pub processor: u32,
+    /// Real-time priority (field 40).
+    pub rt_priority: u32,
+    /// Scheduling policy (field 41): 0 OTHER, 1 FIFO, 2 RR, 3 BATCH, 5 IDLE, 6 DEADLINE.
+    pub policy: u32,
+}
+
+/// `PF_KTHREAD`: the task is a kernel thread.
+pub const PF_KTHREAD: u64 = 0x0020_0000;
+/// `PF_NO_SETAFFINITY`: the kernel refuses affinity changes (per-CPU kthreads).
+pub const PF_NO_SETAFFINITY: u64 = 0x0400_0000;
+
+impl TaskStat {
+    /// Parse the content of a stat file. `comm` is found between the first `(` and the
+    /// last `)`, because a task can name itself `a) b (c`.
+    pub fn parse(content: &str) -> std::result::Result<Self, String> {
+        let open = content.find('(').ok_or("no '(' before comm")?;
+        let close = content.rfind(')').ok_or("no ')' after comm")?;
+        if close < open {
+            return Err("')' before '('".into());
+        }
+        let pid = content[..open]
+            .trim()
+            .parse()
+            .map_err(|_| "pid is not a number".to_string())?;
+        let comm = content[open + 1..close].to_string();
+        // Fields after comm start at field 3.
+        let rest: Vec<&str> = content[close + 1..].split_whitespace().collect();
+        let field = |n: usize| -> std::result::Result<&str, String> {
+            rest.get(n - 3)
+                .copied()
+                .ok_or_else(|| format!("missing field {n}"))
+        };
+        let num = |n: usize| -> std::result::Result<u64, String> {
+            field(n)?
+                .parse::<u64>()
+                .map_err(|_| format!("field {n} is not a number"))
+        };
+        Ok(TaskStat {
+            pid,
+            comm,
+            state: field(3)?.chars().next().unwrap_or('?'),
+            flags: num(9)?,
+            processor: num(39)? as u32,
+            rt_priority: num(40)? as u32,
+            policy: num(41)? as u32,
+        })
+    }
+
+    /// Read `/proc/<pid>/stat` (or `/proc/<pid>/task/<tid>/stat` via [`TaskStat::read_path`]).
+    pub fn read(root: &SysRoot, pid: i32) -> Result<Self> {
+        Self::read_path(root, &format!("/proc/{pid}/stat"))
+    }
+
+    /// Read and parse a stat file at a kernel path.
+    pub fn read_path(root: &SysRoot, abs: &str) -> Result<Self> {
+        let content = root.read_to_string(abs)?;
+        Self::parse(&content).map_err(|reason| Error::Parse {
+            path: root.path(abs),
+            input: content,
+            reason,
+        })
+    }
+
+    /// Whether this is a kernel thread.
+    pub fn is_kthread(&self) -> bool {
+        self.flags & PF_KTHREAD != 0
+    }
+}
+
+/// The value of `Key:` in a `/proc/<pid>/status` text (`Cpus_allowed_list`, `THP_enabled`).
+pub fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
+    status.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k == key).then(|| v.trim())
+    })
+}
+
+/// The value of `Key:` in `/proc/<pid>/status`, or a parse error naming the file.
+pub fn read_status_field(root: &SysRoot, pid: i32, key: &str) -> Result<String> {
+    let abs = format!("/proc/{pid}/status");
+    let content = root.read_to_string(&abs)?;
+    status_field(&content, key)
+        .map(str::to_string)
+        .ok_or_else(|| Error::Parse {
+            path: root.path(Path::new(&abs)),
+            input: key.to_string(),
+            reason: "field not present".into(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_state_of_the_reference() {
+        let s = TaskIsolationState::parse(
+            "Configured state: quiesce \nActive state: quiesce \nQuiescing: vmstat_sync \n",
+        )
+        .unwrap();
+        assert_eq!(
+            s,
+            TaskIsolationState {
+                configured: 1,
+                active: 1,
+                quiescing: 1
+            }
+        );
+        let none = TaskIsolationState::parse(
+            "Configured state: none \nActive state: none \nQuiescing: none \n",
+        )
+        .unwrap();
+        assert_eq!(none, TaskIsolationState::default());
+        assert_eq!(none.configured_names(), "none");
+        assert_eq!(s.quiescing_names(), "vmstat_sync");
+    }
+
+    #[test]
+    fn display_is_the_kernel_format_byte_for_byte() {
+        for text in [
+            "Configured state: quiesce \nActive state: none \nQuiescing: vmstat_sync \n",
+            "Configured state: none \nActive state: none \nQuiescing: none \n",
+        ] {
+            assert_eq!(TaskIsolationState::parse(text).unwrap().to_string(), text);
+        }
+    }
+
+    #[test]
+    fn rejects_anything_else_with_a_reason() {
+        for (bad, why) in [
+            ("", "3 newline-terminated lines"),
+            (
+                "Configured state: quiesce\nActive state: none \nQuiescing: none \n",
+                "end with a space",
+            ),
+            (
+                "Configured state: none \nActive state: none \nQuiescing: bogus \n",
+                "unknown name \"bogus\"",
+            ),
+            (
+                "Active state: none \nConfigured state: none \nQuiescing: none \n",
+                "line 1 does not start",
+            ),
+            (
+                "Configured state: none \nActive state: none \nQuiescing: none ",
+                "newline-terminated",
+            ),
+        ] {
+            let e = TaskIsolationState::parse(bad).unwrap_err();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn stat_with_hostile_comm() {
+        let line = "42 (a) b (c) S 1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 -2 0 1 0 100 0 0 \
+                    18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 3 10 1 0 0 0";
+        let st = TaskStat::parse(line).unwrap();
+        assert_eq!(st.comm, "a) b (c");
+        assert_eq!(st.state, 'S');
+        assert_eq!(st.flags, 4194560);
+        assert_eq!((st.processor, st.rt_priority, st.policy), (3, 10, 1));
+        assert!(!st.is_kthread());
+    }
+
+    #[test]
+    fn reads_this_process() {
+        let me = std::process::id() as i32;
+        let st = TaskStat::read(&SysRoot::host(), me).unwrap();
+        assert_eq!(st.pid, me);
+        let cpus = read_status_field(&SysRoot::host(), me, "Cpus_allowed_list").unwrap();
+        assert!(crate::CpuSet::parse_list(&cpus).unwrap().len() >= 1);
+        assert!(thread_ids(&SysRoot::host(), me).unwrap().contains(&me));
+    }
+}

@@ -1,0 +1,265 @@
+//! Scheduler system calls: CPU affinity of any size, scheduling policy and priority, and the
+//! per-process flags that a workload inherits across `execve` (THP disable).
+
+use std::fmt;
+use std::str::FromStr;
+
+use nix::errno::Errno;
+
+use crate::cpuset::CpuSet;
+use crate::error::{Error, Result};
+
+/// Largest affinity buffer tried, in bytes (8M CPUs): far above any NR_CPUS.
+const MAX_AFFINITY_BYTES: usize = 1 << 20;
+
+/// The CPU affinity of task `tid` (0 = the calling thread).
+///
+/// The buffer starts at 128 bytes (1024 CPUs, glibc's `cpu_set_t`) and doubles while the
+/// kernel answers EINVAL, which it does when the buffer is smaller than its `nr_cpu_ids`.
+pub fn get_affinity(tid: i32) -> Result<CpuSet> {
+    let mut len = 128usize;
+    loop {
+        let mut buf = vec![0u8; len];
+        // SAFETY: buf is a valid writable buffer of len bytes; the raw syscall writes at
+        // most len bytes and returns how many it wrote.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_sched_getaffinity,
+                tid as libc::pid_t,
+                len,
+                buf.as_mut_ptr(),
+            )
+        };
+        if ret >= 0 {
+            buf.truncate(ret as usize);
+            return Ok(CpuSet::from_kernel_bitmap(&buf));
+        }
+        let errno = Errno::last();
+        if errno == Errno::EINVAL && len < MAX_AFFINITY_BYTES {
+            len *= 2;
+            continue;
+        }
+        return Err(Error::syscall(format!("sched_getaffinity(pid {tid})"), errno));
+    }
+}
+
+/// Set the CPU affinity of task `tid` (0 = the calling thread).
+///
+/// The kernel refuses (EINVAL) a set with no online CPU allowed by the task's cpuset, and
+/// (EINVAL) any change of a `PF_NO_SETAFFINITY` kernel thread.
+pub fn set_affinity(tid: i32, cpus: &CpuSet) -> Result<()> {
+    let buf = cpus.to_kernel_bitmap(std::mem::size_of::<libc::c_ulong>());
+    // SAFETY: buf is a valid readable buffer of buf.len() bytes for the duration of the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_sched_setaffinity,
+            tid as libc::pid_t,
+            buf.len(),
+            buf.as_ptr(),
+        )
+    };
+    if ret < 0 {
+        return Err(Error::syscall(
+            format!("sched_setaffinity(pid {tid}, CPUs {cpus})"),
+            Errno::last(),
+        ));
+    }
+    Ok(())
+}
+
+/// A scheduling policy with its priority.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchedPolicy {
+    /// SCHED_OTHER (CFS/EEVDF), nice unchanged.
+    Other,
+    /// SCHED_FIFO with a real-time priority 1..=99.
+    Fifo(u32),
+    /// SCHED_RR with a real-time priority 1..=99.
+    RoundRobin(u32),
+    /// SCHED_BATCH.
+    Batch,
+    /// SCHED_IDLE.
+    Idle,
+}
+
+impl SchedPolicy {
+    /// The kernel's policy number (as in `/proc/<pid>/stat` field 41).
+    pub fn policy_number(&self) -> i32 {
+        match self {
+            SchedPolicy::Other => libc::SCHED_OTHER,
+            SchedPolicy::Fifo(_) => libc::SCHED_FIFO,
+            SchedPolicy::RoundRobin(_) => libc::SCHED_RR,
+            SchedPolicy::Batch => libc::SCHED_BATCH,
+            SchedPolicy::Idle => libc::SCHED_IDLE,
+        }
+    }
+
+    /// The static priority (0 for the non-RT policies).
+    pub fn priority(&self) -> u32 {
+        match self {
+            SchedPolicy::Fifo(p) | SchedPolicy::RoundRobin(p) => *p,
+            _ => 0,
+        }
+    }
+
+    /// Whether this is a real-time policy (needs CAP_SYS_NICE or RLIMIT_RTPRIO).
+    pub fn is_realtime(&self) -> bool {
+        matches!(self, SchedPolicy::Fifo(_) | SchedPolicy::RoundRobin(_))
+    }
+
+    /// The policy from `/proc/<pid>/stat` fields 41 (policy) and 40 (rt_priority).
+    pub fn from_stat(policy: u32, rt_priority: u32) -> Option<Self> {
+        Some(match policy as i32 {
+            libc::SCHED_OTHER => SchedPolicy::Other,
+            libc::SCHED_FIFO => SchedPolicy::Fifo(rt_priority),
+            libc::SCHED_RR => SchedPolicy::RoundRobin(rt_priority),
+            libc::SCHED_BATCH => SchedPolicy::Batch,
+            libc::SCHED_IDLE => SchedPolicy::Idle,
+            _ => return None,
+        })
+    }
+
+    /// Check the priority against the kernel's range for the policy
+    /// (`sched_get_priority_min/max`), so a bad value is reported before anything changes.
+    pub fn validate(&self) -> Result<()> {
+        if !self.is_realtime() {
+            return Ok(());
+        }
+        let pol = self.policy_number();
+        // SAFETY: plain syscalls without pointer arguments.
+        let (min, max) = unsafe {
+            (
+                libc::sched_get_priority_min(pol),
+                libc::sched_get_priority_max(pol),
+            )
+        };
+        let p = self.priority() as i32;
+        if min < 0 || max < 0 || p < min || p > max {
+            return Err(Error::Invalid(format!(
+                "priority {p} is out of range for {self} (valid: {min}..{max})"
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for SchedPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SchedPolicy::Other => write!(f, "SCHED_OTHER"),
+            SchedPolicy::Fifo(p) => write!(f, "SCHED_FIFO priority {p}"),
+            SchedPolicy::RoundRobin(p) => write!(f, "SCHED_RR priority {p}"),
+            SchedPolicy::Batch => write!(f, "SCHED_BATCH"),
+            SchedPolicy::Idle => write!(f, "SCHED_IDLE"),
+        }
+    }
+}
+
+impl FromStr for SchedPolicy {
+    type Err = Error;
+    /// `fifo:10`, `rr:5`, `other`, `batch`, `idle` (as policy files and configs spell them).
+    fn from_str(s: &str) -> Result<Self> {
+        let (name, prio) = match s.split_once(':') {
+            Some((n, p)) => (n, Some(p)),
+            None => (s, None),
+        };
+        let prio = || -> Result<u32> {
+            prio.and_then(|p| p.parse().ok()).ok_or_else(|| {
+                Error::Invalid(format!(
+                    "scheduling policy {s:?} needs a numeric priority, e.g. {name}:10"
+                ))
+            })
+        };
+        Ok(match name.to_ascii_lowercase().as_str() {
+            "other" | "normal" => SchedPolicy::Other,
+            "fifo" => SchedPolicy::Fifo(prio()?),
+            "rr" => SchedPolicy::RoundRobin(prio()?),
+            "batch" => SchedPolicy::Batch,
+            "idle" => SchedPolicy::Idle,
+            _ => {
+                return Err(Error::Invalid(format!(
+                    "unknown scheduling policy {s:?} (other, fifo:N, rr:N, batch, idle)"
+                )))
+            }
+        })
+    }
+}
+
+/// Set the scheduling policy and priority of task `tid` (0 = the calling thread).
+pub fn set_scheduler(tid: i32, policy: SchedPolicy) -> Result<()> {
+    let param = libc::sched_param {
+        sched_priority: policy.priority() as i32,
+    };
+    // SAFETY: param is a valid sched_param that lives across the call.
+    let ret = unsafe { libc::sched_setscheduler(tid, policy.policy_number(), &param) };
+    if ret < 0 {
+        return Err(Error::syscall(
+            format!("sched_setscheduler(pid {tid}, {policy})"),
+            Errno::last(),
+        ));
+    }
+    Ok(())
+}
+
+/// Disable transparent huge pages for the calling process (`PR_SET_THP_DISABLE`); the flag
+/// is inherited by children and kept across `execve`, and shows as `THP_enabled: 0` in
+/// `/proc/<pid>/status`.
+pub fn set_thp_disable() -> Result<()> {
+    // SAFETY: PR_SET_THP_DISABLE takes integer arguments only.
+    let ret = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1 as libc::c_ulong, 0, 0, 0) };
+    if ret < 0 {
+        return Err(Error::syscall("prctl(PR_SET_THP_DISABLE, 1)", Errno::last()));
+    }
+    Ok(())
+}
+
+/// Whether the calling process may use a real-time policy with `priority`: CAP_SYS_NICE in
+/// its effective set, or an RLIMIT_RTPRIO at least that high.
+pub fn may_use_realtime(priority: u32) -> bool {
+    if caps::has_cap(None, caps::CapSet::Effective, caps::Capability::CAP_SYS_NICE).unwrap_or(false)
+    {
+        return true;
+    }
+    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_RTPRIO)
+        .map(|(soft, _)| soft >= u64::from(priority))
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn affinity_round_trips_on_this_thread() {
+        let cpus = get_affinity(0).unwrap();
+        assert!(!cpus.is_empty());
+        // Setting the same set is a no-op that must succeed.
+        set_affinity(0, &cpus).unwrap();
+        assert_eq!(get_affinity(0).unwrap(), cpus);
+    }
+
+    #[test]
+    fn affinity_errors_name_the_call_and_errno() {
+        let mut far = CpuSet::new();
+        far.insert(100_000);
+        let e = set_affinity(0, &far).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EINVAL));
+        assert!(e.to_string().contains("sched_setaffinity(pid 0, CPUs 100000)"), "{e}");
+        let e = get_affinity(i32::MAX).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ESRCH));
+    }
+
+    #[test]
+    fn policies_parse_and_validate() {
+        assert_eq!("fifo:10".parse::<SchedPolicy>().unwrap(), SchedPolicy::Fifo(10));
+        assert_eq!("rr:3".parse::<SchedPolicy>().unwrap(), SchedPolicy::RoundRobin(3));
+        assert_eq!("other".parse::<SchedPolicy>().unwrap(), SchedPolicy::Other);
+        assert!("fifo".parse::<SchedPolicy>().is_err());
+        assert!("deadline".parse::<SchedPolicy>().is_err());
+        SchedPolicy::Fifo(99).validate().unwrap();
+        let e = SchedPolicy::Fifo(100).validate().unwrap_err();
+        assert!(e.to_string().contains("out of range"), "{e}");
+        assert!(SchedPolicy::RoundRobin(0).validate().is_err());
+        assert_eq!(SchedPolicy::from_stat(1, 10), Some(SchedPolicy::Fifo(10)));
+    }
+}

@@ -1,0 +1,166 @@
+//! Where the kernel's files live: `/proc`, `/sys`, `/dev`, `/etc`.
+//!
+//! Every file access of the library goes through a [`SysRoot`], so that tests (and tools that
+//! inspect a captured tree) can point the library at a fixture directory instead of `/`.
+//! Paths are always given in the kernel's absolute form (`/proc/interrupts`) and joined to the
+//! root here, in one place.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// The root directory under which `/proc`, `/sys`, `/dev` and `/etc` are found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SysRoot {
+    root: PathBuf,
+}
+
+impl Default for SysRoot {
+    fn default() -> Self {
+        Self::host()
+    }
+}
+
+impl SysRoot {
+    /// The running system: files are read at their real paths.
+    pub fn host() -> Self {
+        SysRoot {
+            root: PathBuf::from("/"),
+        }
+    }
+
+    /// A tree that mirrors the kernel's layout below `root` (e.g. a test fixture).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        SysRoot { root: root.into() }
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// True when this is the running system's `/`.
+    pub fn is_host(&self) -> bool {
+        self.root == Path::new("/")
+    }
+
+    /// The real path of the kernel path `abs` (`/proc/cmdline` -> `<root>/proc/cmdline`).
+    /// Relative paths are taken as relative to the root as well.
+    pub fn path(&self, abs: impl AsRef<Path>) -> PathBuf {
+        let abs = abs.as_ref();
+        let rel = abs.strip_prefix("/").unwrap_or(abs);
+        if rel.as_os_str().is_empty() {
+            return self.root.clone();
+        }
+        self.root.join(rel)
+    }
+
+    /// Whether the kernel path exists (following symlinks).
+    pub fn exists(&self, abs: impl AsRef<Path>) -> bool {
+        self.path(abs).exists()
+    }
+
+    /// Read a whole file as text. The error names the real path and the errno.
+    pub fn read_to_string(&self, abs: impl AsRef<Path>) -> Result<String> {
+        let path = self.path(abs);
+        fs::read_to_string(&path).map_err(|source| Error::Read { path, source })
+    }
+
+    /// Read a whole file as bytes.
+    pub fn read(&self, abs: impl AsRef<Path>) -> Result<Vec<u8>> {
+        let path = self.path(abs);
+        fs::read(&path).map_err(|source| Error::Read { path, source })
+    }
+
+    /// Read a one-value file (sysfs attribute, sysctl) with the trailing newline removed.
+    pub fn read_value(&self, abs: impl AsRef<Path>) -> Result<String> {
+        let mut s = self.read_to_string(abs)?;
+        while s.ends_with('\n') {
+            s.pop();
+        }
+        Ok(s)
+    }
+
+    /// Like [`SysRoot::read_value`], but a missing file is `Ok(None)`: many isolation files
+    /// only exist with a kernel option or version (`nohz_full`, `cpuset.cpus.isolated`).
+    pub fn read_value_opt(&self, abs: impl AsRef<Path>) -> Result<Option<String>> {
+        match self.read_value(abs) {
+            Ok(v) => Ok(Some(v)),
+            Err(Error::Read { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Write `data` to a file in one `write(2)`, as sysfs and procfs expect. The error names
+    /// the real path, the data and the errno.
+    pub fn write(&self, abs: impl AsRef<Path>, data: impl AsRef<[u8]>) -> Result<()> {
+        use std::io::Write;
+        let path = self.path(abs);
+        let data = data.as_ref();
+        let res = fs::OpenOptions::new()
+            .write(true)
+            .truncate(!self.is_host())
+            .open(&path)
+            .and_then(|mut f| f.write_all(data));
+        res.map_err(|source| Error::Write {
+            path,
+            data: String::from_utf8_lossy(data).into_owned(),
+            source,
+        })
+    }
+
+    /// The entry names of a directory (unsorted), e.g. the tids in `/proc/<pid>/task`.
+    pub fn read_dir_names(&self, abs: impl AsRef<Path>) -> Result<Vec<String>> {
+        let path = self.path(abs);
+        let rd = fs::read_dir(&path).map_err(|source| Error::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let mut names = Vec::new();
+        for ent in rd {
+            let ent = ent.map_err(|source| Error::Read {
+                path: path.clone(),
+                source,
+            })?;
+            names.push(ent.file_name().to_string_lossy().into_owned());
+        }
+        Ok(names)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn joins_kernel_paths_below_the_root() {
+        let r = SysRoot::new("/tmp/fixture");
+        assert_eq!(r.path("/proc/cmdline"), Path::new("/tmp/fixture/proc/cmdline"));
+        assert_eq!(r.path("sys/x"), Path::new("/tmp/fixture/sys/x"));
+        assert_eq!(SysRoot::host().path("/proc/1/stat"), Path::new("/proc/1/stat"));
+    }
+
+    #[test]
+    fn errors_name_the_file_and_errno() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = SysRoot::new(dir.path());
+        let e = r.read_value("/sys/devices/system/cpu/online").unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("sys/devices/system/cpu/online"), "{msg}");
+        assert!(msg.contains("No such file or directory"), "{msg}");
+        assert_eq!(e.errno(), Some(libc::ENOENT));
+        assert_eq!(r.read_value_opt("/sys/devices/system/cpu/nohz_full").unwrap(), None);
+    }
+
+    #[test]
+    fn read_value_strips_newlines_only() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("proc")).unwrap();
+        std::fs::write(dir.path().join("proc/x"), " 0-3 \n").unwrap();
+        assert_eq!(SysRoot::new(dir.path()).read_value("/proc/x").unwrap(), " 0-3 ");
+    }
+}

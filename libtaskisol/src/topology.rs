@@ -1,0 +1,422 @@
+//! What the kernel says about its CPUs: online/present/possible, which CPUs are isolated and
+//! by which mechanism (isolcpus domain, nohz_full, cgroup v2 isolated partitions), and the
+//! kernel version that decides which protections apply.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::cpuset::CpuSet;
+use crate::error::{Error, Result};
+use crate::sysroot::SysRoot;
+
+/// A kernel release (`6.12.57+deb12-rt-amd64` -> 6.12.57).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct KernelVersion {
+    /// Major.
+    pub major: u32,
+    /// Minor.
+    pub minor: u32,
+    /// Patch level (0 when absent).
+    pub patch: u32,
+}
+
+impl KernelVersion {
+    /// Build a version.
+    pub const fn new(major: u32, minor: u32, patch: u32) -> Self {
+        KernelVersion {
+            major,
+            minor,
+            patch,
+        }
+    }
+
+    /// Parse a release string as in `uname -r`.
+    pub fn parse(release: &str) -> Option<Self> {
+        let mut nums = release.trim().split(|c: char| !c.is_ascii_digit());
+        let major = nums.next()?.parse().ok()?;
+        let minor = nums.next()?.parse().ok()?;
+        let patch = nums.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        Some(KernelVersion::new(major, minor, patch))
+    }
+
+    /// The running (or fixture) kernel, from `/proc/sys/kernel/osrelease`.
+    pub fn read(root: &SysRoot) -> Result<Self> {
+        let abs = "/proc/sys/kernel/osrelease";
+        let rel = root.read_value(abs)?;
+        KernelVersion::parse(&rel).ok_or_else(|| Error::Parse {
+            path: root.path(abs),
+            input: rel,
+            reason: "not a kernel release".into(),
+        })
+    }
+
+    /// Whether this version is at least `major.minor`.
+    pub fn at_least(&self, major: u32, minor: u32) -> bool {
+        (self.major, self.minor) >= (major, minor)
+    }
+}
+
+impl fmt::Display for KernelVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// Read a CPU list file (e.g. `/sys/devices/system/cpu/online`); the error names the file.
+pub fn read_cpu_list(root: &SysRoot, abs: &str) -> Result<CpuSet> {
+    let v = root.read_value(abs)?;
+    CpuSet::parse_list(&v).map_err(|e| Error::Parse {
+        path: root.path(abs),
+        input: v,
+        reason: e.reason,
+    })
+}
+
+/// Like [`read_cpu_list`], but a file that does not exist is the empty set.
+pub fn read_cpu_list_opt(root: &SysRoot, abs: &str) -> Result<Option<CpuSet>> {
+    if !root.exists(abs) {
+        return Ok(None);
+    }
+    read_cpu_list(root, abs).map(Some)
+}
+
+/// Read a hex CPU mask file (e.g. `/proc/irq/default_smp_affinity`).
+pub fn read_cpu_mask(root: &SysRoot, abs: &str) -> Result<CpuSet> {
+    let v = root.read_value(abs)?;
+    CpuSet::parse_mask(&v).map_err(|e| Error::Parse {
+        path: root.path(abs),
+        input: v,
+        reason: e.reason,
+    })
+}
+
+/// Online CPUs.
+pub fn online_cpus(root: &SysRoot) -> Result<CpuSet> {
+    read_cpu_list(root, "/sys/devices/system/cpu/online")
+}
+
+/// Present CPUs.
+pub fn present_cpus(root: &SysRoot) -> Result<CpuSet> {
+    read_cpu_list(root, "/sys/devices/system/cpu/present")
+}
+
+/// Possible CPUs (the kernel's nr_cpu_ids is `possible.last() + 1`).
+pub fn possible_cpus(root: &SysRoot) -> Result<CpuSet> {
+    read_cpu_list(root, "/sys/devices/system/cpu/possible")
+}
+
+/// Where cgroup v2 is mounted, from `/proc/self/mountinfo` (the first `cgroup2` mount), as
+/// a kernel path. `None` when no cgroup2 file system is mounted.
+pub fn cgroup2_mount(root: &SysRoot) -> Result<Option<PathBuf>> {
+    let text = match root.read_to_string("/proc/self/mountinfo") {
+        Ok(t) => t,
+        Err(e) if e.errno() == Some(libc::ENOENT) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    for line in text.lines() {
+        // id parent maj:min root mount-point options [optional...] - fstype source super
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        if right.split_whitespace().next() == Some("cgroup2") {
+            if let Some(mp) = left.split_whitespace().nth(4) {
+                return Ok(Some(PathBuf::from(unescape_mountinfo(mp))));
+            }
+        }
+    }
+    Ok(None)
+}
+
+// mountinfo escapes space, tab, newline and backslash as \ooo octal.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A cgroup v2 cpuset partition whose `cpuset.cpus.partition` reads `isolated`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsolatedPartition {
+    /// The cgroup directory, as a kernel path (`/sys/fs/cgroup/rt`).
+    pub path: PathBuf,
+    /// Its `cpuset.cpus.effective`.
+    pub cpus: CpuSet,
+}
+
+/// Limits of the cgroup walk: a misbehaving tree must not make discovery unbounded.
+const MAX_CGROUP_DEPTH: usize = 16;
+const MAX_CGROUP_DIRS: usize = 100_000;
+
+/// Every valid isolated partition below the cgroup v2 mount `mount` (a kernel path).
+pub fn isolated_partitions(root: &SysRoot, mount: &Path) -> Result<Vec<IsolatedPartition>> {
+    let mut out = Vec::new();
+    let mut stack = vec![(mount.to_path_buf(), 0usize)];
+    let mut seen = 0usize;
+    while let Some((dir, depth)) = stack.pop() {
+        seen += 1;
+        if seen > MAX_CGROUP_DIRS {
+            return Err(Error::Invalid(format!(
+                "more than {MAX_CGROUP_DIRS} cgroups below {}; not walking further",
+                mount.display()
+            )));
+        }
+        let part = dir.join("cpuset.cpus.partition");
+        if dir != mount {
+            if let Some(state) = root.read_value_opt(&part)? {
+                // Invalid partitions read "isolated invalid (<reason>)".
+                if state.trim() == "isolated" {
+                    let eff = dir.join("cpuset.cpus.effective");
+                    let cpus = read_cpu_list(root, &eff.to_string_lossy())?;
+                    out.push(IsolatedPartition {
+                        path: dir.clone(),
+                        cpus,
+                    });
+                }
+            }
+        }
+        if depth >= MAX_CGROUP_DEPTH {
+            continue;
+        }
+        let names = match root.read_dir_names(&dir) {
+            Ok(n) => n,
+            // A cgroup removed while walking.
+            Err(e) if e.errno() == Some(libc::ENOENT) => continue,
+            Err(e) => return Err(e),
+        };
+        for n in names {
+            let child = dir.join(&n);
+            if root.path(&child).is_dir() {
+                stack.push((child, depth + 1));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// The CPUs the kernel isolates, by mechanism.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IsolatedCpus {
+    /// `isolcpus=` domain isolation (`/sys/devices/system/cpu/isolated`).
+    pub domain: CpuSet,
+    /// `nohz_full=` CPUs (`/sys/devices/system/cpu/nohz_full`; absent without NO_HZ_FULL).
+    pub nohz_full: CpuSet,
+    /// Valid cgroup v2 isolated partitions.
+    pub partitions: Vec<IsolatedPartition>,
+    /// The root cgroup's `cpuset.cpus.isolated` (6.8+), when it exists.
+    pub cgroup_isolated: Option<CpuSet>,
+}
+
+impl IsolatedCpus {
+    /// Discover isolation from the files of `root`.
+    pub fn discover(root: &SysRoot) -> Result<Self> {
+        let domain =
+            read_cpu_list_opt(root, "/sys/devices/system/cpu/isolated")?.unwrap_or_default();
+        let nohz_full =
+            read_cpu_list_opt(root, "/sys/devices/system/cpu/nohz_full")?.unwrap_or_default();
+        let (partitions, cgroup_isolated) = match cgroup2_mount(root)? {
+            Some(mount) => {
+                let iso = mount.join("cpuset.cpus.isolated");
+                (
+                    isolated_partitions(root, &mount)?,
+                    read_cpu_list_opt(root, &iso.to_string_lossy())?,
+                )
+            }
+            None => (Vec::new(), None),
+        };
+        Ok(IsolatedCpus {
+            domain,
+            nohz_full,
+            partitions,
+            cgroup_isolated,
+        })
+    }
+
+    /// CPUs of all isolated partitions.
+    pub fn partition_cpus(&self) -> CpuSet {
+        let mut s = self
+            .partitions
+            .iter()
+            .fold(CpuSet::new(), |acc, p| acc.union(&p.cpus));
+        if let Some(iso) = &self.cgroup_isolated {
+            // 6.8+ root file: partitions (and, 6.12+, boot isolcpus CPUs).
+            s = s.union(&iso.difference(&self.domain));
+        }
+        s
+    }
+
+    /// Every isolated CPU: domain ∪ nohz_full ∪ isolated partitions.
+    pub fn all(&self) -> CpuSet {
+        self.domain
+            .union(&self.nohz_full)
+            .union(&self.partition_cpus())
+    }
+
+    /// Which mechanisms isolate `cpu`, in the kernel's words.
+    pub fn mechanisms(&self, cpu: usize) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.domain.contains(cpu) {
+            v.push("isolcpus domain");
+        }
+        if self.nohz_full.contains(cpu) {
+            v.push("nohz_full");
+        }
+        if self.partition_cpus().contains(cpu) {
+            v.push("isolated cpuset partition");
+        }
+        v
+    }
+
+    /// Whether the kernel itself keeps deferred vmstat work off every CPU of `cpus`,
+    /// the protection that task isolation's `vmstat_sync` gives on patched kernels.
+    ///
+    /// Since 6.5 vmstat_shepherd skips CPUs for which `cpu_is_isolated()` is true: isolcpus
+    /// domain and nohz_full CPUs; cpuset isolated partitions count from 6.8. Returns a
+    /// description of the protection in effect, or why it is not.
+    pub fn native_vmstat_protection(
+        &self,
+        kernel: KernelVersion,
+        cpus: &CpuSet,
+    ) -> std::result::Result<String, String> {
+        if cpus.is_empty() {
+            return Err("no target CPUs".into());
+        }
+        if !kernel.at_least(6, 5) {
+            return Err(format!(
+                "Linux {kernel} predates 6.5, whose vmstat_shepherd skips isolated CPUs"
+            ));
+        }
+        let mut protected = self.domain.union(&self.nohz_full);
+        if kernel.at_least(6, 8) {
+            protected = protected.union(&self.partition_cpus());
+        }
+        let unprotected = cpus.difference(&protected);
+        if !unprotected.is_empty() {
+            return Err(format!(
+                "CPUs {unprotected} are neither isolcpus domain nor nohz_full{} CPUs",
+                if kernel.at_least(6, 8) {
+                    " nor in an isolated cpuset partition"
+                } else {
+                    " (isolated partitions count from 6.8)"
+                }
+            ));
+        }
+        let mut how: Vec<String> = Vec::new();
+        for cpu in cpus.iter() {
+            how.push(format!("{cpu}: {}", self.mechanisms(cpu).join(" + ")));
+        }
+        Ok(format!(
+            "Linux {kernel} skips deferred vmstat work on isolated CPUs (vmstat_shepherd, 6.5+); CPUs {cpus} are isolated ({})",
+            how.join("; ")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        for (p, c) in files {
+            let full = d.path().join(p.trim_start_matches('/'));
+            fs::create_dir_all(full.parent().unwrap()).unwrap();
+            fs::write(full, c).unwrap();
+        }
+        d
+    }
+
+    #[test]
+    fn versions() {
+        let v = KernelVersion::parse("6.12.57+deb12-rt-amd64").unwrap();
+        assert_eq!(v, KernelVersion::new(6, 12, 57));
+        assert!(v.at_least(6, 5) && !v.at_least(6, 13));
+        assert_eq!(KernelVersion::parse("6.1.0-57-amd64").unwrap(), KernelVersion::new(6, 1, 0));
+        assert_eq!(KernelVersion::parse("7.0-rc1").unwrap(), KernelVersion::new(7, 0, 0));
+        assert!(KernelVersion::parse("garbage").is_none());
+    }
+
+    #[test]
+    fn discovers_all_three_mechanisms() {
+        let d = tree(&[
+            ("/sys/devices/system/cpu/isolated", "2-3\n"),
+            ("/sys/devices/system/cpu/nohz_full", "2-4\n"),
+            (
+                "/proc/self/mountinfo",
+                "30 1 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw\n",
+            ),
+            ("/sys/fs/cgroup/cpuset.cpus.isolated", "2-3,6\n"),
+            ("/sys/fs/cgroup/rt/cpuset.cpus.partition", "isolated\n"),
+            ("/sys/fs/cgroup/rt/cpuset.cpus.effective", "6\n"),
+            ("/sys/fs/cgroup/bad/cpuset.cpus.partition", "isolated invalid (Cpu list in cpuset.cpus not exclusive)\n"),
+            ("/sys/fs/cgroup/bad/cpuset.cpus.effective", "7\n"),
+            ("/sys/fs/cgroup/member/cpuset.cpus.partition", "member\n"),
+        ]);
+        let root = SysRoot::new(d.path());
+        let iso = IsolatedCpus::discover(&root).unwrap();
+        assert_eq!(iso.domain.to_string(), "2-3");
+        assert_eq!(iso.nohz_full.to_string(), "2-4");
+        assert_eq!(iso.partitions.len(), 1, "invalid partitions are not isolated");
+        assert_eq!(iso.partitions[0].path, Path::new("/sys/fs/cgroup/rt"));
+        assert_eq!(iso.all().to_string(), "2-4,6");
+        assert_eq!(iso.mechanisms(2), vec!["isolcpus domain", "nohz_full"]);
+        assert_eq!(iso.mechanisms(6), vec!["isolated cpuset partition"]);
+    }
+
+    #[test]
+    fn nothing_isolated_on_a_plain_machine() {
+        let d = tree(&[("/sys/devices/system/cpu/isolated", "\n")]);
+        let iso = IsolatedCpus::discover(&SysRoot::new(d.path())).unwrap();
+        assert!(iso.all().is_empty());
+    }
+
+    #[test]
+    fn native_protection_follows_kernel_versions() {
+        let iso = IsolatedCpus {
+            domain: "2".parse().unwrap(),
+            nohz_full: "3".parse().unwrap(),
+            partitions: vec![IsolatedPartition {
+                path: "/sys/fs/cgroup/rt".into(),
+                cpus: "5".parse().unwrap(),
+            }],
+            cgroup_isolated: None,
+        };
+        let c23: CpuSet = "2-3".parse().unwrap();
+        let ok = iso.native_vmstat_protection(KernelVersion::new(6, 12, 0), &c23).unwrap();
+        assert!(ok.contains("2: isolcpus domain; 3: nohz_full"), "{ok}");
+        let no = iso.native_vmstat_protection(KernelVersion::new(6, 1, 0), &c23).unwrap_err();
+        assert!(no.contains("predates 6.5"), "{no}");
+        let c5: CpuSet = "5".parse().unwrap();
+        assert!(iso.native_vmstat_protection(KernelVersion::new(6, 6, 0), &c5).is_err());
+        assert!(iso.native_vmstat_protection(KernelVersion::new(6, 8, 0), &c5).is_ok());
+        let c01: CpuSet = "0-1".parse().unwrap();
+        let no = iso.native_vmstat_protection(KernelVersion::new(6, 12, 0), &c01).unwrap_err();
+        assert!(no.contains("CPUs 0-1"), "{no}");
+    }
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(unescape_mountinfo("/a\\040b"), "/a b");
+        assert_eq!(unescape_mountinfo("/plain"), "/plain");
+    }
+
+    #[test]
+    fn bad_list_names_the_file() {
+        let d = tree(&[("/sys/devices/system/cpu/online", "0-x\n")]);
+        let e = online_cpus(&SysRoot::new(d.path())).unwrap_err();
+        let m = e.to_string();
+        assert!(m.contains("sys/devices/system/cpu/online") && m.contains("0-x"), "{m}");
+    }
+}
