@@ -16,13 +16,13 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Unsupported {
     /// `/proc/self/task_isolation` does not exist: the kernel lacks the task-isolation patches.
-    #[error("this kernel has no task-isolation interface (no /proc/self/task_isolation; it needs the out-of-tree task-isolation patches)")]
+    #[error("task isolation interface not available: the kernel has no /proc/self/task_isolation (it needs the out-of-tree task-isolation patches)")]
     NoProcFile,
     /// The file exists but is not in the format of the supported ABI (v8..v12).
-    #[error("/proc/self/task_isolation has an unknown format ({0}); refusing to issue prctls 63..67")]
+    #[error("task isolation interface not recognised: /proc/self/task_isolation has an unknown format ({0}); refusing to issue prctls 63..67")]
     UnknownFormat(String),
     /// The file could not be read.
-    #[error("cannot read /proc/self/task_isolation: {0}")]
+    #[error("task isolation interface not usable: cannot read /proc/self/task_isolation: {0}")]
     Unreadable(String),
 }
 

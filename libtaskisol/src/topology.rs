@@ -304,11 +304,11 @@ impl IsolatedCpus {
         let unprotected = cpus.difference(&protected);
         if !unprotected.is_empty() {
             return Err(format!(
-                "CPUs {unprotected} are neither isolcpus domain nor nohz_full{} CPUs",
+                "CPUs {unprotected} are not isolcpus domain or nohz_full CPUs{}",
                 if kernel.at_least(6, 8) {
-                    " nor in an isolated cpuset partition"
+                    " and not in an isolated cpuset partition"
                 } else {
-                    " (isolated partitions count from 6.8)"
+                    " (isolated cpuset partitions count only from 6.8)"
                 }
             ));
         }
