@@ -42,11 +42,21 @@ pub struct Cli {
     pub info: bool,
 
     /// Show the task-isolation state, CPUs and policy of every thread of PID and exit.
-    #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with = "command")]
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        conflicts_with = "command"
+    )]
     pub pid: Option<i32>,
 
     /// Run the command on the CPUs of LIST (e.g. 2-3,6).
-    #[arg(short = 'c', long = "cpu-list", value_name = "LIST", conflicts_with = "isolated")]
+    #[arg(
+        short = 'c',
+        long = "cpu-list",
+        value_name = "LIST",
+        conflicts_with = "isolated"
+    )]
     pub cpu_list: Option<String>,
 
     /// Run the command on the CPUs the kernel isolates (isolcpus, nohz_full, isolated cpuset partitions).

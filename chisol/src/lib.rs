@@ -146,7 +146,9 @@ fn info() -> i32 {
 fn show_pid(root: &SysRoot, pid: i32) -> i32 {
     let tids = match procfs::thread_ids(root, pid) {
         Ok(t) => t,
-        Err(e) if e.errno() == Some(libc::ENOENT) => return fail(format!("pid {pid}: no such process")),
+        Err(e) if e.errno() == Some(libc::ENOENT) => {
+            return fail(format!("pid {pid}: no such process"))
+        }
         Err(e) => return fail(e),
     };
     let states = match procfs::read_process_isolation(root, pid) {
@@ -196,10 +198,16 @@ fn show_pid(root: &SysRoot, pid: i32) -> i32 {
 }
 
 fn exec(command: &[String]) -> i32 {
-    let cargs: Result<Vec<CString>, _> = command.iter().map(|a| CString::new(a.as_bytes())).collect();
+    let cargs: Result<Vec<CString>, _> =
+        command.iter().map(|a| CString::new(a.as_bytes())).collect();
     let cargs = match cargs {
         Ok(c) => c,
-        Err(_) => return fail(format!("failed to execute {}: argument contains a NUL byte", command[0])),
+        Err(_) => {
+            return fail(format!(
+                "failed to execute {}: argument contains a NUL byte",
+                command[0]
+            ))
+        }
     };
     let errno = match nix::unistd::execvp(&cargs[0], &cargs) {
         Ok(never) => match never {},

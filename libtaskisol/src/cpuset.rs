@@ -202,13 +202,19 @@ impl CpuSet {
             let num = |t: &str| -> Result<usize, CpuSetError> {
                 let t = t.trim();
                 if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
-                    return Err(CpuSetError::list(input, format!("{t:?} is not a CPU number")));
+                    return Err(CpuSetError::list(
+                        input,
+                        format!("{t:?} is not a CPU number"),
+                    ));
                 }
                 match t.parse::<usize>() {
                     Ok(n) if n < Self::MAX_CPUS => Ok(n),
                     _ => Err(CpuSetError::list(
                         input,
-                        format!("CPU {t} is beyond the largest supported CPU number {}", Self::MAX_CPUS - 1),
+                        format!(
+                            "CPU {t} is beyond the largest supported CPU number {}",
+                            Self::MAX_CPUS - 1
+                        ),
                     )),
                 }
             };
@@ -220,14 +226,17 @@ impl CpuSet {
                 }
             };
             if lo > hi {
-                return Err(CpuSetError::list(input, format!("range {lo}-{hi} is reversed")));
+                return Err(CpuSetError::list(
+                    input,
+                    format!("range {lo}-{hi} is reversed"),
+                ));
             }
             let (used, group) = match stride {
                 None => (1, 1),
                 Some(st) => {
-                    let (u, g) = st
-                        .split_once('/')
-                        .ok_or_else(|| CpuSetError::list(input, format!("stride {st:?} is not used/group")))?;
+                    let (u, g) = st.split_once('/').ok_or_else(|| {
+                        CpuSetError::list(input, format!("stride {st:?} is not used/group"))
+                    })?;
                     let (u, g) = (num(u)?, num(g)?);
                     if u == 0 || g == 0 || u > g {
                         return Err(CpuSetError::list(
@@ -279,7 +288,10 @@ impl CpuSet {
                 return Err(CpuSetError::mask(input, "no hex digits"));
             }
             if let Some(c) = t.chars().find(|c| !c.is_ascii_hexdigit()) {
-                return Err(CpuSetError::mask(input, format!("{c:?} is not a hex digit")));
+                return Err(CpuSetError::mask(
+                    input,
+                    format!("{c:?} is not a hex digit"),
+                ));
             }
             // Split into 8-digit groups from the right.
             let mut v = Vec::new();
@@ -484,7 +496,12 @@ mod tests {
         assert_eq!(s.to_mask_string(), "ff,ffffffff");
         assert_eq!(CpuSet::parse_mask("f\n").unwrap().to_list_string(), "0-3");
         assert_eq!(CpuSet::parse_mask("0x30").unwrap().to_list_string(), "4-5");
-        assert_eq!(CpuSet::parse_mask("00000000,00000001").unwrap().to_list_string(), "0");
+        assert_eq!(
+            CpuSet::parse_mask("00000000,00000001")
+                .unwrap()
+                .to_list_string(),
+            "0"
+        );
         assert_eq!(CpuSet::parse_mask("0").unwrap(), CpuSet::new());
         // nr_cpu_ids = 4: the kernel prints a single digit.
         assert_eq!(l("0-1").to_mask_string_width(4), "3");
@@ -525,7 +542,16 @@ mod tests {
 
     #[test]
     fn bad_input_names_the_input() {
-        for bad in ["1-", "a", "3-1", "0,,1", "0-3:0/4", "0-3:3/2", "99999999999", "-1"] {
+        for bad in [
+            "1-",
+            "a",
+            "3-1",
+            "0,,1",
+            "0-3:0/4",
+            "0-3:3/2",
+            "99999999999",
+            "-1",
+        ] {
             let e = CpuSet::parse_list(bad).unwrap_err();
             assert_eq!(e.input, bad);
             assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");

@@ -326,7 +326,10 @@ mod tests {
 
     #[test]
     fn quiesce_names_parse() {
-        assert_eq!(parse_quiesce_list("vmstat_sync").unwrap(), abi::ISOL_F_QUIESCE_VMSTATS);
+        assert_eq!(
+            parse_quiesce_list("vmstat_sync").unwrap(),
+            abi::ISOL_F_QUIESCE_VMSTATS
+        );
         let e = parse_quiesce_list("vmstat_sync,tlb").unwrap_err();
         assert!(e.to_string().contains("\"tlb\""), "{e}");
         assert!(e.to_string().contains("vmstat_sync"), "{e}");
@@ -351,7 +354,10 @@ mod tests {
         if std::path::Path::new(PROBE_PATH).exists() {
             assert!(TaskIsolation::detect().is_ok());
         } else {
-            assert_eq!(TaskIsolation::detect().unwrap_err(), Unsupported::NoProcFile);
+            assert_eq!(
+                TaskIsolation::detect().unwrap_err(),
+                Unsupported::NoProcFile
+            );
         }
     }
 }

@@ -14,13 +14,13 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::abi;
 use crate::cpuset::CpuSet;
 use crate::error::{Error, Result, Unsupported};
 use crate::isolation::{quiesce_names, Inherit, QuiesceConfig, TaskIsolation};
 use crate::sched::{self, SchedPolicy};
 use crate::sysroot::SysRoot;
 use crate::topology::{self, IsolatedCpus, KernelVersion};
-use crate::abi;
 
 /// Which CPUs the workload runs on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -300,9 +300,10 @@ impl LaunchPlan {
 
     fn apply_step(&self, root: &SysRoot, step: &Step) -> Result<()> {
         match step {
-            Step::MoveToCgroup(dir) => {
-                root.write(dir.join("cgroup.procs"), format!("{}\n", std::process::id()))
-            }
+            Step::MoveToCgroup(dir) => root.write(
+                dir.join("cgroup.procs"),
+                format!("{}\n", std::process::id()),
+            ),
             Step::SetAffinity(cpus) => sched::set_affinity(0, cpus),
             Step::DisableThp => sched::set_thp_disable(),
             Step::SetScheduler(p) => sched::set_scheduler(0, *p),
@@ -450,12 +451,19 @@ mod tests {
             ..Default::default()
         };
         let e = spec.plan(&root).unwrap_err();
-        assert!(matches!(e, Error::Unsupported(Unsupported::NoProcFile)), "{e}");
+        assert!(
+            matches!(e, Error::Unsupported(Unsupported::NoProcFile)),
+            "{e}"
+        );
 
         spec.fallback = Fallback::Native;
         let plan = spec.plan(&root).unwrap();
         assert_eq!(plan.steps, vec![Step::SetAffinity("2-3".parse().unwrap())]);
-        assert!(plan.notes[0].contains("native protection in effect"), "{:?}", plan.notes);
+        assert!(
+            plan.notes[0].contains("native protection in effect"),
+            "{:?}",
+            plan.notes
+        );
 
         spec.cpus = Some(CpuTarget::List("0-1".parse().unwrap()));
         let e = spec.plan(&root).unwrap_err().to_string();

@@ -68,9 +68,9 @@ impl TaskIsolationState {
     /// Parse the exact three-line format of the v8..v12 series:
     ///
     /// ```text
-    /// Configured state: quiesce 
-    /// Active state: none 
-    /// Quiescing: vmstat_sync 
+    /// Configured state: quiesce
+    /// Active state: none
+    /// Quiescing: vmstat_sync
     /// ```
     ///
     /// The error text says which line is wrong and why.
@@ -387,7 +387,7 @@ mod tests {
         let st = TaskStat::read(&SysRoot::host(), me).unwrap();
         assert_eq!(st.pid, me);
         let cpus = read_status_field(&SysRoot::host(), me, "Cpus_allowed_list").unwrap();
-        assert!(crate::CpuSet::parse_list(&cpus).unwrap().len() >= 1);
+        assert!(!crate::CpuSet::parse_list(&cpus).unwrap().is_empty());
         assert!(thread_ids(&SysRoot::host(), me).unwrap().contains(&me));
     }
 }

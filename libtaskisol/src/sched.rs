@@ -39,7 +39,10 @@ pub fn get_affinity(tid: i32) -> Result<CpuSet> {
             len *= 2;
             continue;
         }
-        return Err(Error::syscall(format!("sched_getaffinity(pid {tid})"), errno));
+        return Err(Error::syscall(
+            format!("sched_getaffinity(pid {tid})"),
+            errno,
+        ));
     }
 }
 
@@ -208,7 +211,10 @@ pub fn set_thp_disable() -> Result<()> {
     // SAFETY: PR_SET_THP_DISABLE takes integer arguments only.
     let ret = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1 as libc::c_ulong, 0, 0, 0) };
     if ret < 0 {
-        return Err(Error::syscall("prctl(PR_SET_THP_DISABLE, 1)", Errno::last()));
+        return Err(Error::syscall(
+            "prctl(PR_SET_THP_DISABLE, 1)",
+            Errno::last(),
+        ));
     }
     Ok(())
 }
@@ -216,7 +222,12 @@ pub fn set_thp_disable() -> Result<()> {
 /// Whether the calling process may use a real-time policy with `priority`: CAP_SYS_NICE in
 /// its effective set, or an RLIMIT_RTPRIO at least that high.
 pub fn may_use_realtime(priority: u32) -> bool {
-    if caps::has_cap(None, caps::CapSet::Effective, caps::Capability::CAP_SYS_NICE).unwrap_or(false)
+    if caps::has_cap(
+        None,
+        caps::CapSet::Effective,
+        caps::Capability::CAP_SYS_NICE,
+    )
+    .unwrap_or(false)
     {
         return true;
     }
@@ -244,15 +255,25 @@ mod tests {
         far.insert(100_000);
         let e = set_affinity(0, &far).unwrap_err();
         assert_eq!(e.errno(), Some(libc::EINVAL));
-        assert!(e.to_string().contains("sched_setaffinity(pid 0, CPUs 100000)"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("sched_setaffinity(pid 0, CPUs 100000)"),
+            "{e}"
+        );
         let e = get_affinity(i32::MAX).unwrap_err();
         assert_eq!(e.errno(), Some(libc::ESRCH));
     }
 
     #[test]
     fn policies_parse_and_validate() {
-        assert_eq!("fifo:10".parse::<SchedPolicy>().unwrap(), SchedPolicy::Fifo(10));
-        assert_eq!("rr:3".parse::<SchedPolicy>().unwrap(), SchedPolicy::RoundRobin(3));
+        assert_eq!(
+            "fifo:10".parse::<SchedPolicy>().unwrap(),
+            SchedPolicy::Fifo(10)
+        );
+        assert_eq!(
+            "rr:3".parse::<SchedPolicy>().unwrap(),
+            SchedPolicy::RoundRobin(3)
+        );
         assert_eq!("other".parse::<SchedPolicy>().unwrap(), SchedPolicy::Other);
         assert!("fifo".parse::<SchedPolicy>().is_err());
         assert!("deadline".parse::<SchedPolicy>().is_err());

@@ -88,9 +88,7 @@ impl SysRoot {
     pub fn read_value_opt(&self, abs: impl AsRef<Path>) -> Result<Option<String>> {
         match self.read_value(abs) {
             Ok(v) => Ok(Some(v)),
-            Err(Error::Read { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
-                Ok(None)
-            }
+            Err(Error::Read { source, .. }) if source.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -139,9 +137,15 @@ mod tests {
     #[test]
     fn joins_kernel_paths_below_the_root() {
         let r = SysRoot::new("/tmp/fixture");
-        assert_eq!(r.path("/proc/cmdline"), Path::new("/tmp/fixture/proc/cmdline"));
+        assert_eq!(
+            r.path("/proc/cmdline"),
+            Path::new("/tmp/fixture/proc/cmdline")
+        );
         assert_eq!(r.path("sys/x"), Path::new("/tmp/fixture/sys/x"));
-        assert_eq!(SysRoot::host().path("/proc/1/stat"), Path::new("/proc/1/stat"));
+        assert_eq!(
+            SysRoot::host().path("/proc/1/stat"),
+            Path::new("/proc/1/stat")
+        );
     }
 
     #[test]
@@ -153,7 +157,11 @@ mod tests {
         assert!(msg.contains("sys/devices/system/cpu/online"), "{msg}");
         assert!(msg.contains("No such file or directory"), "{msg}");
         assert_eq!(e.errno(), Some(libc::ENOENT));
-        assert_eq!(r.read_value_opt("/sys/devices/system/cpu/nohz_full").unwrap(), None);
+        assert_eq!(
+            r.read_value_opt("/sys/devices/system/cpu/nohz_full")
+                .unwrap(),
+            None
+        );
     }
 
     #[test]
@@ -161,6 +169,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("proc")).unwrap();
         std::fs::write(dir.path().join("proc/x"), " 0-3 \n").unwrap();
-        assert_eq!(SysRoot::new(dir.path()).read_value("/proc/x").unwrap(), " 0-3 ");
+        assert_eq!(
+            SysRoot::new(dir.path()).read_value("/proc/x").unwrap(),
+            " 0-3 "
+        );
     }
 }

@@ -133,7 +133,10 @@ fn unescape_mountinfo(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
             let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
             out.push(v);
             i += 4;
@@ -343,8 +346,14 @@ mod tests {
         let v = KernelVersion::parse("6.12.57+deb12-rt-amd64").unwrap();
         assert_eq!(v, KernelVersion::new(6, 12, 57));
         assert!(v.at_least(6, 5) && !v.at_least(6, 13));
-        assert_eq!(KernelVersion::parse("6.1.0-57-amd64").unwrap(), KernelVersion::new(6, 1, 0));
-        assert_eq!(KernelVersion::parse("7.0-rc1").unwrap(), KernelVersion::new(7, 0, 0));
+        assert_eq!(
+            KernelVersion::parse("6.1.0-57-amd64").unwrap(),
+            KernelVersion::new(6, 1, 0)
+        );
+        assert_eq!(
+            KernelVersion::parse("7.0-rc1").unwrap(),
+            KernelVersion::new(7, 0, 0)
+        );
         assert!(KernelVersion::parse("garbage").is_none());
     }
 
@@ -360,7 +369,10 @@ mod tests {
             ("/sys/fs/cgroup/cpuset.cpus.isolated", "2-3,6\n"),
             ("/sys/fs/cgroup/rt/cpuset.cpus.partition", "isolated\n"),
             ("/sys/fs/cgroup/rt/cpuset.cpus.effective", "6\n"),
-            ("/sys/fs/cgroup/bad/cpuset.cpus.partition", "isolated invalid (Cpu list in cpuset.cpus not exclusive)\n"),
+            (
+                "/sys/fs/cgroup/bad/cpuset.cpus.partition",
+                "isolated invalid (Cpu list in cpuset.cpus not exclusive)\n",
+            ),
             ("/sys/fs/cgroup/bad/cpuset.cpus.effective", "7\n"),
             ("/sys/fs/cgroup/member/cpuset.cpus.partition", "member\n"),
         ]);
@@ -368,7 +380,11 @@ mod tests {
         let iso = IsolatedCpus::discover(&root).unwrap();
         assert_eq!(iso.domain.to_string(), "2-3");
         assert_eq!(iso.nohz_full.to_string(), "2-4");
-        assert_eq!(iso.partitions.len(), 1, "invalid partitions are not isolated");
+        assert_eq!(
+            iso.partitions.len(),
+            1,
+            "invalid partitions are not isolated"
+        );
         assert_eq!(iso.partitions[0].path, Path::new("/sys/fs/cgroup/rt"));
         assert_eq!(iso.all().to_string(), "2-4,6");
         assert_eq!(iso.mechanisms(2), vec!["isolcpus domain", "nohz_full"]);
@@ -394,15 +410,25 @@ mod tests {
             cgroup_isolated: None,
         };
         let c23: CpuSet = "2-3".parse().unwrap();
-        let ok = iso.native_vmstat_protection(KernelVersion::new(6, 12, 0), &c23).unwrap();
+        let ok = iso
+            .native_vmstat_protection(KernelVersion::new(6, 12, 0), &c23)
+            .unwrap();
         assert!(ok.contains("2: isolcpus domain; 3: nohz_full"), "{ok}");
-        let no = iso.native_vmstat_protection(KernelVersion::new(6, 1, 0), &c23).unwrap_err();
+        let no = iso
+            .native_vmstat_protection(KernelVersion::new(6, 1, 0), &c23)
+            .unwrap_err();
         assert!(no.contains("predates 6.5"), "{no}");
         let c5: CpuSet = "5".parse().unwrap();
-        assert!(iso.native_vmstat_protection(KernelVersion::new(6, 6, 0), &c5).is_err());
-        assert!(iso.native_vmstat_protection(KernelVersion::new(6, 8, 0), &c5).is_ok());
+        assert!(iso
+            .native_vmstat_protection(KernelVersion::new(6, 6, 0), &c5)
+            .is_err());
+        assert!(iso
+            .native_vmstat_protection(KernelVersion::new(6, 8, 0), &c5)
+            .is_ok());
         let c01: CpuSet = "0-1".parse().unwrap();
-        let no = iso.native_vmstat_protection(KernelVersion::new(6, 12, 0), &c01).unwrap_err();
+        let no = iso
+            .native_vmstat_protection(KernelVersion::new(6, 12, 0), &c01)
+            .unwrap_err();
         assert!(no.contains("CPUs 0-1"), "{no}");
     }
 
@@ -417,6 +443,9 @@ mod tests {
         let d = tree(&[("/sys/devices/system/cpu/online", "0-x\n")]);
         let e = online_cpus(&SysRoot::new(d.path())).unwrap_err();
         let m = e.to_string();
-        assert!(m.contains("sys/devices/system/cpu/online") && m.contains("0-x"), "{m}");
+        assert!(
+            m.contains("sys/devices/system/cpu/online") && m.contains("0-x"),
+            "{m}"
+        );
     }
 }

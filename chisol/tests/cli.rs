@@ -1,0 +1,183 @@
+//! chisol end to end on the host kernel (a stock kernel: the emulated patched kernel is
+//! exercised in tests/tests/chisol_emu.rs, real 6.1 and 6.12-rt kernels in tests/tests/qemu.rs).
+//! Only the started child's own settings change; nothing machine-wide is touched.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn chisol(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_chisol"))
+        .args(args)
+        .output()
+        .expect("run chisol")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn host_is_stock() {
+    assert!(
+        !Path::new("/proc/self/task_isolation").exists(),
+        "these tests expect a stock host kernel without the task-isolation interface"
+    );
+}
+
+/// Runs chisol with `args` followed by a command that would create a marker file, and
+/// asserts it failed with exit 1, said `want` and did not start the command.
+fn refuses(args: &[&str], want: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("started");
+    let mut all: Vec<&str> = args.to_vec();
+    let m = marker.to_str().unwrap();
+    all.extend_from_slice(&["touch", m]);
+    let o = chisol(&all);
+    assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+    assert!(stderr(&o).starts_with("chisol: "), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(want),
+        "{args:?}: want {want:?} in {:?}",
+        stderr(&o)
+    );
+    assert!(!marker.exists(), "{args:?}: the command was started");
+}
+
+#[test]
+fn exit_codes_follow_util_linux() {
+    let o = chisol(&["no-such-command-taskisol"]);
+    assert_eq!(o.status.code(), Some(127));
+    assert_eq!(
+        stderr(&o),
+        "chisol: failed to execute no-such-command-taskisol: No such file or directory\n"
+    );
+    // A file without execute permission: EACCES, even for root.
+    let dir = tempfile::tempdir().unwrap();
+    let noexec = dir.path().join("data");
+    std::fs::write(&noexec, "not a program\n").unwrap();
+    let o = chisol(&[noexec.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(126), "{}", stderr(&o));
+    assert!(stderr(&o).contains("Permission denied"), "{}", stderr(&o));
+    let o = chisol(&["sh", "-c", "exit 7"]);
+    assert_eq!(o.status.code(), Some(7), "the command's status is chisol's");
+    let o = chisol(&[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no command specified"));
+    let o = chisol(&["--no-such-option", "true"]);
+    assert_eq!(o.status.code(), Some(1));
+    let o = chisol(&["-V"]);
+    assert_eq!(
+        stdout(&o),
+        format!("chisol {}\n", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn options_after_the_command_belong_to_it() {
+    let o = chisol(&[
+        "-c",
+        "0",
+        "sh",
+        "-c",
+        "echo \"$@\"",
+        "x",
+        "-f",
+        "1",
+        "-q",
+        "y",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "-f 1 -q y\n");
+}
+
+#[test]
+fn pins_and_disables_thp_for_the_command() {
+    let o = chisol(&[
+        "-c",
+        "0",
+        "--no-thp",
+        "grep",
+        "-E",
+        "^(Cpus_allowed_list|THP_enabled)",
+        "/proc/self/status",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // THP_enabled comes before Cpus_allowed_list in /proc/<pid>/status.
+    assert_eq!(stdout(&o), "THP_enabled:\t0\nCpus_allowed_list:\t0\n");
+}
+
+#[test]
+fn bad_requests_start_nothing() {
+    refuses(&["-c", "4095"], "CPUs 4095 are not available");
+    refuses(&["-c", "0-"], "invalid CPU list \"0-\"");
+    refuses(&["-f", "0"], "priority 0 is out of range for SCHED_FIFO");
+    refuses(&["-r", "100"], "out of range");
+    refuses(&["-a"], "--activate needs --quiesce");
+    refuses(&["-q", "tlb_sync"], "unknown quiesce feature \"tlb_sync\"");
+    refuses(&["-I", "everything"], "unknown inheritance \"everything\"");
+    refuses(
+        &["--cgroup", "/nonexistent/cg"],
+        "/nonexistent/cg is not a cgroup v2 directory",
+    );
+}
+
+#[test]
+fn stock_kernel_refuses_task_isolation_and_starts_nothing() {
+    host_is_stock();
+    for args in [
+        vec!["-q", "vmstat_sync"],
+        vec!["-q", "vmstat_sync", "-a", "-I", "active"],
+        vec!["-I", "conf"],
+    ] {
+        refuses(
+            &args,
+            "task isolation interface not available: the kernel has no /proc/self/task_isolation",
+        );
+    }
+    let o = chisol(&["-i"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("no /proc/self/task_isolation"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(stdout(&o), "");
+}
+
+#[test]
+fn native_fallback_needs_protected_cpus() {
+    host_is_stock();
+    // The host isolates no CPU, so the kernel's own protection cannot apply.
+    refuses(
+        &["-q", "vmstat_sync", "--fallback=native", "-c", "0"],
+        "--fallback=native: no native vmstat protection: CPUs 0 are not isolcpus domain or nohz_full CPUs",
+    );
+}
+
+#[test]
+fn pid_view_works_on_a_stock_kernel() {
+    host_is_stock();
+    let mut child = Command::new("sleep").arg("5").spawn().unwrap();
+    let pid = child.id().to_string();
+    let o = chisol(&["-p", &pid]);
+    child.kill().ok();
+    child.wait().ok();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let mut lines = out.lines();
+    assert!(lines.next().unwrap().starts_with("TID      COMM"), "{out}");
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        &row[..5],
+        &[pid.as_str(), "sleep", "n/a", "n/a", "n/a"],
+        "{out}"
+    );
+    assert_eq!(row[6], "SCHED_OTHER");
+    assert!(stderr(&o).contains("task isolation interface not available"));
+    let o = chisol(&["-p", "999999999"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stderr(&o), "chisol: pid 999999999: no such process\n");
+}
