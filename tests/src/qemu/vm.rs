@@ -1,0 +1,456 @@
+//! Building the initramfs, running QEMU, collecting and judging the guest's results.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::Value;
+
+use super::cpio::Cpio;
+use super::qmp::Qmp;
+use super::{
+    bin_dir, cache_dir, fixture, kmod, Expect, Failure, HarnessError, Kernel, Outcome, Scenario,
+    Step, StepOutput, SETUP_HINT,
+};
+
+const GUEST_INIT: &str = include_str!("../../guest/init");
+const GUEST_LIB: &str = include_str!("../../guest/lib.sh");
+const BUSYBOX: &str = "/bin/busybox";
+
+/// Where a scenario's files go: $TASKISOL_KEEP/<scenario> when set, else
+/// <cache>/runs/<scenario> (overwritten by the next run, kept for diagnosis until then).
+fn workdir(scenario: &str) -> Result<PathBuf, HarnessError> {
+    let base = std::env::var_os("TASKISOL_KEEP")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| cache_dir().join("runs"));
+    let dir = base.join(scenario);
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir)
+        .map_err(|e| HarnessError::Io(format!("create {}: {e}", dir.display())))?;
+    Ok(dir)
+}
+
+fn find_qemu() -> Result<PathBuf, HarnessError> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("qemu-system-x86_64"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| HarnessError::setup("qemu-system-x86_64 is not installed", SETUP_HINT))
+}
+
+/// The shared libraries and the dynamic loader a binary needs, as ldd resolves them. We copy
+/// these rather than build static binaries so that the guest runs the very release binaries a
+/// user gets (glibc-dynamic); a static glibc build would be a second full compile, and the
+/// musl target is not installable on the offline CI machines.
+fn shared_libraries(binary: &Path) -> Result<Vec<PathBuf>, HarnessError> {
+    let out = Command::new("ldd").arg(binary).output().map_err(|e| {
+        HarnessError::setup(
+            format!("cannot run ldd: {e}"),
+            "apt-get install -y libc-bin",
+        )
+    })?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if text.contains("not a dynamic executable") || !out.status.success() {
+        return Ok(Vec::new());
+    }
+    let mut libs = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        let path = match line.split_once("=>") {
+            Some((_, rest)) => rest.trim(),
+            None => line,
+        };
+        let path = path.split(" (").next().unwrap_or("").trim();
+        if path == "not found" {
+            return Err(HarnessError::Io(format!(
+                "{}: a shared library is not found: {line}",
+                binary.display()
+            )));
+        }
+        if path.starts_with('/') {
+            libs.push(PathBuf::from(path));
+        }
+    }
+    Ok(libs)
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, HarnessError> {
+    fs::read(path).map_err(|e| HarnessError::Io(format!("read {}: {e}", path.display())))
+}
+
+/// The steps as the guest runs them: a module-loading step first when modules are needed.
+fn guest_steps(modules: &[kmod::Module]) -> Vec<Step> {
+    let mut steps = Vec::new();
+    if !modules.is_empty() {
+        let mut script = String::new();
+        for (i, m) in modules.iter().enumerate() {
+            script.push_str(&format!(
+                "insmod /modules/{i:02}-{}.ko || {{ echo \"insmod {} failed\"; exit 1; }}\n",
+                m.name, m.name
+            ));
+        }
+        script.push_str("lsmod\n");
+        steps.push(Step {
+            name: "load_modules".into(),
+            script,
+            timeout: Duration::from_secs(60),
+            expects: vec![Expect::exit(0)],
+        });
+    }
+    steps
+}
+
+fn build_initramfs(
+    s: &Scenario,
+    kernel: &Kernel,
+    steps: &[&Step],
+    modules: &[kmod::Module],
+) -> Result<Vec<u8>, HarnessError> {
+    let mut c = Cpio::new();
+    c.file("/init", 0o755, GUEST_INIT.as_bytes());
+    c.file("/guest/lib.sh", 0o644, GUEST_LIB.as_bytes());
+    c.char_dev("/dev/console", 5, 1);
+    for d in [
+        "/proc",
+        "/sys",
+        "/tmp",
+        "/run",
+        "/bin",
+        "/sbin",
+        "/usr/bin",
+        "/usr/sbin",
+    ] {
+        c.dir(d);
+    }
+
+    let busybox = Path::new(BUSYBOX);
+    if !busybox.is_file() || !shared_libraries(busybox)?.is_empty() {
+        return Err(HarnessError::setup(
+            "the guest needs a static /bin/busybox (package busybox-static)",
+            SETUP_HINT,
+        ));
+    }
+    c.file(BUSYBOX, 0o755, &read(busybox)?);
+
+    let dir = bin_dir();
+    for name in &s.binaries {
+        let path = dir.join(name);
+        if !path.is_file() {
+            return Err(HarnessError::setup(
+                format!("release binary {} is missing", path.display()),
+                "cargo build --release --workspace",
+            ));
+        }
+        c.file(&format!("/usr/bin/{name}"), 0o755, &read(&path)?);
+        for lib in shared_libraries(&path)? {
+            let guest = lib.to_string_lossy().to_string();
+            if !c.contains(&guest) {
+                // fs::read follows symlinks: the guest gets the library under the name the
+                // loader asks for.
+                c.file(&guest, 0o755, &read(&lib)?);
+            }
+        }
+    }
+
+    for (i, m) in modules.iter().enumerate() {
+        c.file(&format!("/modules/{i:02}-{}.ko", m.name), 0o644, &m.image);
+    }
+
+    let mut list = String::new();
+    for (i, step) in steps.iter().enumerate() {
+        let file = format!("/scenario/{i:03}.sh");
+        let script = format!(". /guest/lib.sh\n{}\n", step.script);
+        c.file(&file, 0o755, script.as_bytes());
+        list.push_str(&format!(
+            "run_step '{}' {} {file}\n",
+            step.name,
+            step.timeout.as_secs().max(1)
+        ));
+    }
+    c.file("/scenario/steps.sh", 0o644, list.as_bytes());
+    c.file("/scenario/kernel", 0o644, kernel.package.as_bytes());
+    Ok(c.finish())
+}
+
+/// A line-wise reader of a file another process is still appending to.
+struct Tail {
+    path: PathBuf,
+    pos: u64,
+    partial: Vec<u8>,
+}
+
+impl Tail {
+    fn lines(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        let Ok(mut f) = fs::File::open(&self.path) else {
+            return out;
+        };
+        if f.seek(SeekFrom::Start(self.pos)).is_err() {
+            return out;
+        }
+        let mut buf = Vec::new();
+        if let Ok(n) = f.read_to_end(&mut buf) {
+            self.pos += n as u64;
+        }
+        self.partial.extend_from_slice(&buf);
+        while let Some(i) = self.partial.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=i).collect();
+            out.push(String::from_utf8_lossy(&line).trim().to_string());
+        }
+        out
+    }
+}
+
+fn b64(v: Option<&Value>) -> Vec<u8> {
+    v.and_then(Value::as_str)
+        .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
+        .unwrap_or_default()
+}
+
+fn console_tail(workdir: &Path) -> String {
+    let text = fs::read(workdir.join("console.log")).unwrap_or_default();
+    let text = String::from_utf8_lossy(&text);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(12)..].join("\n    ")
+}
+
+fn kill(child: &mut Child) {
+    // SIGKILL: a wedged TCG guest does not react to anything gentler in bounded time.
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Boots the scenario's kernel once, runs all its steps, judges them, handles its fixture.
+pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
+    let qemu = find_qemu()?;
+    let kernel = Kernel::locate(s.role)?;
+    let workdir = workdir(&s.name)?;
+    let module_names: Vec<&str> = s.modules.iter().map(String::as_str).collect();
+    let modules = kmod::resolve(&kernel.moddir, &module_names)?;
+    let extra = guest_steps(&modules);
+    let steps: Vec<&Step> = extra.iter().chain(s.steps.iter()).collect();
+    let initramfs = build_initramfs(s, &kernel, &steps, &modules)?;
+    let initrd = workdir.join("initramfs.cpio");
+    fs::write(&initrd, &initramfs)
+        .map_err(|e| HarnessError::Io(format!("write {}: {e}", initrd.display())))?;
+    let results_path = workdir.join("results.jsonl");
+    let console_path = workdir.join("console.log");
+    // unix socket paths are limited to 108 bytes: keep the socket in a short temp dir.
+    let sockdir = tempfile::Builder::new()
+        .prefix("taskisol-qmp")
+        .tempdir()
+        .map_err(|e| HarnessError::Io(format!("temp dir: {e}")))?;
+    let qmp_path = sockdir.path().join("qmp.sock");
+    let append = format!(
+        "console=ttyS0 quiet panic=-1 {} taskisol.scenario={}",
+        s.cmdline, s.name
+    );
+    fs::write(workdir.join("cmdline"), &append).map_err(|e| HarnessError::Io(e.to_string()))?;
+    let qemu_log =
+        fs::File::create(workdir.join("qemu.log")).map_err(|e| HarnessError::Io(e.to_string()))?;
+    let qemu_log2 = qemu_log
+        .try_clone()
+        .map_err(|e| HarnessError::Io(e.to_string()))?;
+
+    let start = Instant::now();
+    let mut child = Command::new(&qemu)
+        .args([
+            "-accel",
+            "tcg,thread=single",
+            "-cpu",
+            "max",
+            "-smp",
+            "4",
+            "-m",
+            "1024",
+        ])
+        .args([
+            "-nographic",
+            "-no-reboot",
+            "-display",
+            "none",
+            "-monitor",
+            "none",
+            "-nic",
+            "none",
+        ])
+        .arg("-kernel")
+        .arg(&kernel.vmlinuz)
+        .arg("-initrd")
+        .arg(&initrd)
+        .arg("-append")
+        .arg(&append)
+        .arg("-serial")
+        .arg(format!("file:{}", console_path.display()))
+        .arg("-serial")
+        .arg(format!("file:{}", results_path.display()))
+        .arg("-qmp")
+        .arg(format!("unix:{},server=on,wait=off", qmp_path.display()))
+        .stdin(Stdio::null())
+        .stdout(qemu_log)
+        .stderr(qemu_log2)
+        .spawn()
+        .map_err(|e| {
+            HarnessError::setup(format!("cannot start {}: {e}", qemu.display()), SETUP_HINT)
+        })?;
+
+    let mut failures = Vec::new();
+    let mut qmp = None;
+    if !s.requests.is_empty() {
+        match Qmp::connect(&qmp_path, Duration::from_secs(20)) {
+            Ok(q) => qmp = Some(q),
+            Err(e) => failures.push(Failure {
+                check: "qmp".into(),
+                expected: "QMP socket usable".into(),
+                actual: e,
+            }),
+        }
+    }
+
+    let mut tail = Tail {
+        path: results_path.clone(),
+        pos: 0,
+        partial: Vec::new(),
+    };
+    let mut boot_time = None;
+    let mut done = false;
+    let mut last_started = String::from("(none: init never reported)");
+    let mut outputs = BTreeMap::new();
+    let mut files = BTreeMap::new();
+    let mut timed_out = false;
+    let mut exited = false;
+    loop {
+        // Reading after try_wait: lines written just before exit are still picked up.
+        exited = exited || matches!(child.try_wait(), Ok(Some(_)));
+        for line in tail.lines() {
+            let Ok(ev) = serde_json::from_str::<Value>(&line) else {
+                continue; // e.g. a line cut by a kill; only JSON objects are ours
+            };
+            match ev.get("ev").and_then(Value::as_str) {
+                Some("boot") => boot_time = Some(start.elapsed()),
+                Some("start") => last_started = ev["step"].as_str().unwrap_or("?").to_string(),
+                Some("result") => {
+                    let name = ev["step"].as_str().unwrap_or("?").to_string();
+                    outputs.insert(
+                        name,
+                        StepOutput {
+                            rc: ev["rc"]
+                                .as_i64()
+                                .and_then(|r| i32::try_from(r).ok())
+                                .unwrap_or(-1),
+                            stdout: String::from_utf8_lossy(&b64(ev.get("stdout"))).into_owned(),
+                            stderr: String::from_utf8_lossy(&b64(ev.get("stderr"))).into_owned(),
+                        },
+                    );
+                }
+                Some("file") => {
+                    let path = ev["path"].as_str().unwrap_or("?").to_string();
+                    files.insert(path, b64(ev.get("b64")));
+                }
+                Some("request") => {
+                    let name = ev["name"].as_str().unwrap_or("?").to_string();
+                    let result = match (s.requests.get(&name), qmp.as_mut()) {
+                        (None, _) => Err(format!("the scenario defines no request {name}")),
+                        (Some(_), None) => Err("no QMP connection".into()),
+                        (Some(cmds), Some(q)) => {
+                            cmds.iter().try_for_each(|c| q.execute(c).map(drop))
+                        }
+                    };
+                    if let Err(e) = result {
+                        failures.push(Failure {
+                            check: format!("request {name}"),
+                            expected: "the host carries it out".into(),
+                            actual: e,
+                        });
+                    }
+                }
+                Some("done") => done = true,
+                _ => {}
+            }
+        }
+        if exited {
+            break;
+        }
+        if start.elapsed() > s.timeout {
+            timed_out = true;
+            kill(&mut child);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.wait();
+    let wall_time = start.elapsed();
+
+    if timed_out {
+        failures.push(Failure {
+            check: "boot".into(),
+            expected: format!("the guest finishes within {} s", s.timeout.as_secs()),
+            actual: format!(
+                "QEMU killed after {:.0} s; last step started: {last_started}; console tail:\n    {}",
+                wall_time.as_secs_f64(),
+                console_tail(&workdir)
+            ),
+        });
+    } else if !done {
+        failures.push(Failure {
+            check: "boot".into(),
+            expected: "the guest runs all steps and powers off".into(),
+            actual: format!(
+                "QEMU exited early (kernel panic or init died?); last step started: {last_started}; console tail:\n    {}\n    qemu.log: {}",
+                console_tail(&workdir),
+                String::from_utf8_lossy(&fs::read(workdir.join("qemu.log")).unwrap_or_default()).trim()
+            ),
+        });
+    }
+
+    for step in &steps {
+        match outputs.get(&step.name) {
+            None => failures.push(Failure {
+                check: step.name.clone(),
+                expected: "the step runs".into(),
+                actual: "no result from the guest".into(),
+            }),
+            Some(out) => {
+                for e in &step.expects {
+                    if let Err(actual) = e.judge(out) {
+                        let actual = if out.rc == 137 {
+                            format!(
+                                "killed after its {} s timeout: {actual}",
+                                step.timeout.as_secs()
+                            )
+                        } else {
+                            actual
+                        };
+                        failures.push(Failure {
+                            check: step.name.clone(),
+                            expected: e.expected(),
+                            actual,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    let mut outcome = Outcome {
+        scenario: s.name.clone(),
+        kernel,
+        boot_time,
+        wall_time,
+        outputs,
+        files,
+        failures,
+        workdir,
+        notes: Vec::new(),
+    };
+    if let Some(name) = &s.fixture {
+        if outcome.outputs.contains_key("capture_isolation_view") {
+            fixture::process(name, &mut outcome);
+        }
+    }
+    Ok(outcome)
+}

@@ -1,0 +1,232 @@
+//! Real kernels in QEMU: Debian's stock 6.1 and PREEMPT_RT 6.12 kernels, booted once per
+//! command line, run chisol and isol-emu inside the guest (see docs/TESTING.md, "Real kernels
+//! in QEMU"). Needs `scripts/setup-qemu` and `cargo build --release --workspace` first; built
+//! only with `--features qemu`.
+//!
+//! One test = one boot. Run one alone with `cargo test -p taskisol-tests --features qemu
+//! --test qemu -- stock61_isol23`; keep the guest's files with TASKISOL_KEEP=dir.
+
+use taskisol_tests::qemu::{
+    hotplug_virtio_blk, hotplug_virtio_net, run, Expect, KernelRole, Scenario, StepOutput, ISOL23,
+};
+
+/// The stock-kernel path of chisol: no task-isolation interface, so nothing is configured,
+/// nothing is started, and the re-used prctl numbers 63..67 are never issued.
+fn stock_kernel_path(s: &mut Scenario) {
+    s.step(
+        "chisol_info_reports_no_interface",
+        "chisol -i",
+        vec![Expect::exit(1), Expect::output_has("not available")],
+    );
+    s.step(
+        "chisol_quiesce_refuses_and_does_not_start",
+        "chisol -q vmstat_sync touch /tmp/started\necho rc=$?\n[ -e /tmp/started ] && echo started=yes || echo started=no",
+        vec![
+            Expect::field("rc", "1"),
+            Expect::field("started", "no"),
+            Expect::output_has("chisol: "),
+        ],
+    );
+    s.step(
+        "emu_trace_shows_no_isolation_prctl",
+        "isol-emu --trace-only --log /tmp/emu.jsonl -- chisol -q vmstat_sync -a -I active true\n\
+         echo rc=$?\n[ -f /tmp/emu.jsonl ] && echo log=present || echo log=missing\ncat /tmp/emu.jsonl",
+        vec![
+            Expect::field("rc", "1"),
+            Expect::field("log", "present"),
+            Expect::that("no prctl with option 63..67 in the isol-emu log", |out: &StepOutput| {
+                let bad: Vec<&str> = out
+                    .stdout
+                    .lines()
+                    .filter(|l| {
+                        serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| {
+                            v["ev"] == "prctl" && v["option"].as_u64().is_some_and(|o| (63..=67).contains(&o))
+                        })
+                    })
+                    .collect();
+                if bad.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("isolation prctls issued: {bad:?}"))
+                }
+            }),
+        ],
+    );
+}
+
+/// What the kernel says it isolated.
+fn kernel_view(s: &mut Scenario, isolated: &str, nohz_full: &str) {
+    s.step(
+        "kernel_view",
+        "echo isolated=$(cat /sys/devices/system/cpu/isolated)\n\
+         echo nohz_full=$(cat /sys/devices/system/cpu/nohz_full)\n\
+         echo online=$(cat /sys/devices/system/cpu/online)\n\
+         echo release=$(uname -r)\ncat /proc/cmdline",
+        vec![
+            Expect::field("isolated", isolated),
+            Expect::field("nohz_full", nohz_full),
+            Expect::field("online", "0-3"),
+        ],
+    );
+}
+
+/// Placement by chisol on a kernel that isolates 2-3 at boot. Must run before a partition
+/// takes CPU 3 away from the root cgroup.
+fn placement_checks(s: &mut Scenario, thp_compiled_in: bool) {
+    s.step(
+        "chisol_isolated_pins_to_isolated_cpus",
+        "chisol --isolated -- cat /proc/self/status",
+        vec![Expect::exit(0), Expect::field("Cpus_allowed_list", "2-3")],
+    );
+    s.step(
+        "chisol_fifo_10_on_isolated_cpus",
+        "chisol -f 10 --isolated -- sh -c '. /guest/lib.sh; sched_of $$; grep Cpus_allowed_list /proc/$$/status'",
+        vec![
+            Expect::exit(0),
+            Expect::field("policy", "1"),
+            Expect::field("rt_priority", "10"),
+            Expect::field("Cpus_allowed_list", "2-3"),
+        ],
+    );
+    // PREEMPT_RT kernels are built without THP: THP_enabled reads 0 there already, so only the
+    // stock kernel shows the switch.
+    let before = if thp_compiled_in { "1" } else { "0" };
+    s.step(
+        "chisol_no_thp_disables_thp",
+        "echo before=$(grep THP_enabled /proc/self/status | cut -f2)\nchisol --no-thp -- cat /proc/self/status",
+        vec![
+            Expect::exit(0),
+            Expect::field("before", before),
+            Expect::field("THP_enabled", "0"),
+        ],
+    );
+}
+
+/// Hot-plugs devices through QMP and checks that their IRQs show up in the guest.
+fn hotplug_checks(s: &mut Scenario) {
+    s.modules(&["virtio_pci", "virtio_net", "virtio_blk"]);
+    s.on_request("hotplug-net", hotplug_virtio_net("hotnet"));
+    s.on_request("hotplug-blk", hotplug_virtio_blk("hotblk"));
+    let judge_more = |out: &StepOutput| {
+        let n = |k| out.field(k).and_then(|v| v.parse::<u32>().ok());
+        match (n("irqs_before"), n("irqs_after")) {
+            (Some(b), Some(a)) if a > b => Ok(()),
+            (b, a) => Err(format!("IRQ lines before {b:?}, after {a:?}")),
+        }
+    };
+    s.step(
+        "hotplug_virtio_net_adds_irqs",
+        "echo irqs_before=$(irq_lines)\nhost_request hotplug-net\n\
+         wait_for 60 grep -q 'virtio.*input' /proc/interrupts || echo timeout=yes\n\
+         echo irqs_after=$(irq_lines)\ngrep virtio /proc/interrupts",
+        vec![
+            Expect::that("more IRQ lines after the hot-plug", judge_more),
+            Expect::stdout_has("input.0"),
+        ],
+    );
+    s.step(
+        "hotplug_virtio_blk_adds_managed_irqs",
+        "echo irqs_before=$(irq_lines)\nhost_request hotplug-blk\n\
+         wait_for 60 grep -q 'virtio.*req' /proc/interrupts || echo timeout=yes\n\
+         echo irqs_after=$(irq_lines)\n\
+         for i in $(grep 'virtio.*req' /proc/interrupts | cut -d: -f1); do\n\
+           echo \"irq$i affinity=$(cat /proc/irq/$i/smp_affinity_list) effective=$(cat /proc/irq/$i/effective_affinity_list)\"\n\
+         done",
+        vec![
+            Expect::that("more IRQ lines after the hot-plug", judge_more),
+            Expect::stdout_has("effective="),
+        ],
+    );
+}
+
+/// Creates /sys/fs/cgroup/rt as an isolated partition of CPU 3.
+fn make_partition(s: &mut Scenario, root_isolated: &str) {
+    s.step(
+        "cgroup_isolated_partition",
+        "cd /sys/fs/cgroup && echo +cpuset > cgroup.subtree_control && mkdir -p rt\n\
+         echo 3 > rt/cpuset.cpus\n\
+         [ -e rt/cpuset.cpus.exclusive ] && echo 3 > rt/cpuset.cpus.exclusive\n\
+         echo isolated > rt/cpuset.cpus.partition\n\
+         echo partition=$(cat rt/cpuset.cpus.partition)\n\
+         echo root_isolated=$(cat cpuset.cpus.isolated)\n\
+         echo root_effective=$(cat cpuset.cpus.effective)\n\
+         echo workqueue_cpumask=$(cat /sys/devices/virtual/workqueue/cpumask)",
+        vec![
+            Expect::field("partition", "isolated"),
+            Expect::field("root_isolated", root_isolated),
+            Expect::field("root_effective", "0-2"),
+        ],
+    );
+}
+
+fn cgroup_checks(s: &mut Scenario) {
+    s.step(
+        "chisol_cgroup_lands_in_partition",
+        "chisol --cgroup /sys/fs/cgroup/rt -- sh -c 'cat /proc/$$/cgroup; grep Cpus_allowed_list /proc/$$/status'",
+        vec![
+            Expect::exit(0),
+            Expect::stdout_line("0::/rt"),
+            Expect::field("Cpus_allowed_list", "3"),
+        ],
+    );
+}
+
+#[test]
+fn stock61_isol23() {
+    let mut s = Scenario::new("stock61-isol23", KernelRole::Stock61, ISOL23);
+    kernel_view(&mut s, "2-3", "2-3");
+    stock_kernel_path(&mut s);
+    placement_checks(&mut s, true);
+    hotplug_checks(&mut s);
+    s.capture_fixture("debian-6.1-isol23", &[]);
+    run(&s).unwrap_or_else(|e| panic!("{e}")).assert_ok();
+}
+
+#[test]
+fn stock61_noisol() {
+    let mut s = Scenario::new("stock61-noisol", KernelRole::Stock61, "");
+    kernel_view(&mut s, "", "(null)");
+    stock_kernel_path(&mut s);
+    s.step(
+        "chisol_isolated_refuses_without_isolated_cpus",
+        "chisol --isolated -- touch /tmp/started\necho rc=$?\n[ -e /tmp/started ] && echo started=yes || echo started=no",
+        vec![Expect::field("rc", "1"), Expect::field("started", "no"), Expect::output_has("chisol: ")],
+    );
+    s.capture_fixture("debian-6.1-noisol", &[]);
+    run(&s).unwrap_or_else(|e| panic!("{e}")).assert_ok();
+}
+
+#[test]
+fn rt612_isol23_partition() {
+    let mut s = Scenario::new("rt612-isol23-partition", KernelRole::Rt612, ISOL23);
+    kernel_view(&mut s, "2-3", "2-3");
+    stock_kernel_path(&mut s);
+    placement_checks(&mut s, false);
+    hotplug_checks(&mut s);
+    make_partition(&mut s, "2-3");
+    cgroup_checks(&mut s);
+    s.capture_fixture("debian-6.12-rt-isol23-partition", &["/sys/fs/cgroup/rt"]);
+    run(&s).unwrap_or_else(|e| panic!("{e}")).assert_ok();
+}
+
+/// No boot-time isolation: a cgroup partition is the only isolation, and --isolated finds it.
+#[test]
+fn rt612_noisol_partition3() {
+    let mut s = Scenario::new("rt612-noisol-partition3", KernelRole::Rt612, "");
+    kernel_view(&mut s, "", "(null)");
+    stock_kernel_path(&mut s);
+    make_partition(&mut s, "3");
+    cgroup_checks(&mut s);
+    s.step(
+        "chisol_isolated_finds_partition_cpus",
+        "chisol --cgroup /sys/fs/cgroup/rt --isolated -f 5 -- sh -c '. /guest/lib.sh; sched_of $$; grep Cpus_allowed_list /proc/$$/status'",
+        vec![
+            Expect::exit(0),
+            Expect::field("Cpus_allowed_list", "3"),
+            Expect::field("policy", "1"),
+            Expect::field("rt_priority", "5"),
+        ],
+    );
+    s.capture_fixture("debian-6.12-rt-partition3", &["/sys/fs/cgroup/rt"]);
+    run(&s).unwrap_or_else(|e| panic!("{e}")).assert_ok();
+}
