@@ -213,7 +213,11 @@ fn exec(command: &[String]) -> i32 {
         Ok(never) => match never {},
         Err(e) => e,
     };
-    eprintln!("chisol: failed to execute {}: {}", command[0], errno.desc());
+    eprintln!(
+        "chisol: failed to execute {}: {}",
+        command[0],
+        libtaskisol::error::strerror(errno)
+    );
     if errno == nix::errno::Errno::ENOENT {
         EXIT_NOT_FOUND
     } else {

@@ -64,7 +64,7 @@ pub enum Error {
     #[error(transparent)]
     Unsupported(#[from] Unsupported),
     /// A task-isolation prctl failed.
-    #[error("prctl {op} failed: {} ({})", errno.desc(), errno)]
+    #[error("prctl {op} failed: {} ({errno:?})", strerror(*errno))]
     Prctl {
         /// The call, e.g. `PR_ISOL_CFG_SET(I_CFG_FEAT, ISOL_F_QUIESCE)`.
         op: String,
@@ -72,7 +72,7 @@ pub enum Error {
         errno: Errno,
     },
     /// Another system call failed.
-    #[error("{op} failed: {} ({})", errno.desc(), errno)]
+    #[error("{op} failed: {} ({errno:?})", strerror(*errno))]
     Syscall {
         /// What was attempted, with its arguments.
         op: String,
@@ -82,6 +82,16 @@ pub enum Error {
     /// A request that cannot be satisfied (bad value, missing prerequisite).
     #[error("{0}")]
     Invalid(String),
+}
+
+/// The C library's text for `errno` (`strerror(3)`), as util-linux prints it: nix's own
+/// descriptions differ for some values (EOPNOTSUPP).
+pub fn strerror(errno: Errno) -> String {
+    let text = io::Error::from_raw_os_error(errno as i32).to_string();
+    match text.rfind(" (os error ") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
 }
 
 impl Error {
@@ -99,5 +109,24 @@ impl Error {
             op: op.into(),
             errno,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prints_like_util_linux() {
+        assert_eq!(strerror(Errno::EOPNOTSUPP), "Operation not supported");
+        let e = Error::Prctl {
+            op: "PR_ISOL_CFG_SET(I_CFG_INHERIT, conf)".into(),
+            errno: Errno::EINVAL,
+        };
+        assert_eq!(
+            e.to_string(),
+            "prctl PR_ISOL_CFG_SET(I_CFG_INHERIT, conf) failed: Invalid argument (EINVAL)"
+        );
+        assert_eq!(e.errno(), Some(libc::EINVAL));
     }
 }

@@ -228,10 +228,15 @@ impl LaunchSpec {
             match TaskIsolation::detect() {
                 Ok(ti) => {
                     if let Some(q) = self.quiesce {
-                        let supported = ti.supported_quiesce().unwrap_or(0);
-                        if ti.features().unwrap_or(0) & abi::ISOL_F_QUIESCE == 0
-                            || q.mask & !supported != 0
-                        {
+                        // Errors here (EOPNOTSUPP with CONFIG_TASK_ISOLATION=n) are
+                        // reported as they are, with the call and errno.
+                        let features = ti.features()?;
+                        let supported = if features & abi::ISOL_F_QUIESCE != 0 {
+                            ti.supported_quiesce()?
+                        } else {
+                            0
+                        };
+                        if q.mask & !supported != 0 {
                             return Err(Error::Invalid(format!(
                                 "quiesce {} is not supported by this kernel (supported: {})",
                                 quiesce_names(q.mask & !supported),
