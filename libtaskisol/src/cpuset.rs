@@ -304,26 +304,28 @@ impl CpuSet {
             v.reverse();
             v
         };
-        let mut set = CpuSet::new();
-        for (i, g) in groups.iter().rev().enumerate() {
-            let val = u32::from_str_radix(g, 16)
-                .map_err(|_| CpuSetError::mask(input, format!("{g:?} is not hexadecimal")))?;
-            if val == 0 {
-                continue;
-            }
-            let base = i * 32;
-            if base + 32 - val.leading_zeros() as usize > Self::MAX_CPUS {
+        if groups.len() * 32 > Self::MAX_CPUS {
+            // Leading zero groups are allowed beyond the bound; set bits are not.
+            let significant = groups
+                .iter()
+                .skip_while(|g| g.bytes().all(|b| b == b'0'))
+                .count();
+            if significant * 32 > Self::MAX_CPUS {
                 return Err(CpuSetError::mask(
                     input,
                     format!("mask is wider than {} CPUs", Self::MAX_CPUS),
                 ));
             }
-            for b in 0..32 {
-                if val & (1 << b) != 0 {
-                    set.insert(base + b);
-                }
-            }
         }
+        // Groups map straight onto words: group i (from the right) is half of word i/2.
+        let mut words = vec![0u64; groups.len().div_ceil(2)];
+        for (i, g) in groups.iter().rev().enumerate() {
+            let val = u32::from_str_radix(g, 16)
+                .map_err(|_| CpuSetError::mask(input, format!("{g:?} is not hexadecimal")))?;
+            words[i / 2] |= u64::from(val) << ((i % 2) * 32);
+        }
+        let mut set = CpuSet { words };
+        set.trim();
         Ok(set)
     }
 
@@ -363,14 +365,16 @@ impl CpuSet {
             let w = self.words.get(i / 2).copied().unwrap_or(0);
             (if i % 2 == 0 { w } else { w >> 32 }) as u32
         };
-        let mut out = String::new();
+        use std::fmt::Write;
+        let mut out = String::with_capacity(ngroups * 9);
         for i in (0..ngroups).rev() {
+            // Writing to a String cannot fail.
             if i == ngroups - 1 {
                 let top_bits = nbits - i * 32;
                 let digits = top_bits.div_ceil(4);
-                out.push_str(&format!("{:0width$x}", group(i), width = digits));
+                let _ = write!(out, "{:0width$x}", group(i), width = digits);
             } else {
-                out.push_str(&format!(",{:08x}", group(i)));
+                let _ = write!(out, ",{:08x}", group(i));
             }
         }
         out
