@@ -118,11 +118,23 @@ pub fn isolated_cpus(files: &BTreeMap<String, Vec<u8>>) -> Vec<u32> {
     cpus
 }
 
-/// One line per IRQ whose effective affinity includes an isolated CPU; and failures for those
-/// of them whose affinity mask also has a housekeeping CPU (the kernel should have picked
-/// that one: irqaffinity= for ordinary IRQs, isolcpus=managed_irq for managed ones).
+/// One line per IRQ whose effective affinity includes an isolated CPU (by any mechanism); and
+/// failures for IRQs the kernel promised to keep off the boot-isolated CPUs: when the command
+/// line sets irqaffinity=, an IRQ whose affinity mask has a housekeeping CPU must be delivered
+/// to a housekeeping CPU (irqaffinity= places ordinary IRQs, isolcpus=managed_irq managed
+/// ones). Cgroup partitions make no such promise, so their CPUs are only reported.
 pub fn irqs_on_isolated(files: &BTreeMap<String, Vec<u8>>) -> (String, Vec<String>) {
     let isolated = isolated_cpus(files);
+    let boot_isolated: Vec<u32> = [
+        "sys/devices/system/cpu/isolated",
+        "sys/devices/system/cpu/nohz_full",
+    ]
+    .iter()
+    .flat_map(|p| parse_cpu_list(&text(files, p)).unwrap_or_default())
+    .collect();
+    let promised = text(files, "proc/cmdline")
+        .split_whitespace()
+        .any(|a| a.starts_with("irqaffinity="));
     let names = irq_names(&text(files, "proc/interrupts"));
     let mut irqs: Vec<u32> = files
         .keys()
@@ -151,9 +163,11 @@ pub fn irqs_on_isolated(files: &BTreeMap<String, Vec<u8>>) -> (String, Vec<Strin
             "{irq} smp_affinity_list={affinity} effective_affinity_list={effective} {name}\n"
         ));
         let aff = parse_cpu_list(&affinity).unwrap_or_default();
-        if aff.iter().any(|c| !isolated.contains(c)) {
+        let on_boot_isolated = eff.iter().any(|c| boot_isolated.contains(c));
+        let may_use_housekeeping = aff.iter().any(|c| !boot_isolated.contains(c));
+        if promised && on_boot_isolated && may_use_housekeeping {
             misplaced.push(format!(
-                "IRQ {irq} ({name}) may run on housekeeping CPUs {affinity} but its effective affinity is {effective}"
+                "IRQ {irq} ({name}) may run on housekeeping CPUs ({affinity}) but is delivered to {effective}"
             ));
         }
     }
@@ -193,16 +207,15 @@ fn clip(b: &[u8]) -> String {
 }
 
 /// Adds the IRQ check, then writes or compares the fixture `name`.
-pub fn process(name: &str, outcome: &mut Outcome) {
-    let mut tree: BTreeMap<String, Vec<u8>> = outcome
-        .files
+pub fn process(name: &str, files: &BTreeMap<String, Vec<u8>>, outcome: &mut Outcome) {
+    let mut tree: BTreeMap<String, Vec<u8>> = files
         .iter()
         .map(|(p, b)| (p.trim_start_matches('/').to_string(), b.clone()))
         .collect();
     let (report, misplaced) = irqs_on_isolated(&tree);
     for m in misplaced {
         outcome.failures.push(Failure {
-            check: "irqs_on_isolated_cpus".into(),
+            check: format!("irqs_on_isolated_cpus ({name})"),
             expected: "IRQs that may use a housekeeping CPU are not delivered to isolated CPUs"
                 .into(),
             actual: m,
@@ -294,6 +307,7 @@ ERR:          0\n";
             files.insert(p.to_string(), v.as_bytes().to_vec());
         };
         put("proc/interrupts", INTERRUPTS);
+        put("proc/cmdline", "isolcpus=2-3 irqaffinity=0-1\n");
         put("sys/devices/system/cpu/isolated", "2-3\n");
         put("sys/devices/system/cpu/nohz_full", "(null)\n");
         put("proc/irq/0/smp_affinity_list", "0-1\n");

@@ -360,10 +360,9 @@ pub struct Scenario {
     pub steps: Vec<Step>,
     /// QMP commands run when the guest emits {"ev":"request","name":...}.
     pub requests: BTreeMap<String, Vec<Value>>,
-    /// Capture the guest's isolation view into tests/fixtures/<name> (see [`fixture`]).
-    pub fixture: Option<String>,
-    /// Partition directories whose files go into the fixture.
-    pub fixture_partitions: Vec<String>,
+    /// (capture step, fixture name): the guest's isolation view captured by that step goes
+    /// to tests/fixtures/<name> (see [`fixture`]).
+    pub fixtures: Vec<(String, String)>,
     /// Bound on the whole boot; QEMU is killed past it.
     pub timeout: Duration,
     /// Release binaries copied to /usr/bin of the guest (with their shared libraries).
@@ -379,8 +378,7 @@ impl Scenario {
             modules: Vec::new(),
             steps: Vec::new(),
             requests: BTreeMap::new(),
-            fixture: None,
-            fixture_partitions: Vec::new(),
+            fixtures: Vec::new(),
             timeout: Duration::from_secs(
                 std::env::var("TASKISOL_QEMU_TIMEOUT")
                     .ok()
@@ -405,7 +403,7 @@ impl Scenario {
     ) -> &mut Self {
         assert!(
             name.chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c)),
             "step names go into JSON unescaped: {name}"
         );
         assert!(
@@ -431,12 +429,13 @@ impl Scenario {
         self
     }
 
-    /// Captures the isolation view at this point of the scenario into fixture `name`.
+    /// Captures the isolation view at this point of the scenario into fixture `name`, with
+    /// the files of the given cgroup partition directories.
     pub fn capture_fixture(&mut self, name: &str, partitions: &[&str]) -> &mut Self {
-        self.fixture = Some(name.into());
-        self.fixture_partitions = partitions.iter().map(|s| s.to_string()).collect();
+        let step = format!("capture_{name}");
+        self.fixtures.push((step.clone(), name.into()));
         let script = format!("capture_isolation_view {}", partitions.join(" "));
-        self.step("capture_isolation_view", &script, vec![Expect::exit(0)])
+        self.step(&step, &script, vec![Expect::exit(0)])
     }
 }
 
@@ -467,8 +466,8 @@ pub struct Outcome {
     /// From QEMU start to QEMU exit.
     pub wall_time: Duration,
     pub outputs: BTreeMap<String, StepOutput>,
-    /// Files captured by the guest, by guest path.
-    pub files: BTreeMap<String, Vec<u8>>,
+    /// Files captured by the guest: by the step that captured them, then by guest path.
+    pub files: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
     pub failures: Vec<Failure>,
     /// Where console.log, results.jsonl, qemu.log and initramfs.cpio are.
     pub workdir: PathBuf,

@@ -349,7 +349,10 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
                 }
                 Some("file") => {
                     let path = ev["path"].as_str().unwrap_or("?").to_string();
-                    files.insert(path, b64(ev.get("b64")));
+                    files
+                        .entry(last_started.clone())
+                        .or_insert_with(BTreeMap::new)
+                        .insert(path, b64(ev.get("b64")));
                 }
                 Some("request") => {
                     let name = ev["name"].as_str().unwrap_or("?").to_string();
@@ -447,9 +450,10 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
         workdir,
         notes: Vec::new(),
     };
-    if let Some(name) = &s.fixture {
-        if outcome.outputs.contains_key("capture_isolation_view") {
-            fixture::process(name, &mut outcome);
+    for (step, name) in &s.fixtures {
+        if outcome.outputs.contains_key(step) {
+            let files = outcome.files.get(step).cloned().unwrap_or_default();
+            fixture::process(name, &files, &mut outcome);
         }
     }
     Ok(outcome)
