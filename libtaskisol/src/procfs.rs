@@ -228,39 +228,23 @@ pub const PF_KTHREAD: u64 = 0x0020_0000;
 pub const PF_NO_SETAFFINITY: u64 = 0x0400_0000;
 
 impl TaskStat {
-    /// Parse the content of a stat file. `comm` is found between the first `(` and the
-    /// last `)`, because a task can name itself `a) b (c`.
+    /// Parse the content of a stat file (with procfs-core, which finds `comm` between the
+    /// first `(` and the last `)`, because a task can name itself `a) b (c`).
     pub fn parse(content: &str) -> std::result::Result<Self, String> {
-        let open = content.find('(').ok_or("no '(' before comm")?;
-        let close = content.rfind(')').ok_or("no ')' after comm")?;
-        if close < open {
-            return Err("')' before '('".into());
-        }
-        let pid = content[..open]
-            .trim()
-            .parse()
-            .map_err(|_| "pid is not a number".to_string())?;
-        let comm = content[open + 1..close].to_string();
-        // Fields after comm start at field 3.
-        let rest: Vec<&str> = content[close + 1..].split_whitespace().collect();
-        let field = |n: usize| -> std::result::Result<&str, String> {
-            rest.get(n - 3)
-                .copied()
-                .ok_or_else(|| format!("missing field {n}"))
-        };
-        let num = |n: usize| -> std::result::Result<u64, String> {
-            field(n)?
-                .parse::<u64>()
-                .map_err(|_| format!("field {n} is not a number"))
-        };
+        use procfs_core::FromRead;
+        let st =
+            procfs_core::process::Stat::from_read(content.as_bytes()).map_err(|e| e.to_string())?;
+        // processor, rt_priority and policy exist since 2.5.19/2.6.x; their absence means
+        // a truncated file.
+        let missing = |f: &str| format!("missing field {f}");
         Ok(TaskStat {
-            pid,
-            comm,
-            state: field(3)?.chars().next().unwrap_or('?'),
-            flags: num(9)?,
-            processor: num(39)? as u32,
-            rt_priority: num(40)? as u32,
-            policy: num(41)? as u32,
+            pid: st.pid,
+            comm: st.comm,
+            state: st.state,
+            flags: u64::from(st.flags),
+            processor: st.processor.ok_or_else(|| missing("processor"))? as u32,
+            rt_priority: st.rt_priority.ok_or_else(|| missing("rt_priority"))?,
+            policy: st.policy.ok_or_else(|| missing("policy"))?,
         })
     }
 
@@ -379,6 +363,10 @@ mod tests {
         assert_eq!(st.flags, 4194560);
         assert_eq!((st.processor, st.rt_priority, st.policy), (3, 10, 1));
         assert!(!st.is_kthread());
+        assert!(
+            TaskStat::parse("42 (x) S 1 2").is_err(),
+            "a truncated stat is an error"
+        );
     }
 
     #[test]
