@@ -63,8 +63,15 @@ impl fmt::Display for KernelVersion {
 }
 
 /// Read a CPU list file (e.g. `/sys/devices/system/cpu/online`); the error names the file.
+///
+/// `(null)` reads as the empty set: the kernel prints a cpumask that was never allocated that
+/// way (seen in `/sys/devices/system/cpu/nohz_full` of Debian 6.1 and 6.12 booted without
+/// `nohz_full=`).
 pub fn read_cpu_list(root: &SysRoot, abs: &str) -> Result<CpuSet> {
     let v = root.read_value(abs)?;
+    if v.trim() == "(null)" {
+        return Ok(CpuSet::new());
+    }
     CpuSet::parse_list(&v).map_err(|e| Error::Parse {
         path: root.path(abs),
         input: v,
