@@ -89,7 +89,8 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
     allow(dead_code)
 )]
 const USAGE: &str = "\
-Usage: isol-emu [--log FILE] [--trace-only] [--no-seccomp] [--grace-ms N] [--] cmd [args...]
+Usage: isol-emu [--log FILE] [--trace-only] [--no-seccomp] [--grace-ms N]
+                [--fail OPTION[:ARG2]=ERRNO]... [--] cmd [args...]
 
 Runs cmd as if the kernel carried the task-isolation patches (prctl 63..67 and
 /proc/<pid>/task_isolation), for tests. Test-only; x86_64 only.
@@ -98,6 +99,8 @@ Runs cmd as if the kernel carried the task-isolation patches (prctl 63..67 and
   --trace-only    emulate nothing; only record every prctl
   --no-seccomp    stop at every syscall instead of filtering with seccomp (slower)
   --grace-ms N    after cmd exits, wait N ms for its other tasks, then kill them (2000)
+  --fail R        make matching PR_ISOL_* calls fail, e.g. 65=EOPNOTSUPP (every CFG_SET),
+                  65:2=EINVAL (CFG_SET of I_CFG_INHERIT only); repeatable
 ";
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
@@ -113,6 +116,7 @@ fn parse(mut args: std::vec::IntoIter<OsString>) -> tracer::Config {
         trace_only: false,
         seccomp: true,
         grace: Duration::from_millis(2000),
+        fail: Vec::new(),
         argv: Vec::new(),
     };
     while let Some(a) = args.next() {
@@ -132,6 +136,13 @@ fn parse(mut args: std::vec::IntoIter<OsString>) -> tracer::Config {
                     .and_then(|v| v.to_str().and_then(|s| s.parse().ok()))
                     .unwrap_or_else(|| usage_error("--grace-ms needs a number"));
                 cfg.grace = Duration::from_millis(ms);
+            }
+            Some("--fail") => {
+                let rule = args
+                    .next()
+                    .and_then(|v| v.to_str().and_then(tracer::FailRule::parse))
+                    .unwrap_or_else(|| usage_error("--fail needs OPTION[:ARG2]=ERRNO, 63..67"));
+                cfg.fail.push(rule);
             }
             Some("-h" | "--help") => {
                 print!("{USAGE}");

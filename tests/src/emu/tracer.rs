@@ -33,8 +33,55 @@ pub struct Config {
     pub seccomp: bool,
     /// How long tasks may outlive the command before they are killed.
     pub grace: Duration,
+    /// Injected failures (`--fail`): matching PR_ISOL_* calls fail with the errno and change
+    /// no state, as a kernel built with CONFIG_TASK_ISOLATION=n (EOPNOTSUPP) or out of
+    /// memory (ENOMEM) would answer. Lets tests reach every error path of a caller.
+    pub fail: Vec<FailRule>,
     /// The command.
     pub argv: Vec<OsString>,
+}
+
+/// `--fail OPTION[:ARG2]=ERRNO`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailRule {
+    /// prctl option (63..67).
+    pub option: i32,
+    /// When set, only calls whose arg2 equals this (e.g. 2 = I_CFG_INHERIT).
+    pub arg2: Option<u64>,
+    /// The errno returned.
+    pub errno: i32,
+}
+
+impl FailRule {
+    /// Parse `65=EOPNOTSUPP` or `65:2=EINVAL`.
+    pub fn parse(s: &str) -> Option<FailRule> {
+        let (lhs, errno) = s.split_once('=')?;
+        let (opt, arg2) = match lhs.split_once(':') {
+            Some((o, a)) => (o, Some(a.parse().ok()?)),
+            None => (lhs, None),
+        };
+        let option: i32 = opt.parse().ok()?;
+        if !(63..=67).contains(&option) {
+            return None;
+        }
+        let errno = match errno {
+            "EINVAL" => libc::EINVAL,
+            "EOPNOTSUPP" => libc::EOPNOTSUPP,
+            "ENOMEM" => libc::ENOMEM,
+            "EFAULT" => libc::EFAULT,
+            "EPERM" => libc::EPERM,
+            n => n.parse().ok()?,
+        };
+        Some(FailRule {
+            option,
+            arg2,
+            errno,
+        })
+    }
+
+    fn matches(&self, option: i32, args: &[u64; 4]) -> bool {
+        self.option == option && self.arg2.map_or(true, |a| a == args[0])
+    }
 }
 
 /// Exit status for the emulator's own failures (as env(1) and timeout(1) use it).
@@ -779,8 +826,11 @@ impl Supervisor {
         let Some(task) = self.tasks.get_mut(&tid) else {
             return;
         };
+        let injected = self.cfg.fail.iter().find(|r| r.matches(option, &args));
         let emulated = if self.cfg.trace_only {
             None
+        } else if let Some(rule) = injected {
+            Some(Err(nix::errno::Errno::from_raw(rule.errno)))
         } else {
             model::isol_prctl(&mut task.isol, option, args, &mut Remote(pid))
         };
