@@ -49,7 +49,7 @@ capture_isolation_view() {
     done
     for _p in "$@"; do
         for _f in cpuset.cpus cpuset.cpus.effective cpuset.cpus.exclusive cpuset.cpus.exclusive.effective \
-            cpuset.cpus.partition cgroup.type; do
+            cpuset.cpus.partition cgroup.type cgroup.procs; do
             capture "$_p/$_f"
         done
     done

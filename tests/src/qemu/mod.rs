@@ -10,6 +10,7 @@
 //! [`HarnessError::Setup`] that names the command to run.
 
 mod cpio;
+pub mod demo;
 pub mod fixture;
 mod kmod;
 mod qmp;
@@ -188,7 +189,7 @@ impl StepOutput {
     /// The value of a `key=value` or `key:<whitespace>value` line of stdout.
     pub fn field(&self, key: &str) -> Option<&str> {
         self.stdout.lines().find_map(|l| {
-            let rest = l.strip_prefix(key)?;
+            let rest = l.trim_start().strip_prefix(key)?;
             let rest = rest.strip_prefix('=').or_else(|| rest.strip_prefix(':'))?;
             Some(rest.trim())
         })
