@@ -39,7 +39,16 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
                 ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
                 _ => EXIT_FAILURE,
             };
-            let _ = e.print();
+            if code == 0 {
+                let _ = e.print();
+                return 0;
+            }
+            // util-linux style: "chisol: <problem>" and a pointer to --help, not clap's
+            // multi-line report with its usage block.
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("chisol: {first}\nTry 'chisol --help' for more information.");
             return code;
         }
     };

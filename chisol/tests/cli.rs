@@ -68,6 +68,13 @@ fn exit_codes_follow_util_linux() {
     assert!(stderr(&o).contains("no command specified"));
     let o = chisol(&["--no-such-option", "true"]);
     assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o),
+        "chisol: unexpected argument '--no-such-option' found\nTry 'chisol --help' for more information.\n"
+    );
+    let o = chisol(&["-c", "0", "--isolated", "true"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
     let o = chisol(&["-V"]);
     assert_eq!(
         stdout(&o),
