@@ -313,3 +313,46 @@ fn rt612_noisol_partition3() {
     s.capture_fixture("debian-6.12-rt-partition3", &["/sys/fs/cgroup/rt"]);
     ok(&s);
 }
+
+/// The harness itself: a hung step and a hung boot are reported as failures naming the step,
+/// and do not stop the checks after them.
+#[test]
+fn rt612_harness_timeouts_are_failures() {
+    let mut s = Scenario::new("rt612-harness-timeouts", KernelRole::Rt612, "");
+    s.step_with_timeout(
+        "hangs",
+        "sleep 600",
+        std::time::Duration::from_secs(2),
+        vec![Expect::exit(0)],
+    );
+    s.step(
+        "runs_after_the_hang",
+        "echo alive",
+        vec![Expect::stdout("alive")],
+    );
+    let out = run(&s).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(out.failures.len(), 1, "{:?}", out.failures);
+    assert_eq!(out.failures[0].check, "hangs");
+    assert!(
+        out.failures[0]
+            .actual
+            .contains("killed after its 2 s timeout"),
+        "{}",
+        out.failures[0]
+    );
+
+    let mut s = Scenario::new("rt612-harness-boot-timeout", KernelRole::Rt612, "");
+    s.timeout = std::time::Duration::from_secs(1);
+    s.step("never_reached", "true", vec![Expect::exit(0)]);
+    let started = std::time::Instant::now();
+    let out = run(&s).unwrap_or_else(|e| panic!("{e}"));
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    assert!(
+        out.failures
+            .iter()
+            .any(|f| f.check == "boot" && f.actual.contains("QEMU killed")),
+        "{:?}",
+        out.failures
+    );
+    assert!(out.failures.iter().any(|f| f.check == "never_reached"));
+}

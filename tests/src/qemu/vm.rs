@@ -104,6 +104,53 @@ fn guest_steps(modules: &[kmod::Module]) -> Vec<Step> {
     steps
 }
 
+/// The newest modification time of the .rs and Cargo.toml files under `dir`, skipping `skip`.
+fn newest_source(dir: &Path, skip: &Path) -> Option<std::time::SystemTime> {
+    let mut newest = None;
+    for entry in fs::read_dir(dir).ok()?.filter_map(Result::ok) {
+        let path = entry.path();
+        if path == skip {
+            continue;
+        }
+        let t = if path.is_dir() {
+            newest_source(&path, skip)
+        } else if path.extension().is_some_and(|e| e == "rs") || path.ends_with("Cargo.toml") {
+            entry.metadata().and_then(|m| m.modified()).ok()
+        } else {
+            None
+        };
+        newest = newest.max(t);
+    }
+    newest
+}
+
+/// Refuses release binaries older than their sources: the guest would test stale code and
+/// nobody would notice.
+fn check_fresh(name: &str, binary: &Path) -> Result<(), HarnessError> {
+    let root = super::workspace_root();
+    let crate_dir = if name == "chisol" {
+        root.join("chisol")
+    } else {
+        root.join("tests")
+    };
+    let skip = root.join("tests/src/qemu");
+    let built = fs::metadata(binary).and_then(|m| m.modified()).ok();
+    let newest = [root.join("libtaskisol"), crate_dir]
+        .iter()
+        .filter_map(|d| newest_source(d, &skip))
+        .max();
+    match (built, newest) {
+        (Some(b), Some(n)) if n > b => Err(HarnessError::setup(
+            format!(
+                "release binary {} is older than its sources",
+                binary.display()
+            ),
+            "cargo build --release --workspace",
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn build_initramfs(
     s: &Scenario,
     kernel: &Kernel,
@@ -144,6 +191,9 @@ fn build_initramfs(
                 format!("release binary {} is missing", path.display()),
                 "cargo build --release --workspace",
             ));
+        }
+        if std::env::var_os("TASKISOL_BIN_DIR").is_none() {
+            check_fresh(name, &path)?;
         }
         c.file(&format!("/usr/bin/{name}"), 0o755, &read(&path)?);
         for lib in shared_libraries(&path)? {
