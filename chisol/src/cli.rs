@@ -1,6 +1,7 @@
 //! chisol's command line. The man page (man/chisol.1) is checked against these definitions
 //! by a test, so help and man never disagree.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{ArgAction, Parser, ValueEnum};
@@ -38,7 +39,7 @@ pub struct Cli {
     pub activate: bool,
 
     /// Print the task-isolation features the kernel supports and exit.
-    #[arg(short = 'i', long = "info", conflicts_with_all = ["pid", "command"])]
+    #[arg(short = 'i', long = "info", exclusive = true)]
     pub info: bool,
 
     /// Show the task-isolation state, CPUs and policy of every thread of PID and exit.
@@ -64,11 +65,13 @@ pub struct Cli {
     pub isolated: bool,
 
     /// Run the command with SCHED_FIFO at priority PRIO (1-99).
-    #[arg(short = 'f', long = "fifo", value_name = "PRIO", conflicts_with = "rr")]
+    #[arg(short = 'f', long = "fifo", value_name = "PRIO", conflicts_with = "rr",
+          value_parser = clap::value_parser!(u32).range(1..=99))]
     pub fifo: Option<u32>,
 
     /// Run the command with SCHED_RR at priority PRIO (1-99).
-    #[arg(short = 'r', long = "rr", value_name = "PRIO")]
+    #[arg(short = 'r', long = "rr", value_name = "PRIO",
+          value_parser = clap::value_parser!(u32).range(1..=99))]
     pub rr: Option<u32>,
 
     /// Disable transparent huge pages for the command (PR_SET_THP_DISABLE).
@@ -93,5 +96,5 @@ pub struct Cli {
 
     /// The command to run, and its arguments (options after it belong to it).
     #[arg(value_name = "command", trailing_var_arg = true)]
-    pub command: Vec<String>,
+    pub command: Vec<OsString>,
 }

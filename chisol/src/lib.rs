@@ -12,7 +12,9 @@ use libtaskisol::isolation::{parse_quiesce_list, quiesce_names};
 use libtaskisol::launch::{CpuTarget, Fallback, LaunchSpec};
 use libtaskisol::procfs::{self, TaskStat};
 use libtaskisol::sched::SchedPolicy;
-use libtaskisol::{abi, CpuSet, Error, Inherit, QuiesceConfig, SysRoot, TaskIsolation};
+use libtaskisol::{
+    abi, CpuSet, Error, Inherit, QuiesceConfig, SysRoot, TaskIsolation, TaskIsolationState,
+};
 
 use cli::{Cli, FallbackArg};
 
@@ -114,7 +116,18 @@ fn spec_from_cli(cli: &Cli) -> Result<LaunchSpec, Error> {
         cpus,
         sched,
         no_thp: cli.no_thp,
-        cgroup: cli.cgroup.clone(),
+        // The library takes kernel (absolute) paths; a relative one means the current
+        // directory, as for any other command.
+        cgroup: match &cli.cgroup {
+            Some(p) => Some(std::path::absolute(p).map_err(|e| {
+                Error::Invalid(format!(
+                    "cgroup path {}: {}",
+                    p.display(),
+                    libtaskisol::error::io_strerror(&e)
+                ))
+            })?),
+            None => None,
+        },
         fallback: match cli.fallback {
             FallbackArg::None => Fallback::None,
             FallbackArg::Native => Fallback::Native,
@@ -132,26 +145,27 @@ fn info() -> i32 {
         Ok(f) => f,
         Err(e) => return fail(e),
     };
-    let mut out = std::io::stdout().lock();
+    let mut text = String::new();
     if features & abi::ISOL_F_QUIESCE != 0 {
         let bits = match ti.supported_quiesce() {
             Ok(b) => b,
             Err(e) => return fail(e),
         };
-        let mut line = String::from("quiesce: ");
+        text.push_str("quiesce: ");
         for (bit, name) in abi::QUIESCE_NAMES {
             if bits & bit != 0 {
-                line.push_str(name);
-                line.push(' ');
+                text.push_str(name);
+                text.push(' ');
             }
         }
-        let _ = writeln!(out, "{line}");
+        text.push('\n');
     }
-    0
+    print_out(&text)
 }
 
 /// `-p PID`: one line per thread. Works on stock kernels too: the isolation columns then
-/// say `n/a` and a note tells why.
+/// say `n/a` and a note tells why; so does a thread whose state cannot be read (mode 0400
+/// files of another user, a thread exiting meanwhile).
 fn show_pid(root: &SysRoot, pid: i32) -> i32 {
     let tids = match procfs::thread_ids(root, pid) {
         Ok(t) => t,
@@ -160,24 +174,20 @@ fn show_pid(root: &SysRoot, pid: i32) -> i32 {
         }
         Err(e) => return fail(e),
     };
-    let states = match procfs::read_process_isolation(root, pid) {
-        Ok(s) => Some(s),
-        Err(Error::Unsupported(why)) => {
-            eprintln!("chisol: pid {pid}: {why}");
-            None
-        }
-        Err(e) => return fail(e),
-    };
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(
-        out,
-        "{:<8} {:<16} {:<11} {:<8} {:<12} {:<10} POLICY",
+    let interface = root.exists(format!("/proc/{pid}/task_isolation"));
+    if !interface {
+        eprintln!(
+            "chisol: pid {pid}: task isolation interface not available: the kernel has no /proc/{pid}/task_isolation"
+        );
+    }
+    let mut text = format!(
+        "{:<8} {:<16} {:<11} {:<8} {:<12} {:<10} POLICY\n",
         "TID", "COMM", "CONFIGURED", "ACTIVE", "QUIESCING", "CPUS"
     );
+    let mut unreadable: Option<String> = None;
     for tid in tids {
-        let stat = match TaskStat::read_path(root, &format!("/proc/{pid}/task/{tid}/stat")) {
-            Ok(s) => s,
-            Err(_) => continue, // the thread exited meanwhile
+        let Ok(stat) = TaskStat::read_path(root, &format!("/proc/{pid}/task/{tid}/stat")) else {
+            continue; // the thread exited meanwhile
         };
         let cpus = root
             .read_to_string(format!("/proc/{pid}/task/{tid}/status"))
@@ -186,35 +196,55 @@ fn show_pid(root: &SysRoot, pid: i32) -> i32 {
             .unwrap_or_else(|| "?".into());
         let policy = SchedPolicy::from_stat(stat.policy, stat.rt_priority)
             .map_or_else(|| format!("policy {}", stat.policy), |p| p.to_string());
-        let (c, a, q) = match states
-            .as_ref()
-            .and_then(|v| v.iter().find(|t| t.tid == tid))
-        {
-            Some(t) => (
-                t.state.configured_names(),
-                t.state.active_names(),
-                t.state.quiescing_names(),
-            ),
+        let state = if interface {
+            match TaskIsolationState::read(root, tid) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    unreadable.get_or_insert_with(|| e.to_string());
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let (c, a, q) = match state {
+            Some(s) => (s.configured_names(), s.active_names(), s.quiescing_names()),
             None => ("n/a".into(), "n/a".into(), "n/a".into()),
         };
-        let _ = writeln!(
-            out,
-            "{:<8} {:<16} {:<11} {:<8} {:<12} {:<10} {}",
+        text.push_str(&format!(
+            "{:<8} {:<16} {:<11} {:<8} {:<12} {:<10} {}\n",
             tid, stat.comm, c, a, q, cpus, policy
-        );
+        ));
     }
-    0
+    if let Some(e) = unreadable {
+        eprintln!("chisol: pid {pid}: {e}");
+    }
+    print_out(&text)
 }
 
-fn exec(command: &[String]) -> i32 {
+/// Write to stdout; a write error (a full disk, a closed pipe) is a failure, as in util-linux.
+fn print_out(text: &str) -> i32 {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => 0,
+        Err(e) => fail(format!(
+            "write error: {}",
+            libtaskisol::error::io_strerror(&e)
+        )),
+    }
+}
+
+fn exec(command: &[std::ffi::OsString]) -> i32 {
+    use std::os::unix::ffi::OsStrExt;
+    let name = command[0].to_string_lossy();
+    // Arguments are bytes, not text: pass them through as util-linux does.
     let cargs: Result<Vec<CString>, _> =
         command.iter().map(|a| CString::new(a.as_bytes())).collect();
     let cargs = match cargs {
         Ok(c) => c,
         Err(_) => {
             return fail(format!(
-                "failed to execute {}: argument contains a NUL byte",
-                command[0]
+                "failed to execute {name}: argument contains a NUL byte"
             ))
         }
     };
@@ -223,8 +253,7 @@ fn exec(command: &[String]) -> i32 {
         Err(e) => e,
     };
     eprintln!(
-        "chisol: failed to execute {}: {}",
-        command[0],
+        "chisol: failed to execute {name}: {}",
         libtaskisol::error::strerror(errno)
     );
     if errno == nix::errno::Errno::ENOENT {

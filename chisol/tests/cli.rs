@@ -120,8 +120,14 @@ fn pins_and_disables_thp_for_the_command() {
 fn bad_requests_start_nothing() {
     refuses(&["-c", "4095"], "CPUs 4095 are not available");
     refuses(&["-c", "0-"], "invalid CPU list \"0-\"");
-    refuses(&["-f", "0"], "priority 0 is out of range for SCHED_FIFO");
-    refuses(&["-r", "100"], "out of range");
+    refuses(
+        &["-f", "0"],
+        "invalid value '0' for '--fifo <PRIO>': 0 is not in 1..=99",
+    );
+    refuses(&["-r", "100"], "100 is not in 1..=99");
+    refuses(&["-f", "4294967295"], "is not in 1..=99");
+    refuses(&["-c", "0", "-i"], "cannot be used with");
+    refuses(&["-p", "1", "-q", "vmstat_sync"], "cannot be used with");
     refuses(&["-a"], "--activate needs --quiesce");
     refuses(&["-q", "tlb_sync"], "unknown quiesce feature \"tlb_sync\"");
     refuses(&["-I", "everything"], "unknown inheritance \"everything\"");
@@ -187,4 +193,82 @@ fn pid_view_works_on_a_stock_kernel() {
     let o = chisol(&["-p", "999999999"]);
     assert_eq!(o.status.code(), Some(1));
     assert_eq!(stderr(&o), "chisol: pid 999999999: no such process\n");
+}
+
+#[test]
+fn a_relative_cgroup_path_is_relative_to_the_current_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_chisol"))
+        .args(["--cgroup", "sub", "true"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let want = format!(
+        "{} is not a cgroup v2 directory",
+        dir.path().join("sub").display()
+    );
+    assert!(stderr(&o).contains(&want), "{}", stderr(&o));
+}
+
+#[test]
+fn arguments_are_bytes_not_text() {
+    use std::os::unix::ffi::OsStrExt;
+    let arg = std::ffi::OsStr::from_bytes(b"\xff\xfe-not-utf8");
+    let o = Command::new(env!("CARGO_BIN_EXE_chisol"))
+        .args(["-c", "0", "printf", "%s"])
+        .arg(arg)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(o.stdout, b"\xff\xfe-not-utf8");
+}
+
+#[test]
+fn a_write_error_on_stdout_is_a_failure() {
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_chisol"))
+        .args(["-p", &std::process::id().to_string()])
+        .stdout(full)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("chisol: write error: No space left on device"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn pins_to_several_cpus() {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let o = chisol(&[
+        "-c",
+        online.trim(),
+        "grep",
+        "Cpus_allowed_list",
+        "/proc/self/status",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        format!("Cpus_allowed_list:\t{}\n", online.trim())
+    );
+    let o = chisol(&[
+        "-c",
+        "0-1:2",
+        "grep",
+        "Cpus_allowed_list",
+        "/proc/self/status",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "Cpus_allowed_list:\t0\n",
+        "taskset's stride syntax"
+    );
 }

@@ -234,10 +234,11 @@ impl CpuSet {
             let (used, group) = match stride {
                 None => (1, 1),
                 Some(st) => {
-                    let (u, g) = st.split_once('/').ok_or_else(|| {
-                        CpuSetError::list(input, format!("stride {st:?} is not used/group"))
-                    })?;
-                    let (u, g) = (num(u)?, num(g)?);
+                    // The kernel's "used/group", or taskset's plain stride "N" (= 1/N).
+                    let (u, g) = match st.split_once('/') {
+                        Some((u, g)) => (num(u)?, num(g)?),
+                        None => (1, num(st)?),
+                    };
                     if u == 0 || g == 0 || u > g {
                         return Err(CpuSetError::list(
                             input,
@@ -490,6 +491,7 @@ mod tests {
         assert_eq!(l("").to_string(), "");
         assert_eq!(l("\n").len(), 0);
         assert_eq!(l("0-15:2/4").to_string(), "0-1,4-5,8-9,12-13");
+        assert_eq!(l("0-7:2").to_string(), "0,2,4,6", "taskset's stride");
         assert_eq!(l("5").iter().collect::<Vec<_>>(), vec![5]);
     }
 
@@ -553,6 +555,8 @@ mod tests {
             "0,,1",
             "0-3:0/4",
             "0-3:3/2",
+            "0-3:0",
+            "0-3:x",
             "99999999999",
             "-1",
         ] {

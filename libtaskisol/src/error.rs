@@ -30,7 +30,7 @@ pub enum Unsupported {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Reading a file failed.
-    #[error("failed to read {}: {source}", path.display())]
+    #[error("failed to read {}: {}", path.display(), io_strerror(source))]
     Read {
         /// The real path (below the sysroot).
         path: PathBuf,
@@ -38,7 +38,7 @@ pub enum Error {
         source: io::Error,
     },
     /// Writing a file failed.
-    #[error("failed to write {data:?} to {}: {source}", path.display())]
+    #[error("failed to write '{}' to {}: {}", data.trim_end(), path.display(), io_strerror(source))]
     Write {
         /// The real path (below the sysroot).
         path: PathBuf,
@@ -64,7 +64,7 @@ pub enum Error {
     #[error(transparent)]
     Unsupported(#[from] Unsupported),
     /// A task-isolation prctl failed.
-    #[error("prctl {op} failed: {} ({errno:?})", strerror(*errno))]
+    #[error("prctl {op} failed with {errno:?}: {}", strerror(*errno))]
     Prctl {
         /// The call, e.g. `PR_ISOL_CFG_SET(I_CFG_FEAT, ISOL_F_QUIESCE)`.
         op: String,
@@ -72,7 +72,7 @@ pub enum Error {
         errno: Errno,
     },
     /// Another system call failed.
-    #[error("{op} failed: {} ({errno:?})", strerror(*errno))]
+    #[error("{op} failed with {errno:?}: {}", strerror(*errno))]
     Syscall {
         /// What was attempted, with its arguments.
         op: String,
@@ -91,6 +91,15 @@ pub fn strerror(errno: Errno) -> String {
     match text.rfind(" (os error ") {
         Some(i) => text[..i].to_string(),
         None => text,
+    }
+}
+
+/// An I/O error's text without Rust's " (os error N)" suffix, so messages end in the
+/// strerror(3) text as util-linux prints them.
+pub fn io_strerror(e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(n) => strerror(Errno::from_raw(n)),
+        None => e.to_string(),
     }
 }
 
@@ -125,8 +134,17 @@ mod tests {
         };
         assert_eq!(
             e.to_string(),
-            "prctl PR_ISOL_CFG_SET(I_CFG_INHERIT, conf) failed: Invalid argument (EINVAL)"
+            "prctl PR_ISOL_CFG_SET(I_CFG_INHERIT, conf) failed with EINVAL: Invalid argument"
         );
         assert_eq!(e.errno(), Some(libc::EINVAL));
+        let e = Error::Write {
+            path: "/sys/fs/cgroup/rt/cgroup.procs".into(),
+            data: "123\n".into(),
+            source: io::Error::from_raw_os_error(libc::EBUSY),
+        };
+        assert_eq!(
+            e.to_string(),
+            "failed to write '123' to /sys/fs/cgroup/rt/cgroup.procs: Device or resource busy"
+        );
     }
 }

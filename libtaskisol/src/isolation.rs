@@ -139,6 +139,22 @@ impl TaskIsolation {
     /// `/proc/self/task_isolation` exists and is in the series' three-line format.
     /// No prctl is issued.
     pub fn detect() -> std::result::Result<TaskIsolation, Unsupported> {
+        // /proc must be procfs: a tmpfs or bind-mounted fake /proc (containers) must not
+        // unlock prctl 67, which on a stock kernel run as root enables KSM merging.
+        match nix::sys::statfs::statfs("/proc") {
+            Ok(fs) if fs.filesystem_type() == nix::sys::statfs::PROC_SUPER_MAGIC => {}
+            Ok(_) => {
+                return Err(Unsupported::Unreadable(
+                    "/proc is not a procfs mount".into(),
+                ))
+            }
+            Err(e) => {
+                return Err(Unsupported::Unreadable(format!(
+                    "statfs(/proc): {}",
+                    crate::error::strerror(e)
+                )))
+            }
+        }
         match std::fs::read_to_string(PROBE_PATH) {
             Ok(content) => match TaskIsolationState::parse(&content) {
                 Ok(_) => Ok(TaskIsolation { _proof: () }),

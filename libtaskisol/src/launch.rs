@@ -126,8 +126,37 @@ pub struct LaunchPlan {
     isolation: Option<TaskIsolation>,
 }
 
-fn cgroup_cpus(root: &SysRoot, dir: &Path) -> Result<Option<CpuSet>> {
-    topology::read_cpu_list_opt(root, &dir.join("cpuset.cpus.effective").to_string_lossy())
+/// Check that `dir` (a kernel path) is a cgroup v2 directory a task can join usefully, and
+/// return the cgroup2 mount it is under.
+fn check_cgroup_dir(root: &SysRoot, dir: &Path) -> Result<PathBuf> {
+    if !dir.is_absolute() {
+        return Err(Error::Invalid(format!(
+            "cgroup path {} must be absolute",
+            dir.display()
+        )));
+    }
+    let mount = topology::cgroup2_mount(root)?
+        .ok_or_else(|| Error::Invalid("no cgroup v2 file system is mounted".into()))?;
+    if !dir.starts_with(&mount) || !root.path(dir.join("cgroup.procs")).is_file() {
+        return Err(Error::Invalid(format!(
+            "{} is not a cgroup v2 directory (cgroup2 is mounted at {})",
+            dir.display(),
+            mount.display()
+        )));
+    }
+    let part = dir.join("cpuset.cpus.partition");
+    if let Some(state) = root.read_value_opt(&part)? {
+        // "isolated invalid (<reason>)", "root invalid (...)": the CPUs are not what the user
+        // set up, and a latency-critical workload must not start there unnoticed.
+        if state.contains("invalid") {
+            return Err(Error::Invalid(format!(
+                "cgroup {} is an invalid partition: {}",
+                dir.display(),
+                state.trim()
+            )));
+        }
+    }
+    Ok(mount)
 }
 
 impl LaunchSpec {
@@ -144,28 +173,49 @@ impl LaunchSpec {
             ));
         }
 
-        // cgroup first: it constrains the CPUs.
-        let mut allowed = topology::online_cpus(root)?;
-        if let Some(dir) = &self.cgroup {
-            let procs = dir.join("cgroup.procs");
-            if !root.path(&procs).exists() {
-                return Err(Error::Invalid(format!(
-                    "{} is not a cgroup v2 directory (no cgroup.procs)",
-                    dir.display()
-                )));
-            }
-            if let Some(c) = cgroup_cpus(root, dir)? {
-                allowed = allowed.intersection(&c);
-            }
-            steps.push(Step::MoveToCgroup(dir.clone()));
-        }
-
-        let needs_isolated = matches!(self.cpus, Some(CpuTarget::Isolated))
-            || (self.wants_task_isolation() && self.fallback == Fallback::Native);
-        let isolated = if needs_isolated {
-            Some(IsolatedCpus::discover(root)?)
+        // cgroup first: it constrains the CPUs. sched_setaffinity silently drops CPUs outside
+        // the task's cpuset, so every check below is against the cpuset the task will be in.
+        let online = topology::online_cpus(root)?;
+        // Discovery walks the cgroup tree: only when the answer is used.
+        let isolated = if self.cpus.is_some()
+            || (self.wants_task_isolation() && self.fallback == Fallback::Native)
+        {
+            IsolatedCpus::discover(root)?
         } else {
-            None
+            IsolatedCpus::default()
+        };
+        let (allowed, where_) = match &self.cgroup {
+            Some(dir) => {
+                let mount = check_cgroup_dir(root, dir)?;
+                steps.push(Step::MoveToCgroup(dir.clone()));
+                let c = topology::cgroup_cpuset_cpus(root, &mount, dir)?;
+                (
+                    c.map_or(online.clone(), |c| online.intersection(&c)),
+                    format!("in cgroup {}", dir.display()),
+                )
+            }
+            None => match topology::task_cpuset_cpus(root, "self")? {
+                Some(c) => (online.intersection(&c), "in this task's cpuset".to_string()),
+                None => (online.clone(), "online".to_string()),
+            },
+        };
+
+        // Isolated CPUs outside `allowed` can only be partition CPUs: say how to reach them.
+        let partition_hint = |cpus: &CpuSet| -> String {
+            let dirs: Vec<String> = isolated
+                .partitions
+                .iter()
+                .filter(|p| !p.cpus.is_disjoint(cpus))
+                .map(|p| format!("{} (CPUs {})", p.path.display(), p.cpus))
+                .collect();
+            if dirs.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; they belong to the isolated partition {}: use --cgroup to run there",
+                    dirs.join(", ")
+                )
+            }
         };
 
         let target = match &self.cpus {
@@ -177,34 +227,42 @@ impl LaunchSpec {
                 let off = cpus.difference(&allowed);
                 if !off.is_empty() {
                     return Err(Error::Invalid(format!(
-                        "CPUs {off} are not available{} (available: {allowed})",
-                        if self.cgroup.is_some() {
-                            " in the cgroup"
-                        } else {
-                            " (not online)"
-                        }
+                        "CPUs {off} are not available (available {where_}: {allowed}){}",
+                        partition_hint(&off)
                     )));
                 }
                 Some(cpus.clone())
             }
             Some(CpuTarget::Isolated) => {
-                let iso = isolated.as_ref().map(IsolatedCpus::all).unwrap_or_default();
+                let iso = isolated.all();
                 if iso.is_empty() {
                     return Err(Error::Invalid(
                         "--isolated: this machine has no isolated CPUs (no isolcpus=domain, nohz_full= or isolated cpuset partition)".into(),
                     ));
                 }
                 let usable = iso.intersection(&allowed);
+                let unreachable = iso.difference(&allowed);
                 if usable.is_empty() {
                     return Err(Error::Invalid(format!(
-                        "--isolated: the isolated CPUs {iso} are not available{} (available: {allowed})",
-                        if self.cgroup.is_some() { " in the cgroup" } else { "" }
+                        "--isolated: the isolated CPUs {iso} are not available (available {where_}: {allowed}){}",
+                        partition_hint(&unreachable)
                     )));
+                }
+                if !unreachable.is_empty() {
+                    notes.push(format!(
+                        "isolated CPUs {unreachable} are not available {where_}, running on {usable}{}",
+                        partition_hint(&unreachable)
+                    ));
                 }
                 Some(usable)
             }
         };
         if let Some(t) = &target {
+            if t.len() > 1 && t.is_subset(&isolated.domain) {
+                notes.push(format!(
+                    "CPUs {t} are isolcpus domain CPUs: the scheduler does not balance tasks between them, so pin each thread of a multi-threaded workload to its own CPU"
+                ));
+            }
             steps.push(Step::SetAffinity(t.clone()));
         }
 
@@ -257,12 +315,15 @@ impl LaunchSpec {
                     Fallback::None => return Err(why.into()),
                     Fallback::Native => {
                         let kernel = KernelVersion::read(root)?;
-                        let cpus = match &target {
-                            Some(t) => t.clone(),
-                            None => sched::get_affinity(0)?.intersection(&allowed),
+                        // The CPUs the workload will run on: attaching to a cpuset cgroup
+                        // can reset the affinity to the cgroup's CPUs, so without -c the
+                        // whole cgroup must be protected.
+                        let cpus = match (&target, &self.cgroup) {
+                            (Some(t), _) => t.clone(),
+                            (None, Some(_)) => allowed.clone(),
+                            (None, None) => sched::get_affinity(0)?.intersection(&allowed),
                         };
-                        let iso = isolated.unwrap_or_default();
-                        match iso.native_vmstat_protection(kernel, &cpus) {
+                        match isolated.native_vmstat_protection(kernel, &cpus) {
                             Ok(how) => notes.push(format!(
                                 "task isolation interface not available; native protection in effect: {how}"
                             )),
@@ -309,7 +370,18 @@ impl LaunchPlan {
                 dir.join("cgroup.procs"),
                 format!("{}\n", std::process::id()),
             ),
-            Step::SetAffinity(cpus) => sched::set_affinity(0, cpus),
+            Step::SetAffinity(cpus) => {
+                sched::set_affinity(0, cpus)?;
+                // The kernel silently drops CPUs outside the task's cpuset: read back.
+                let got = sched::get_affinity(0)?;
+                if &got != cpus {
+                    return Err(Error::Invalid(format!(
+                        "the kernel narrowed the affinity to {got}: CPUs {} are outside this task's cpuset",
+                        cpus.difference(&got)
+                    )));
+                }
+                Ok(())
+            }
             Step::DisableThp => sched::set_thp_disable(),
             Step::SetScheduler(p) => sched::set_scheduler(0, *p),
             Step::ConfigureQuiesce(q) => self.isolation()?.set_quiesce(*q),
@@ -347,7 +419,65 @@ mod tests {
             ("/sys/fs/cgroup/rt/cgroup.procs", ""),
             ("/sys/fs/cgroup/rt/cpuset.cpus.effective", "3\n"),
             ("/sys/fs/cgroup/rt/cpuset.cpus.partition", "isolated\n"),
+            ("/sys/fs/cgroup/bad/cgroup.procs", ""),
+            (
+                "/sys/fs/cgroup/bad/cpuset.cpus.partition",
+                "isolated invalid (Cpu list in cpuset.cpus not exclusive)\n",
+            ),
+            ("/etc/fake/cgroup.procs", ""),
         ])
+    }
+
+    #[test]
+    fn isolated_cpus_outside_the_tasks_cpuset_are_named_with_their_partition() {
+        let d = base();
+        // Like 6.12: the root cgroup's effective CPUs exclude the partition's CPU 3.
+        fs::write(d.path().join("proc/self/cgroup"), "0::/\n").unwrap();
+        fs::write(
+            d.path().join("sys/fs/cgroup/cpuset.cpus.effective"),
+            "0-2\n",
+        )
+        .unwrap();
+        let root = SysRoot::new(d.path());
+        let spec = LaunchSpec {
+            cpus: Some(CpuTarget::Isolated),
+            ..Default::default()
+        };
+        let plan = spec.plan(&root).unwrap();
+        assert_eq!(plan.steps, vec![Step::SetAffinity("2".parse().unwrap())]);
+        assert!(
+            plan.notes[0].contains(
+                "isolated CPUs 3 are not available in this task's cpuset, running on 2; they belong to the isolated partition /sys/fs/cgroup/rt (CPUs 3): use --cgroup"
+            ),
+            "{:?}",
+            plan.notes
+        );
+        let spec = LaunchSpec {
+            cpus: Some(CpuTarget::List("3".parse().unwrap())),
+            ..Default::default()
+        };
+        let e = spec.plan(&root).unwrap_err().to_string();
+        assert!(e.contains("CPUs 3 are not available (available in this task's cpuset: 0-2); they belong to the isolated partition"), "{e}");
+    }
+
+    #[test]
+    fn several_domain_cpus_get_a_load_balancing_note() {
+        let d = base();
+        let spec = LaunchSpec {
+            cpus: Some(CpuTarget::List("2-3".parse().unwrap())),
+            ..Default::default()
+        };
+        let plan = spec.plan(&SysRoot::new(d.path())).unwrap();
+        assert!(
+            plan.notes[0].contains("does not balance"),
+            "{:?}",
+            plan.notes
+        );
+        let spec = LaunchSpec {
+            cpus: Some(CpuTarget::List("3".parse().unwrap())),
+            ..Default::default()
+        };
+        assert!(spec.plan(&SysRoot::new(d.path())).unwrap().notes.is_empty());
     }
 
     #[test]
@@ -413,7 +543,7 @@ mod tests {
                     cgroup: Some("/sys/fs/cgroup/rt".into()),
                     ..Default::default()
                 },
-                "in the cgroup (available: 3)",
+                "CPUs 2 are not available (available in cgroup /sys/fs/cgroup/rt: 3)",
             ),
             (
                 LaunchSpec {
@@ -421,6 +551,27 @@ mod tests {
                     ..Default::default()
                 },
                 "not a cgroup v2 directory",
+            ),
+            (
+                LaunchSpec {
+                    cgroup: Some("/sys/fs/cgroup/bad".into()),
+                    ..Default::default()
+                },
+                "cgroup /sys/fs/cgroup/bad is an invalid partition: isolated invalid (Cpu list in cpuset.cpus not exclusive)",
+            ),
+            (
+                LaunchSpec {
+                    cgroup: Some("/etc/fake".into()),
+                    ..Default::default()
+                },
+                "/etc/fake is not a cgroup v2 directory (cgroup2 is mounted at /sys/fs/cgroup)",
+            ),
+            (
+                LaunchSpec {
+                    cgroup: Some("rt".into()),
+                    ..Default::default()
+                },
+                "cgroup path rt must be absolute",
             ),
             (
                 LaunchSpec {
@@ -465,7 +616,9 @@ mod tests {
         let plan = spec.plan(&root).unwrap();
         assert_eq!(plan.steps, vec![Step::SetAffinity("2-3".parse().unwrap())]);
         assert!(
-            plan.notes[0].contains("native protection in effect"),
+            plan.notes
+                .iter()
+                .any(|n| n.contains("native protection in effect")),
             "{:?}",
             plan.notes
         );

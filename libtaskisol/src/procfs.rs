@@ -192,7 +192,10 @@ pub fn read_process_isolation(root: &SysRoot, pid: i32) -> Result<Vec<ThreadIsol
     for tid in tids {
         let state = match TaskIsolationState::read(root, tid) {
             Ok(s) => s,
-            Err(e) if e.errno() == Some(libc::ENOENT) && tid != pid => continue,
+            // A thread that exits while we read: ENOENT or ESRCH.
+            Err(e) if matches!(e.errno(), Some(libc::ENOENT | libc::ESRCH)) && tid != pid => {
+                continue
+            }
             Err(e) => return Err(e),
         };
         let comm = root

@@ -115,23 +115,95 @@ pub fn possible_cpus(root: &SysRoot) -> Result<CpuSet> {
 /// Where cgroup v2 is mounted, from `/proc/self/mountinfo` (the first `cgroup2` mount), as
 /// a kernel path. `None` when no cgroup2 file system is mounted.
 pub fn cgroup2_mount(root: &SysRoot) -> Result<Option<PathBuf>> {
+    Ok(mounts_of(root, "cgroup2", None)?.into_iter().next())
+}
+
+/// Mount points from `/proc/self/mountinfo` whose file system type is `fstype` and, when
+/// given, whose super options contain `option` (e.g. the cgroup v1 `cpuset` hierarchy).
+fn mounts_of(root: &SysRoot, fstype: &str, option: Option<&str>) -> Result<Vec<PathBuf>> {
     let text = match root.read_to_string("/proc/self/mountinfo") {
+        Ok(t) => t,
+        Err(e) if e.errno() == Some(libc::ENOENT) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let mut r = right.split_whitespace();
+        if r.next() != Some(fstype) {
+            continue;
+        }
+        let super_opts = r.nth(1).unwrap_or("");
+        if option.is_some_and(|o| !super_opts.split(',').any(|x| x == o)) {
+            continue;
+        }
+        if let Some(mp) = left.split_whitespace().nth(4) {
+            out.push(PathBuf::from(unescape_mountinfo(mp)));
+        }
+    }
+    Ok(out)
+}
+
+/// The CPUs the cpuset of cgroup v2 directory `dir` (a kernel path below `mount`) lets its
+/// tasks use: its `cpuset.cpus.effective`, or the nearest ancestor's when the cpuset
+/// controller is not enabled in `dir`. `None` when no level has the file (cpuset is bound
+/// to cgroup v1, or not built).
+pub fn cgroup_cpuset_cpus(root: &SysRoot, mount: &Path, dir: &Path) -> Result<Option<CpuSet>> {
+    let mut d = dir.to_path_buf();
+    loop {
+        let f = d.join("cpuset.cpus.effective");
+        if let Some(c) = read_cpu_list_opt(root, &f.to_string_lossy())? {
+            return Ok(Some(c));
+        }
+        if d == mount || !d.pop() || !d.starts_with(mount) {
+            return Ok(None);
+        }
+    }
+}
+
+/// The CPUs the cpusets of task `pid` ("self" or a number) allow: the cgroup v2 cpuset of its
+/// cgroup and, on hybrid systems, the cgroup v1 `cpuset` hierarchy's `cpuset.effective_cpus`.
+/// `sched_setaffinity` silently drops CPUs outside this set, so callers check against it.
+/// `None` when neither can be read.
+pub fn task_cpuset_cpus(root: &SysRoot, pid: &str) -> Result<Option<CpuSet>> {
+    let text = match root.read_to_string(format!("/proc/{pid}/cgroup")) {
         Ok(t) => t,
         Err(e) if e.errno() == Some(libc::ENOENT) => return Ok(None),
         Err(e) => return Err(e),
     };
+    let mut result: Option<CpuSet> = None;
+    let mut narrow = |c: CpuSet| {
+        result = Some(match result.take() {
+            Some(r) => r.intersection(&c),
+            None => c,
+        });
+    };
     for line in text.lines() {
-        // id parent maj:min root mount-point options [optional...] - fstype source super
-        let Some((left, right)) = line.split_once(" - ") else {
+        // hierarchy-id:controllers:path; v2 is "0::/path".
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
             continue;
         };
-        if right.split_whitespace().next() == Some("cgroup2") {
-            if let Some(mp) = left.split_whitespace().nth(4) {
-                return Ok(Some(PathBuf::from(unescape_mountinfo(mp))));
+        let rel = path.trim_start_matches('/');
+        if id == "0" && ctrls.is_empty() {
+            if let Some(mount) = cgroup2_mount(root)? {
+                if let Some(c) = cgroup_cpuset_cpus(root, &mount, &mount.join(rel))? {
+                    narrow(c);
+                }
+            }
+        } else if ctrls.split(',').any(|c| c == "cpuset") {
+            for mount in mounts_of(root, "cgroup", Some("cpuset"))? {
+                let f = mount.join(rel).join("cpuset.effective_cpus");
+                if let Some(c) = read_cpu_list_opt(root, &f.to_string_lossy())? {
+                    narrow(c);
+                    break;
+                }
             }
         }
     }
-    Ok(None)
+    Ok(result)
 }
 
 // mountinfo escapes space, tab, newline and backslash as \ooo octal.
@@ -437,6 +509,38 @@ mod tests {
             .native_vmstat_protection(KernelVersion::new(6, 12, 0), &c01)
             .unwrap_err();
         assert!(no.contains("CPUs 0-1"), "{no}");
+    }
+
+    #[test]
+    fn task_cpuset_follows_v2_and_v1_hierarchies() {
+        let d = tree(&[
+            (
+                "/proc/self/mountinfo",
+                "30 1 0:26 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n\
+                 31 1 0:27 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n",
+            ),
+            ("/proc/self/cgroup", "5:cpuset:/box\n0::/user.slice/a\n"),
+            ("/sys/fs/cgroup/unified/cpuset.cpus.effective", "0-3\n"),
+            (
+                "/sys/fs/cgroup/unified/user.slice/cpuset.cpus.effective",
+                "0-2\n",
+            ),
+            ("/sys/fs/cgroup/cpuset/box/cpuset.effective_cpus", "1-3\n"),
+        ]);
+        let root = SysRoot::new(d.path());
+        // v2: user.slice/a has no cpuset file, so its parent's applies; v1 narrows further.
+        assert_eq!(
+            task_cpuset_cpus(&root, "self")
+                .unwrap()
+                .unwrap()
+                .to_string(),
+            "1-2"
+        );
+        let none = tree(&[("/proc/self/cgroup", "0::/\n")]);
+        assert_eq!(
+            task_cpuset_cpus(&SysRoot::new(none.path()), "self").unwrap(),
+            None
+        );
     }
 
     #[test]
