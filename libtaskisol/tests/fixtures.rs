@@ -206,15 +206,25 @@ fn native_vmstat_protection_follows_the_kernel_version() {
 
 #[test]
 fn launch_plans_on_real_trees() {
+    // Captured from the guest's root cgroup, whose cpuset lost CPU 3 to the partition: the
+    // kernel would silently drop CPU 3 from an affinity of 2-3, so the plan keeps CPU 2 and
+    // names the partition that holds CPU 3.
     let root = fixture("debian-6.12-rt-isol2-partition3");
     let spec = LaunchSpec {
         cpus: Some(CpuTarget::Isolated),
         ..Default::default()
     };
-    assert_eq!(
-        spec.plan(&root).unwrap().steps,
-        vec![Step::SetAffinity(set("2-3"))]
+    let plan = spec.plan(&root).unwrap();
+    assert_eq!(plan.steps, vec![Step::SetAffinity(set("2"))]);
+    assert!(
+        plan.notes[0].contains("isolated CPUs 3 are not available in this task's cpuset")
+            && plan.notes[0].contains("/sys/fs/cgroup/rt (CPUs 3): use --cgroup"),
+        "{:?}",
+        plan.notes
     );
+    // Before the partition, the same kernel's root cgroup has every CPU.
+    let plan = spec.plan(&fixture("debian-6.12-rt-isol23")).unwrap();
+    assert_eq!(plan.steps, vec![Step::SetAffinity(set("2-3"))]);
     let spec = LaunchSpec {
         cpus: Some(CpuTarget::Isolated),
         cgroup: Some("/sys/fs/cgroup/rt".into()),

@@ -53,7 +53,7 @@ capture_isolation_view() {
             capture "$_p/$_f"
         done
     done
-    capture /proc/self/mountinfo
+    capture /proc/self/mountinfo /proc/self/cgroup
 }
 
 # sched_of PID: "policy=P rt_priority=R" from /proc/PID/stat (fields 41 and 40; the fields

@@ -54,6 +54,69 @@ fn stock_kernel_path(s: &mut Scenario) {
     );
 }
 
+/// `--fallback=native` on a kernel without the task-isolation interface: accepted on 6.5+
+/// where the kernel's own vmstat protection covers the isolated CPUs (and still no prctl
+/// 63..67 is issued), refused on older kernels without starting anything.
+fn native_fallback_checks(s: &mut Scenario, kernel_protects: bool) {
+    if kernel_protects {
+        s.step(
+            "chisol_native_fallback_runs_with_kernel_protection",
+            "chisol -q vmstat_sync --fallback=native --isolated -- sh -c 'grep Cpus_allowed_list /proc/$$/status'",
+            vec![
+                Expect::exit(0),
+                Expect::field("Cpus_allowed_list", "2-3"),
+                Expect::output_has("native protection in effect"),
+                Expect::output_has("2: isolcpus domain + nohz_full"),
+            ],
+        );
+        s.step(
+            "chisol_native_fallback_issues_no_isolation_prctl",
+            // --no-thp makes chisol issue one ordinary prctl (PR_SET_THP_DISABLE), so the
+            // tracer has something to see besides the absence of 63..67.
+            "isol-emu --trace-only --log /tmp/native.jsonl -- chisol -q vmstat_sync -a -I active --fallback=native --isolated --no-thp true\n\
+             echo rc=$?\n\
+             echo prctls_seen=$(grep -c '\"ev\":\"prctl\"' /tmp/native.jsonl)\n\
+             echo isolation_prctls=$(grep -c '\"option\":6[3-7][,}]' /tmp/native.jsonl)",
+            vec![
+                Expect::field("rc", "0"),
+                Expect::field("isolation_prctls", "0"),
+                // The tracer did see chisol's other prctls, so the zero above means something.
+                Expect::that("the tracer saw prctls", |out: &StepOutput| {
+                    match out.field("prctls_seen").and_then(|v| v.parse::<u32>().ok()) {
+                        Some(n) if n > 0 => Ok(()),
+                        other => Err(format!("prctls_seen = {other:?}")),
+                    }
+                }),
+            ],
+        );
+    } else {
+        s.step(
+            "chisol_native_fallback_refused_before_6_5",
+            "chisol -q vmstat_sync --fallback=native --isolated -- touch /tmp/started
+echo rc=$?
+             [ -e /tmp/started ] && echo started=yes || echo started=no",
+            vec![
+                Expect::field("rc", "1"),
+                Expect::field("started", "no"),
+                Expect::output_has("predates 6.5"),
+            ],
+        );
+    }
+}
+
+/// `chisol -p` on a stock kernel: the threads are listed, the isolation columns say n/a.
+fn pid_view_check(s: &mut Scenario) {
+    s.step(
+        "chisol_pid_view_on_stock_kernel",
+        "sleep 30 & chisol -p $!; echo rc=$?; kill $!",
+        vec![
+            Expect::field("rc", "0"),
+            Expect::output_has("n/a"),
+            Expect::output_has("task isolation interface not available"),
+        ],
+    );
+}
+
 /// What the kernel says it isolated.
 fn kernel_view(s: &mut Scenario, isolated: &str, nohz_full: &str) {
     s.step(
@@ -212,6 +275,8 @@ fn stock61_isol23() {
     let mut s = Scenario::new("stock61-isol23", KernelRole::Stock61, ISOL23);
     kernel_view(&mut s, "2-3", "2-3");
     stock_kernel_path(&mut s);
+    native_fallback_checks(&mut s, false);
+    pid_view_check(&mut s);
     placement_checks(&mut s, true);
     hotplug_checks(&mut s);
     s.capture_fixture("debian-6.1-isol23", &[]);
@@ -255,6 +320,8 @@ fn rt612_isol23() {
     let mut s = Scenario::new("rt612-isol23", KernelRole::Rt612, ISOL23);
     kernel_view(&mut s, "2-3", "2-3");
     stock_kernel_path(&mut s);
+    native_fallback_checks(&mut s, true);
+    pid_view_check(&mut s);
     placement_checks(&mut s, false);
     hotplug_checks(&mut s);
     s.capture_fixture("debian-6.12-rt-isol23", &[]);
@@ -291,6 +358,18 @@ fn rt612_isol2_partition3() {
         },
     );
     cgroup_checks(&mut s);
+    // From the root cgroup, CPU 3 now belongs to the partition: --isolated keeps CPU 2 and
+    // says where CPU 3 went.
+    s.step(
+        "chisol_isolated_names_the_partition_it_cannot_reach",
+        "chisol --isolated -- sh -c 'grep Cpus_allowed_list /proc/$$/status'",
+        vec![
+            Expect::exit(0),
+            Expect::field("Cpus_allowed_list", "2"),
+            Expect::output_has("isolated CPUs 3 are not available in this task's cpuset"),
+            Expect::output_has("/sys/fs/cgroup/rt (CPUs 3): use --cgroup"),
+        ],
+    );
     s.capture_fixture("debian-6.12-rt-isol2-partition3", &["/sys/fs/cgroup/rt"]);
     ok(&s);
 }
