@@ -104,50 +104,54 @@ fn guest_steps(modules: &[kmod::Module]) -> Vec<Step> {
     steps
 }
 
-/// The newest modification time of the .rs and Cargo.toml files under `dir`, skipping `skip`.
-fn newest_source(dir: &Path, skip: &Path) -> Option<std::time::SystemTime> {
-    let mut newest = None;
-    for entry in fs::read_dir(dir).ok()?.filter_map(Result::ok) {
-        let path = entry.path();
-        if path == skip {
-            continue;
+/// The source files a binary was built from, from cargo's dep-info file next to it
+/// (`target/release/chisol.d`: "<binary>: <source> <source> ...", spaces escaped with '\\').
+fn dep_info_sources(binary: &Path) -> Option<Vec<std::path::PathBuf>> {
+    let text = fs::read_to_string(binary.with_extension("d")).ok()?;
+    let (_, deps) = text.lines().next()?.split_once(": ")?;
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut chars = deps.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => cur.extend(chars.next()),
+            ' ' => {
+                if !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur).into());
+                }
+            }
+            c => cur.push(c),
         }
-        let t = if path.is_dir() {
-            newest_source(&path, skip)
-        } else if path.extension().is_some_and(|e| e == "rs") || path.ends_with("Cargo.toml") {
-            entry.metadata().and_then(|m| m.modified()).ok()
-        } else {
-            None
-        };
-        newest = newest.max(t);
     }
-    newest
+    if !cur.is_empty() {
+        out.push(cur.into());
+    }
+    Some(out)
 }
 
 /// Refuses release binaries older than their sources: the guest would test stale code and
-/// nobody would notice.
-fn check_fresh(name: &str, binary: &Path) -> Result<(), HarnessError> {
-    let root = super::workspace_root();
-    let crate_dir = if name == "chisol" {
-        root.join("chisol")
-    } else {
-        root.join("tests")
-    };
-    let skip = root.join("tests/src/qemu");
+/// nobody would notice. "Their sources" are exactly the files cargo's dep-info lists for the
+/// binary, so a changed test or benchmark does not count.
+fn check_fresh(_name: &str, binary: &Path) -> Result<(), HarnessError> {
     let built = fs::metadata(binary).and_then(|m| m.modified()).ok();
-    let newest = [root.join("libtaskisol"), crate_dir]
-        .iter()
-        .filter_map(|d| newest_source(d, &skip))
-        .max();
-    match (built, newest) {
-        (Some(b), Some(n)) if n > b => Err(HarnessError::setup(
+    let stale = dep_info_sources(binary).and_then(|srcs| {
+        srcs.into_iter().find(|src| {
+            match (built, fs::metadata(src).and_then(|m| m.modified()).ok()) {
+                (Some(b), Some(m)) => m > b,
+                _ => false,
+            }
+        })
+    });
+    match stale {
+        Some(src) => Err(HarnessError::setup(
             format!(
-                "release binary {} is older than its sources",
-                binary.display()
+                "release binary {} is older than its source {}",
+                binary.display(),
+                src.display()
             ),
             "cargo build --release --workspace",
         )),
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 
@@ -507,4 +511,42 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
         }
     }
     Ok(outcome)
+}
+
+#[cfg(test)]
+mod freshness_tests {
+    use super::*;
+
+    #[test]
+    fn stale_only_when_a_listed_source_is_newer() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("a b.rs");
+        let other = dir.path().join("unrelated.rs");
+        fs::write(&src, "").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let bin = dir.path().join("prog");
+        fs::write(&bin, "").unwrap();
+        fs::write(
+            bin.with_extension("d"),
+            format!(
+                "{}: {}\n",
+                bin.display(),
+                src.display().to_string().replace(' ', "\\ ")
+            ),
+        )
+        .unwrap();
+        assert_eq!(dep_info_sources(&bin).unwrap(), vec![src.clone()]);
+        std::thread::sleep(Duration::from_millis(20));
+        fs::write(&other, "").unwrap();
+        assert!(
+            check_fresh("prog", &bin).is_ok(),
+            "a file the binary does not use"
+        );
+        fs::write(&src, "changed").unwrap();
+        let e = check_fresh("prog", &bin).unwrap_err().to_string();
+        assert!(
+            e.contains("older than its source") && e.contains("a b.rs"),
+            "{e}"
+        );
+    }
 }
