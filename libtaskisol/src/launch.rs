@@ -176,13 +176,15 @@ impl LaunchSpec {
         // cgroup first: it constrains the CPUs. sched_setaffinity silently drops CPUs outside
         // the task's cpuset, so every check below is against the cpuset the task will be in.
         let online = topology::online_cpus(root)?;
-        // Discovery walks the cgroup tree: only when the answer is used.
-        let isolated = if self.cpus.is_some()
-            || (self.wants_task_isolation() && self.fallback == Fallback::Native)
-        {
-            IsolatedCpus::discover(root)?
-        } else {
-            IsolatedCpus::default()
+        // Discovery walks the cgroup tree, whose size chisol does not control: only when an
+        // answer needs it (--isolated, native fallback, an error's hint).
+        let cell = std::cell::OnceCell::new();
+        let isolated = || -> Result<&IsolatedCpus> {
+            if let Some(v) = cell.get() {
+                return Ok(v);
+            }
+            let v = IsolatedCpus::discover(root)?;
+            Ok(cell.get_or_init(|| v))
         };
         let (allowed, where_) = match &self.cgroup {
             Some(dir) => {
@@ -201,21 +203,21 @@ impl LaunchSpec {
         };
 
         // Isolated CPUs outside `allowed` can only be partition CPUs: say how to reach them.
-        let partition_hint = |cpus: &CpuSet| -> String {
-            let dirs: Vec<String> = isolated
+        let partition_hint = |cpus: &CpuSet| -> Result<String> {
+            let dirs: Vec<String> = isolated()?
                 .partitions
                 .iter()
                 .filter(|p| !p.cpus.is_disjoint(cpus))
                 .map(|p| format!("{} (CPUs {})", p.path.display(), p.cpus))
                 .collect();
-            if dirs.is_empty() {
+            Ok(if dirs.is_empty() {
                 String::new()
             } else {
                 format!(
                     "; they belong to the isolated partition {}: use --cgroup to run there",
                     dirs.join(", ")
                 )
-            }
+            })
         };
 
         let target = match &self.cpus {
@@ -228,13 +230,13 @@ impl LaunchSpec {
                 if !off.is_empty() {
                     return Err(Error::Invalid(format!(
                         "CPUs {off} are not available (available {where_}: {allowed}){}",
-                        partition_hint(&off)
+                        partition_hint(&off)?
                     )));
                 }
                 Some(cpus.clone())
             }
             Some(CpuTarget::Isolated) => {
-                let iso = isolated.all();
+                let iso = isolated()?.all();
                 if iso.is_empty() {
                     return Err(Error::Invalid(
                         "--isolated: this machine has no isolated CPUs (no isolcpus=domain, nohz_full= or isolated cpuset partition)".into(),
@@ -245,20 +247,24 @@ impl LaunchSpec {
                 if usable.is_empty() {
                     return Err(Error::Invalid(format!(
                         "--isolated: the isolated CPUs {iso} are not available (available {where_}: {allowed}){}",
-                        partition_hint(&unreachable)
+                        partition_hint(&unreachable)?
                     )));
                 }
                 if !unreachable.is_empty() {
                     notes.push(format!(
                         "isolated CPUs {unreachable} are not available {where_}, running on {usable}{}",
-                        partition_hint(&unreachable)
+                        partition_hint(&unreachable)?
                     ));
                 }
                 Some(usable)
             }
         };
         if let Some(t) = &target {
-            if t.len() > 1 && t.is_subset(&isolated.domain) {
+            let domain = || {
+                topology::read_cpu_list_opt(root, "/sys/devices/system/cpu/isolated")
+                    .map(Option::unwrap_or_default)
+            };
+            if t.len() > 1 && t.is_subset(&domain()?) {
                 notes.push(format!(
                     "CPUs {t} are isolcpus domain CPUs: the scheduler does not balance tasks between them, so pin each thread of a multi-threaded workload to its own CPU"
                 ));
@@ -323,7 +329,7 @@ impl LaunchSpec {
                             (None, Some(_)) => allowed.clone(),
                             (None, None) => sched::get_affinity(0)?.intersection(&allowed),
                         };
-                        match isolated.native_vmstat_protection(kernel, &cpus) {
+                        match isolated()?.native_vmstat_protection(kernel, &cpus) {
                             Ok(how) => notes.push(format!(
                                 "task isolation interface not available; native protection in effect: {how}"
                             )),
