@@ -108,12 +108,7 @@ impl TaskIsolationState {
 
     /// Read and parse a task_isolation file at a kernel path.
     pub fn read_path(root: &SysRoot, abs: &str) -> Result<Self> {
-        let content = root.read_to_string(abs)?;
-        Self::parse(&content).map_err(|reason| Error::Parse {
-            path: root.path(abs),
-            input: content,
-            reason,
-        })
+        root.read_parsed(abs, Self::parse)
     }
 
     /// Names of the configured features, as the kernel prints them (`"quiesce"`, `"none"`).
@@ -258,12 +253,7 @@ impl TaskStat {
 
     /// Read and parse a stat file at a kernel path.
     pub fn read_path(root: &SysRoot, abs: &str) -> Result<Self> {
-        let content = root.read_to_string(abs)?;
-        Self::parse(&content).map_err(|reason| Error::Parse {
-            path: root.path(abs),
-            input: content,
-            reason,
-        })
+        root.read_parsed(abs, Self::parse)
     }
 
     /// Whether this is a kernel thread.

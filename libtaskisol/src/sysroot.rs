@@ -83,6 +83,22 @@ impl SysRoot {
         Ok(s)
     }
 
+    /// Read a file and parse its text with `parse`; a parse failure becomes
+    /// [`Error::Parse`] naming the real path, the content and the reason.
+    pub fn read_parsed<T>(
+        &self,
+        abs: impl AsRef<Path>,
+        parse: impl FnOnce(&str) -> std::result::Result<T, String>,
+    ) -> Result<T> {
+        let abs = abs.as_ref();
+        let content = self.read_to_string(abs)?;
+        parse(&content).map_err(|reason| Error::Parse {
+            path: self.path(abs),
+            input: content,
+            reason,
+        })
+    }
+
     /// Like [`SysRoot::read_value`], but a missing file is `Ok(None)`: many isolation files
     /// only exist with a kernel option or version (`nohz_full`, `cpuset.cpus.isolated`).
     pub fn read_value_opt(&self, abs: impl AsRef<Path>) -> Result<Option<String>> {

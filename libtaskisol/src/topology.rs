@@ -41,12 +41,8 @@ impl KernelVersion {
 
     /// The running (or fixture) kernel, from `/proc/sys/kernel/osrelease`.
     pub fn read(root: &SysRoot) -> Result<Self> {
-        let abs = "/proc/sys/kernel/osrelease";
-        let rel = root.read_value(abs)?;
-        KernelVersion::parse(&rel).ok_or_else(|| Error::Parse {
-            path: root.path(abs),
-            input: rel,
-            reason: "not a kernel release".into(),
+        root.read_parsed("/proc/sys/kernel/osrelease", |rel| {
+            KernelVersion::parse(rel).ok_or_else(|| "not a kernel release".to_string())
         })
     }
 
@@ -68,14 +64,11 @@ impl fmt::Display for KernelVersion {
 /// way (seen in `/sys/devices/system/cpu/nohz_full` of Debian 6.1 and 6.12 booted without
 /// `nohz_full=`).
 pub fn read_cpu_list(root: &SysRoot, abs: &str) -> Result<CpuSet> {
-    let v = root.read_value(abs)?;
-    if v.trim() == "(null)" {
-        return Ok(CpuSet::new());
-    }
-    CpuSet::parse_list(&v).map_err(|e| Error::Parse {
-        path: root.path(abs),
-        input: v,
-        reason: e.reason,
+    root.read_parsed(abs, |v| {
+        if v.trim() == "(null)" {
+            return Ok(CpuSet::new());
+        }
+        CpuSet::parse_list(v).map_err(|e| e.reason)
     })
 }
 
@@ -89,12 +82,7 @@ pub fn read_cpu_list_opt(root: &SysRoot, abs: &str) -> Result<Option<CpuSet>> {
 
 /// Read a hex CPU mask file (e.g. `/proc/irq/default_smp_affinity`).
 pub fn read_cpu_mask(root: &SysRoot, abs: &str) -> Result<CpuSet> {
-    let v = root.read_value(abs)?;
-    CpuSet::parse_mask(&v).map_err(|e| Error::Parse {
-        path: root.path(abs),
-        input: v,
-        reason: e.reason,
-    })
+    root.read_parsed(abs, |v| CpuSet::parse_mask(v).map_err(|e| e.reason))
 }
 
 /// Online CPUs.
