@@ -9,6 +9,21 @@
 //! * [`sched`]: affinity, scheduling policy, THP disable.
 //! * [`launch`]: check-then-apply plans for starting a workload isolated (used by chisol).
 //! * [`sysroot`]: where `/proc` and `/sys` are read, so everything can run on fixture trees.
+//!
+//! ```
+//! use libtaskisol::{topology::IsolatedCpus, SysRoot, TaskIsolation};
+//!
+//! # fn main() -> libtaskisol::Result<()> {
+//! let iso = IsolatedCpus::discover(&SysRoot::host())?;
+//! println!("isolated CPUs: {}", iso.all()); // e.g. "2-3"
+//! match TaskIsolation::detect() {
+//!     // Side-effect free: only /proc/self/task_isolation is read.
+//!     Ok(ti) => println!("features: {:#x}", ti.features()?),
+//!     Err(why) => println!("{why}"),
+//! }
+//! # Ok(())
+//! # }
+//! ```
 pub mod abi;
 pub mod cpuset;
 pub mod error;
