@@ -57,7 +57,7 @@ impl fmt::Display for HarnessError {
 
 impl std::error::Error for HarnessError {}
 
-const SETUP_HINT: &str = "scripts/setup-qemu (as root: installs qemu-system-x86, busybox-static, xz-utils and fetches the kernels into .cache/kernels)";
+const SETUP_HINT: &str = "scripts/setup-qemu (as root, with the same TASKISOL_CACHE if set: installs qemu-system-x86, busybox-static, xz-utils and fetches the kernels into $TASKISOL_CACHE/kernels, default .cache/kernels)";
 
 /// The workspace root (tests/..).
 pub fn workspace_root() -> PathBuf {
@@ -81,8 +81,10 @@ pub fn bin_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("TASKISOL_BIN_DIR") {
         return PathBuf::from(d);
     }
+    // A relative CARGO_TARGET_DIR is relative to the workspace (where cargo was run), not
+    // to this test's working directory (tests/).
     std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
+        .map(|d| workspace_root().join(d))
         .unwrap_or_else(|| workspace_root().join("target"))
         .join("release")
 }

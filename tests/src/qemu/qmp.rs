@@ -18,11 +18,22 @@ pub struct Qmp {
 impl Qmp {
     /// Connects once QEMU has created the socket (it does so before the guest starts, but the
     /// process may still be starting when this is called).
-    pub fn connect(path: &Path, timeout: Duration) -> Result<Self, String> {
+    /// `gone` tells whether QEMU has exited: then waiting for its socket is pointless.
+    pub fn connect(
+        path: &Path,
+        timeout: Duration,
+        mut gone: impl FnMut() -> bool,
+    ) -> Result<Self, String> {
         let deadline = Instant::now() + timeout;
         let stream = loop {
             match UnixStream::connect(path) {
                 Ok(s) => break s,
+                Err(e) if gone() => {
+                    return Err(format!(
+                        "QEMU exited before its QMP socket {} accepted ({e}); see qemu.log",
+                        path.display()
+                    ))
+                }
                 Err(e) if Instant::now() > deadline => {
                     return Err(format!("connect to QMP socket {}: {e}", path.display()))
                 }

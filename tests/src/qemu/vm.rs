@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -272,6 +273,17 @@ fn console_tail(workdir: &Path) -> String {
     lines[lines.len().saturating_sub(12)..].join("\n    ")
 }
 
+/// A QEMU process that is killed and reaped when dropped.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            kill(&mut self.0);
+        }
+    }
+}
+
 fn kill(child: &mut Child) {
     // SIGKILL: a wedged TCG guest does not react to anything gentler in bounded time.
     let _ = child.kill();
@@ -293,14 +305,18 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
         .map_err(|e| HarnessError::Io(format!("write {}: {e}", initrd.display())))?;
     let results_path = workdir.join("results.jsonl");
     let console_path = workdir.join("console.log");
-    // unix socket paths are limited to 108 bytes: keep the socket in a short temp dir.
+    // unix socket paths are limited to 108 bytes: keep the socket in a short temp dir under
+    // /tmp itself, whatever $TMPDIR says.
     let sockdir = tempfile::Builder::new()
         .prefix("taskisol-qmp")
-        .tempdir()
+        .tempdir_in("/tmp")
         .map_err(|e| HarnessError::Io(format!("temp dir: {e}")))?;
     let qmp_path = sockdir.path().join("qmp.sock");
+    // no_timer_check: under a loaded TCG host the kernel's boot-time check of the 8254 timer
+    // fails ("MP-BIOS bug: 8254 timer not connected to IO-APIC") and IRQ 0 moves to the
+    // local APIC, which would change /proc/interrupts from boot to boot.
     let append = format!(
-        "console=ttyS0 quiet panic=-1 {} taskisol.scenario={}",
+        "console=ttyS0 quiet panic=-1 no_timer_check {} taskisol.scenario={}",
         s.cmdline, s.name
     );
     fs::write(workdir.join("cmdline"), &append).map_err(|e| HarnessError::Io(e.to_string()))?;
@@ -311,7 +327,27 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
         .map_err(|e| HarnessError::Io(e.to_string()))?;
 
     let start = Instant::now();
-    let mut child = Command::new(&qemu)
+    let mut command = Command::new(&qemu);
+    // SAFETY: the closure runs in the forked child before exec and only calls prctl, which
+    // is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            // QEMU writes to files, so it would never notice its parent (the test) dying:
+            // take it down with the test instead of leaving a guest running.
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = command
         .args([
             "-accel",
             "tcg,thread=single",
@@ -351,11 +387,15 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
         .map_err(|e| {
             HarnessError::setup(format!("cannot start {}: {e}", qemu.display()), SETUP_HINT)
         })?;
+    // Killed and reaped on every way out of this function, early returns and panics included.
+    let mut child = KillOnDrop(child);
 
     let mut failures = Vec::new();
     let mut qmp = None;
     if !s.requests.is_empty() {
-        match Qmp::connect(&qmp_path, Duration::from_secs(20)) {
+        match Qmp::connect(&qmp_path, Duration::from_secs(20), || {
+            matches!(child.0.try_wait(), Ok(Some(_)))
+        }) {
             Ok(q) => qmp = Some(q),
             Err(e) => failures.push(Failure {
                 check: "qmp".into(),
@@ -379,7 +419,7 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
     let mut exited = false;
     loop {
         // Reading after try_wait: lines written just before exit are still picked up.
-        exited = exited || matches!(child.try_wait(), Ok(Some(_)));
+        exited = exited || matches!(child.0.try_wait(), Ok(Some(_)));
         for line in tail.lines() {
             let Ok(ev) = serde_json::from_str::<Value>(&line) else {
                 continue; // e.g. a line cut by a kill; only JSON objects are ours
@@ -434,12 +474,12 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
         }
         if start.elapsed() > s.timeout {
             timed_out = true;
-            kill(&mut child);
+            kill(&mut child.0);
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let _ = child.wait();
+    let _ = child.0.wait();
     let wall_time = start.elapsed();
 
     if timed_out {
