@@ -56,17 +56,31 @@
 //! - /proc/<pid>/task_isolation (P 06/13): three lines "Configured state: ", "Active state: "
 //!   (feature names), "Quiescing: " (quiesce_mask names, whether active or not), each name
 //!   followed by a space, "none " for 0. Only in the tgid directory (tgid_base_stuff), mode
-//!   0400; `self` = the caller's thread group; a tid works at the top level (R, P).
+//!   0400; `self` = the caller's thread group; a tid works at the top level (R, P). It has no
+//!   write handler: an open for writing fails with EACCES without CAP_DAC_OVERRIDE, while
+//!   root's open succeeds and its writes fail with EINVAL (procfs, checked on
+//!   /proc/self/environ). The emulator answers EACCES to every open for writing or with
+//!   O_TRUNC, root's included: it cannot fail the writes to one fd.
 //!
 //! How: PTRACE_SEIZE with TRACEFORK|VFORK|CLONE|EXEC|SECCOMP|EXITKILL. By default a seccomp
 //! filter (installed in the child before exec) stops tracees only at prctl, execve(at) and the
 //! path syscalls; `--no-seccomp` stops at every syscall instead (slower, for comparison). A
 //! procfs path is redirected to a fresh 0400 file in a private temp dir holding the current
 //! text, owned by the task's euid when running as root; the argument register is restored at
-//! the syscall-exit stop. Relative paths and paths relative to a directory fd are not
-//! emulated. Exit status: the command's, or 128+signal; 125 for the emulator's own failures.
-//! When the command exits, remaining tasks get `--grace-ms` (default 2000) to finish, then
-//! SIGKILL.
+//! the syscall-exit stop. Relative paths, paths relative to a directory fd and paths with a
+//! `..` component are not emulated. The command starts with SIGPIPE at its default action and
+//! no signal blocked, whatever the emulator's own state. Exit status: the command's, or
+//! 128+signal; 125 for the emulator's own failures. SIGTERM and SIGHUP to the emulator are
+//! passed on to the command. When the command exits, remaining tasks get `--grace-ms` (default
+//! 2000) to finish, then SIGKILL, every 100 ms until none is left: the traced tasks and the
+//! emulator's own children (it is the subreaper of the command's orphans).
+//!
+//! Not emulated: children made with clone(CLONE_UNTRACED). The flag turns off the fork event
+//! and so the tracing of the child; their prctls reach the real kernel and they have no
+//! /proc/<pid>/task_isolation state (the log shows their exit with tgid null). Stripping the
+//! flag would mean stopping at every clone3 (its flags live in memory, out of the seccomp
+//! filter's reach) and rewriting the caller's `struct clone_args`, for a flag user programs
+//! rarely pass. They are killed after the grace period like any other leftover.
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 #[path = "../emu/model.rs"]

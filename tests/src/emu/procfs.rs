@@ -14,10 +14,13 @@ pub enum ProcDir {
     Task(i32),
 }
 
-/// Matches an absolute path, after lexical clean-up of `//`, `.` and `..` (none of the
-/// components involved is a symlink except `self`, whose target is a direct child of /proc,
-/// so lexical `..` gives the kernel's answer). Relative paths, `*at()` paths relative to a
-/// directory fd and a trailing slash are not matched: they reach the stock kernel unchanged.
+/// Matches an absolute path, after lexical clean-up of `//` and `.`, which always name the
+/// directory they are in. A path with a `..` component is never matched: the kernel walks
+/// `..` from the directory the walk reached, so `/proc/self/nonexistent/../task_isolation` is
+/// ENOENT, and telling that apart needs every component looked up; the stock kernel answers
+/// such a path (ENOENT, the file does not exist there), the only cost being that a roundabout
+/// path that would reach the file on a patched kernel is not emulated. Relative paths,
+/// `*at()` paths relative to a directory fd and a trailing slash are not matched either.
 pub fn match_task_isolation(path: &[u8]) -> Option<ProcDir> {
     if path.first() != Some(&b'/') || path.last() == Some(&b'/') {
         return None;
@@ -26,9 +29,7 @@ pub fn match_task_isolation(path: &[u8]) -> Option<ProcDir> {
     for comp in path.split(|&b| b == b'/') {
         match comp {
             b"" | b"." => {}
-            b".." => {
-                parts.pop();
-            }
+            b".." => return None,
             c => parts.push(c),
         }
     }
@@ -58,10 +59,9 @@ mod tests {
         let m = |p: &str| match_task_isolation(p.as_bytes());
         assert_eq!(m("/proc/self/task_isolation"), Some(ProcDir::SelfDir));
         assert_eq!(m("/proc/42/task_isolation"), Some(ProcDir::Task(42)));
-        assert_eq!(
-            m("//proc/./self/../42/task_isolation"),
-            Some(ProcDir::Task(42))
-        );
+        assert_eq!(m("//proc/./42/./task_isolation"), Some(ProcDir::Task(42)));
+        assert_eq!(m("/proc/self/../42/task_isolation"), None);
+        assert_eq!(m("/proc/self/nonexistent/../task_isolation"), None);
         assert_eq!(m("/proc/42/task/43/task_isolation"), None);
         assert_eq!(m("/proc/thread-self/task_isolation"), None);
         assert_eq!(m("/proc/042/task_isolation"), None);

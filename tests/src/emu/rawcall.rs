@@ -1,15 +1,20 @@
 //! isol-rawcall's implementation (x86_64 only: raw syscall numbers, struct layouts).
 
+use std::collections::VecDeque;
 use std::ffi::CString;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use libtaskisol::abi::{
     ISOL_F_QUIESCE, I_CFG_FEAT, I_CFG_INHERIT, PR_ISOL_ACTIVATE_GET, PR_ISOL_ACTIVATE_SET,
     PR_ISOL_CFG_GET, PR_ISOL_CFG_SET, PR_ISOL_FEAT_GET, QUIESCE_CONTROL,
 };
 use nix::errno::Errno;
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::waitpid;
+use nix::unistd::Pid;
 use serde_json::{json, Value};
 
 const FILL: u64 = 0xa5a5_a5a5_a5a5_a5a5;
@@ -20,7 +25,11 @@ Usage: isol-rawcall CALL... (each CALL one argument; run only under isol-emu)
   activate-get | activate-set MASK | prctl OPT A2 A3 A4 A5 (A: number|buf|bad|ro)
   badptr CALL.. | roptr CALL..  (the call's pointer is unmapped / read-only)
   cat-ti WHO | probe WHO  (WHO: self|thread-self|pid|tid|task|parent|N|/path)
+  open-ti WHO FLAGS  (open, openat and openat2 with these O_* flags, as a number)
   fork-then | thread-then | exec-then | thread-exec-then | spawn-then  (rest runs there)
+  untraced-then  (rest runs in a clone(CLONE_UNTRACED) child; the parent goes on at once)
+  busy-threads N MS getppid|open  (N threads loop on the syscall for MS ms)
+  fork-storm N MS  (N threads fork children that sleep MS ms, for MS ms)
   ids | exit CODE | raise SIG | sleep-ms N";
 
 /// Where the call's user pointer points.
@@ -49,11 +58,24 @@ enum Call {
     },
     Cat(String),
     Probe(String),
+    OpenTi(String, u64),
     ForkThen,
     ThreadThen,
     ExecThen,
     ThreadExecThen,
     SpawnThen,
+    UntracedThen,
+    BusyThreads {
+        threads: u64,
+        ms: u64,
+        /// open("/dev/null") instead of getppid: a syscall the seccomp filter sends to the
+        /// tracer.
+        open: bool,
+    },
+    ForkStorm {
+        threads: u64,
+        ms: u64,
+    },
     Ids,
     Exit(i32),
     Raise(i32),
@@ -182,11 +204,29 @@ fn parse_call(group: &str) -> Result<Call, String> {
         }
         "cat-ti" => Ok(Call::Cat(rest.first().unwrap_or(&"self").to_string())),
         "probe" => Ok(Call::Probe(rest.first().unwrap_or(&"self").to_string())),
+        "open-ti" => Ok(Call::OpenTi(
+            rest.first().unwrap_or(&"self").to_string(),
+            n(1, None)?,
+        )),
         "fork-then" => Ok(Call::ForkThen),
         "thread-then" => Ok(Call::ThreadThen),
         "exec-then" => Ok(Call::ExecThen),
         "thread-exec-then" => Ok(Call::ThreadExecThen),
         "spawn-then" => Ok(Call::SpawnThen),
+        "untraced-then" => Ok(Call::UntracedThen),
+        "busy-threads" => Ok(Call::BusyThreads {
+            threads: n(0, None)?,
+            ms: n(1, None)?,
+            open: match rest.get(2).copied() {
+                Some("getppid") => false,
+                Some("open") => true,
+                _ => return Err("busy-threads: the syscall is getppid or open".into()),
+            },
+        }),
+        "fork-storm" => Ok(Call::ForkStorm {
+            threads: n(0, None)?,
+            ms: n(1, None)?,
+        }),
         "ids" => Ok(Call::Ids),
         "exit" => Ok(Call::Exit(n(0, None)? as i32)),
         "raise" => Ok(Call::Raise(n(0, None)? as i32)),
@@ -409,6 +449,41 @@ fn do_probe(who: &str) {
     );
 }
 
+/// Opens with the caller's flags through each open syscall, O_CREAT never being among them
+/// in the tests (no mode is passed).
+fn do_open(who: &str, flags: u64) {
+    let path = who_path(who);
+    let Ok(c) = CString::new(path.clone()) else {
+        return;
+    };
+    let p = c.as_ptr() as u64;
+    let cwd = libc::AT_FDCWD as i64 as u64;
+    let flags = flags | libc::O_CLOEXEC as u64;
+    // struct open_how { u64 flags, mode, resolve }.
+    let how: [u64; 3] = [flags, 0, 0];
+    let howp = how.as_ptr() as u64;
+    let calls: [(&str, libc::c_long, [u64; 5]); 3] = [
+        ("open", libc::SYS_open, [p, flags, 0, 0, 0]),
+        ("openat", libc::SYS_openat, [cwd, p, flags, 0, 0]),
+        ("openat2", libc::SYS_openat2, [cwd, p, howp, 24, 0]),
+    ];
+    let mut results = serde_json::Map::new();
+    for (name, nr, args) in calls {
+        // SAFETY: `p` is a NUL-terminated path and `howp` a 24-byte open_how; an fd the open
+        // returns is ours and closed at once.
+        let (ret, err) = unsafe { raw_syscall(nr, args) };
+        if err.is_none() {
+            // SAFETY: closing the fd the open above returned.
+            unsafe { libc::close(ret as i32) };
+        }
+        results.insert(
+            name.into(),
+            err.map_or(json!("ok"), |e| json!(format!("{e:?}"))),
+        );
+    }
+    emit(json!({"call": "open-ti", "path": path, "flags": flags, "results": results}));
+}
+
 fn self_exe() -> Command {
     Command::new("/proc/self/exe")
 }
@@ -421,13 +496,14 @@ fn run(groups: &[String], calls: &[Call], pages: &Pages) {
             Call::Prctl { .. } | Call::Raw { .. } => do_prctl(call, pages, &groups[i]),
             Call::Cat(who) => do_cat(who),
             Call::Probe(who) => do_probe(who),
+            Call::OpenTi(who, flags) => do_open(who, *flags),
             Call::Ids => emit(json!({"call": "ids"})),
             Call::Exit(code) => std::process::exit(*code),
             Call::Raise(sig) => {
                 // SAFETY: raise() has no memory-safety preconditions.
                 unsafe { libc::raise(*sig) };
             }
-            Call::SleepMs(ms) => std::thread::sleep(std::time::Duration::from_millis(*ms)),
+            Call::SleepMs(ms) => std::thread::sleep(Duration::from_millis(*ms)),
             Call::ForkThen => {
                 // SAFETY: the child only runs the remaining calls and exits; no other thread
                 // of ours is running (threads of earlier calls were joined).
@@ -475,8 +551,115 @@ fn run(groups: &[String], calls: &[Call], pages: &Pages) {
                 emit(json!({"call": "spawn-then", "status": format!("{status:?}")}));
                 return;
             }
+            Call::UntracedThen => {
+                // SAFETY: clone without CLONE_VM is fork without glibc's bookkeeping: the
+                // child gets its own copy of the address space, stack included (a NULL stack
+                // pointer keeps using it). No other thread of ours runs (threads of earlier
+                // calls were joined), so the copy holds no lock. glibc's cached tid stays the
+                // parent's in the child, so the child must not use it (raise, threads): the
+                // usage says which calls are meant to follow.
+                let r = unsafe {
+                    libc::syscall(
+                        libc::SYS_clone,
+                        (libc::CLONE_UNTRACED | libc::SIGCHLD) as libc::c_ulong,
+                        0usize,
+                        0usize,
+                        0usize,
+                        0usize,
+                    )
+                };
+                match r {
+                    0 => {
+                        run(rest, rest_calls, pages);
+                        std::process::exit(0);
+                    }
+                    -1 => emit(
+                        json!({"call": "untraced-then", "errno": errno_json(Some(Errno::last()))}),
+                    ),
+                    child => emit(json!({"call": "untraced-then", "child": child})),
+                }
+                return;
+            }
+            Call::BusyThreads { threads, ms, open } => busy_threads(*threads, *ms, *open),
+            Call::ForkStorm { threads, ms } => fork_storm(*threads, *ms),
         }
     }
+}
+
+/// Threads that never block, so that the tracer always has a stop to handle: what a
+/// supervisor must still interrupt for signals and deadlines.
+fn busy_threads(threads: u64, ms: u64, open: bool) {
+    let until = Instant::now() + Duration::from_millis(ms);
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut calls = 0u64;
+                while Instant::now() < until {
+                    if open {
+                        let _ = std::fs::File::open("/dev/null");
+                    } else {
+                        let _ = nix::unistd::getppid();
+                    }
+                    calls += 1;
+                }
+                calls
+            })
+        })
+        .collect();
+    let calls: u64 = workers.into_iter().filter_map(|h| h.join().ok()).sum();
+    emit(json!({"call": "busy-threads", "calls": calls}));
+}
+
+/// Threads that fork without pause, each keeping at most 16 sleeping children (the oldest is
+/// killed to make room), so that fork events are always in flight: a supervisor that kills
+/// this process meets children it has not heard of yet. Children sleep `ms` and the storm
+/// lasts `ms`, so nothing outlives the call by more than that.
+fn fork_storm(threads: u64, ms: u64) {
+    let until = Instant::now() + Duration::from_millis(ms);
+    let nap = libc::timespec {
+        tv_sec: (ms / 1000) as libc::time_t,
+        tv_nsec: ((ms % 1000) * 1_000_000) as libc::c_long,
+    };
+    let reap = |pid: Pid| {
+        let _ = kill(pid, Signal::SIGKILL);
+        let _ = waitpid(pid, None);
+    };
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut live = VecDeque::new();
+                let mut forks = 0u64;
+                while Instant::now() < until {
+                    if live.len() >= 16 {
+                        if let Some(oldest) = live.pop_front() {
+                            reap(oldest);
+                        }
+                    }
+                    // SAFETY: other threads run, so the child calls only async-signal-safe
+                    // functions (nanosleep, _exit) and touches no lock or allocation.
+                    match unsafe { libc::fork() } {
+                        0 => {
+                            // SAFETY: `nap` is a valid timespec and the remainder is not asked
+                            // for; _exit() has no preconditions.
+                            unsafe {
+                                libc::nanosleep(&nap, std::ptr::null_mut());
+                                libc::_exit(0)
+                            }
+                        }
+                        -1 => break,
+                        pid => {
+                            live.push_back(Pid::from_raw(pid));
+                            forks += 1;
+                        }
+                    }
+                }
+                live.into_iter().for_each(reap);
+                forks
+            })
+        })
+        .collect();
+    let forks: u64 = workers.into_iter().filter_map(|h| h.join().ok()).sum();
+    emit(json!({"call": "fork-storm", "forks": forks}));
 }
 
 /// A thread gets its own pointer pages so that `Pages` need not be shared.
@@ -533,6 +716,14 @@ pub fn main() {
     match tracer_comm() {
         Some(c) if c == "isol-emu" => {}
         other => refuse(&format!("not traced by isol-emu (tracer: {other:?})")),
+    }
+    // A clone(CLONE_UNTRACED) child is not traced, so nothing emulates its prctls.
+    if calls
+        .iter()
+        .skip_while(|c| !matches!(c, Call::UntracedThen))
+        .any(issues_isolation_prctl)
+    {
+        refuse("calls after untraced-then are not traced: prctl 63..67 would reach the kernel");
     }
     if marker == "trace-only" && calls.iter().any(issues_isolation_prctl) {
         refuse("isol-emu --trace-only passes prctl 63..67 to the real kernel");

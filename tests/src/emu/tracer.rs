@@ -92,6 +92,12 @@ const PTRACE_EVENT_STOP: i32 = 128;
 /// The x86_64 ABI lets leaf functions use 128 bytes below %rsp; the path we plant goes below.
 const RED_ZONE: u64 = 128;
 const PATH_MAX: usize = 4096;
+/// How often the tasks left after the grace period are killed again: one sweep can miss a
+/// child whose fork was under way, and orphans of killed tasks become our children later.
+const SWEEP_INTERVAL: Duration = Duration::from_millis(100);
+/// How long a new task may wait for its parent's fork event before it is adopted without it
+/// (see [`Supervisor::adopt_overdue_early`]). The event normally follows within microseconds.
+const EARLY_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Syscalls whose path argument may name the emulated procfs file: (nr, argument index, name).
 const PATH_SYSCALLS: &[(libc::c_long, usize, &str)] = &[
@@ -136,6 +142,13 @@ enum Pending {
         tmp: PathBuf,
         path: String,
         content: String,
+        syscall: &'static str,
+    },
+    /// An open of the emulated file for writing, skipped by the kernel: put `ret` (-EACCES) in
+    /// %rax and log it.
+    ProcfsDenied {
+        ret: i64,
+        path: String,
         syscall: &'static str,
     },
 }
@@ -317,11 +330,77 @@ fn read_tgid(tid: i32) -> Option<i32> {
     status_field(tid, "Tgid:")?.first().map(|&v| v as i32)
 }
 
+/// Where a task whose parent's fork event never came most likely comes from, read from its
+/// /proc status: `(tgid, creator)`. A thread (Tgid != tid) was made by a thread of its own
+/// group, taken as its thread group; a process by its parent (PPid, the creating thread's
+/// thread group). `None` creator once the parent has died: the task was re-parented (to us,
+/// the subreaper, or to init), and PPid names its new parent, which is no task we trace or one
+/// that did not create it; it then starts without a context, as under an untraced parent.
+fn early_origin(tid: i32, status: &str) -> Option<(i32, Option<i32>)> {
+    let field = |key: &str| -> Option<i32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let tgid = field("Tgid:")?;
+    if tgid != tid {
+        return Some((tgid, Some(tgid)));
+    }
+    let ppid = field("PPid:")?;
+    let ours = i32::try_from(std::process::id()).ok();
+    Some((tid, (ppid != 0 && Some(ppid) != ours).then_some(ppid)))
+}
+
+/// The emulator's own children, from /proc/self/task/<tid>/children (CONFIG_PROC_CHILDREN,
+/// which every distribution kernel enables), else from the PPid of every process.
+fn own_children() -> Vec<i32> {
+    let parse = |text: &str| -> Vec<i32> {
+        text.split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect()
+    };
+    let me = std::process::id();
+    if let Ok(text) = fs::read_to_string(format!("/proc/self/task/{me}/children")) {
+        // The emulator runs a single thread, so the main thread's list is all of them.
+        return parse(&text);
+    }
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            status_field(pid, "PPid:").is_some_and(|v| v.first() == Some(&i64::from(me)))
+        })
+        .collect()
+}
+
 /// The owner of /proc/<pid>/ files: the task's effective uid and gid.
 fn task_owner(tid: i32) -> Option<(u32, u32)> {
     let uid = *status_field(tid, "Uid:")?.get(1)?;
     let gid = *status_field(tid, "Gid:")?.get(1)?;
     Some((uid as u32, gid as u32))
+}
+
+/// Whether an open(at)(2) asks for write access, or for O_TRUNC, which needs it. An
+/// unreadable `struct open_how` counts as no: the real openat2 then fails with EFAULT.
+fn open_for_writing(tid: i32, regs: &libc::user_regs_struct, syscall: &str) -> bool {
+    let flags = match syscall {
+        "open" => regs.rsi,
+        "openat" => regs.rdx,
+        "openat2" => {
+            let mut how = [0u8; 8];
+            if Remote(Pid::from_raw(tid)).read(regs.rdx, &mut how).is_err() {
+                return false;
+            }
+            u64::from_le_bytes(how)
+        }
+        _ => return false,
+    };
+    let flags = flags as libc::c_int;
+    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
 }
 
 fn errno_name(ret: i64) -> Option<String> {
@@ -346,8 +425,10 @@ extern "C" fn on_signal(sig: libc::c_int) {
 }
 
 /// Handlers without SA_RESTART, so that a blocked waitpid returns EINTR and the loop can act.
-/// A 100 ms interval timer wakes the loop too, so a signal that lands just before waitpid is
-/// not lost and the grace period is enforced even when no tracee reports anything.
+/// The loop reads the flags after every return of waitpid, not only on EINTR: busy tracees
+/// keep waitpid from ever blocking. A signal that lands just before waitpid blocks is seen at
+/// the next return, which the 100 ms interval timer bounds when no tracee reports anything;
+/// the timer also drives the grace period and the early-stop fallback in a quiet run.
 fn install_signal_handlers() -> io::Result<()> {
     for sig in [
         libc::SIGINT,
@@ -389,18 +470,27 @@ struct Supervisor {
     cfg: Config,
     log: Log,
     tasks: HashMap<i32, Task>,
-    /// New tasks that stopped before their parent's fork/clone event told us who they are,
-    /// with the signal to deliver when they are resumed.
-    early: HashMap<i32, i32>,
+    /// New tasks that stopped before their parent's fork/clone event told us who they are.
+    early: HashMap<i32, Early>,
     /// Unknown tasks that died before their parent's event arrived.
     dead_early: HashSet<i32>,
     tmpdir: PathBuf,
     seq: u64,
     main: i32,
     main_status: Option<i32>,
-    main_exited_at: Option<Instant>,
-    stragglers_killed: bool,
+    /// When the next kill sweep is due: the end of the grace period once the command has
+    /// exited, then every [`SWEEP_INTERVAL`].
+    sweep_at: Option<Instant>,
     am_root: bool,
+}
+
+/// A task in [`Supervisor::early`].
+#[derive(Debug, Clone, Copy)]
+struct Early {
+    /// The signal to deliver when it is resumed.
+    sig: i32,
+    /// Its first stop.
+    since: Instant,
 }
 
 /// Runs the command under the emulator and returns the exit status for `isol-emu`.
@@ -475,6 +565,18 @@ fn start(cfg: Config) -> io::Result<Supervisor> {
     // stops itself, installs the filter and execs.
     let child = match unsafe { nix::unistd::fork() }? {
         nix::unistd::ForkResult::Child => {
+            // The command starts with the signal state a shell would give it, as
+            // std::process::Command does: Rust's start-up code set SIGPIPE to SIG_IGN, which
+            // exec keeps (`yes | head -1` would print "Broken pipe"), and a blocked mask would
+            // be inherited too. The emulator's own handlers are installed after this fork.
+            // SAFETY: `mask` is a valid sigset_t that sigemptyset initialises; signal() and
+            // sigprocmask() are async-signal-safe and take no other pointer.
+            unsafe {
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                let mut mask: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut mask);
+                libc::sigprocmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut());
+            }
             // SAFETY: raise() has no memory-safety preconditions.
             unsafe { libc::raise(libc::SIGSTOP) };
             // The tracer has seized us and sent SIGCONT: traced syscalls now reach it.
@@ -530,8 +632,7 @@ fn start(cfg: Config) -> io::Result<Supervisor> {
         seq: 0,
         main: child.as_raw(),
         main_status: None,
-        main_exited_at: None,
-        stragglers_killed: false,
+        sweep_at: None,
         // SAFETY: geteuid() cannot fail and has no preconditions.
         am_root: unsafe { libc::geteuid() } == 0,
         cfg,
@@ -559,42 +660,106 @@ impl Supervisor {
         loop {
             match wait_any() {
                 Ok((tid, status)) => self.on_wait(tid, status),
-                Err(Errno::EINTR) => self.on_interrupt(),
+                Err(Errno::EINTR) => {}
                 Err(Errno::ECHILD) => break,
                 Err(e) => {
                     eprintln!("isol-emu: waitpid failed: {e}");
                     break;
                 }
             }
+            self.after_wait();
         }
     }
 
-    fn on_interrupt(&mut self) {
+    /// Work that is due by time or by a signal to the emulator. Runs after every return of
+    /// waitpid, because with busy tracees it always has an event and never returns EINTR. The
+    /// common case costs one atomic load and, while a deadline is armed, one clock read.
+    fn after_wait(&mut self) {
+        if SIGNALS.load(Ordering::Relaxed) != 0 {
+            self.forward_signals();
+        }
+        if self.sweep_at.is_none() && self.early.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        if self.sweep_at.is_some_and(|t| now >= t) {
+            self.sweep();
+            self.sweep_at = Some(now + SWEEP_INTERVAL);
+        }
+        if self
+            .early
+            .values()
+            .any(|e| now.duration_since(e.since) >= EARLY_TIMEOUT)
+        {
+            self.adopt_overdue_early(now);
+        }
+    }
+
+    fn forward_signals(&mut self) {
         let got = SIGNALS.swap(0, Ordering::SeqCst);
         // SIGINT and SIGQUIT from a terminal already reach the command (same process group);
-        // SIGTERM and SIGHUP are sent to us alone, so they are passed on.
+        // SIGTERM and SIGHUP are sent to us alone, so they are passed on. SIGALRM only wakes
+        // the loop.
         for sig in [libc::SIGTERM, libc::SIGHUP] {
             if got & (1 << sig) != 0 && self.main_status.is_none() {
+                // The command is our child and not yet reaped, so its pid is still its own.
                 // SAFETY: kill() has no memory-safety preconditions.
                 unsafe { libc::kill(self.main, sig) };
             }
         }
-        let overdue = self
-            .main_exited_at
-            .is_some_and(|t| t.elapsed() >= self.cfg.grace);
-        if overdue && !self.stragglers_killed {
-            self.stragglers_killed = true;
-            let tids: Vec<i32> = self
-                .tasks
-                .keys()
-                .chain(self.early.keys())
-                .copied()
-                .collect();
-            for tid in tids {
-                // Tasks we still trace cannot have been reaped, so their ids are not reused.
-                // SAFETY: kill() has no memory-safety preconditions.
-                unsafe { libc::kill(tid, libc::SIGKILL) };
-            }
+    }
+
+    /// SIGKILLs what is left after the grace period; repeated every [`SWEEP_INTERVAL`] until
+    /// nothing is left, since a task can appear after a sweep: the child of a fork under way
+    /// when its parent was killed, or an orphan re-parented to us when its parent died.
+    fn sweep(&mut self) {
+        // Tasks we trace cannot be reaped by anyone before we have seen their exit (a zombie
+        // tracee is visible to its tracer only), so their ids have not been reused.
+        let traced = self.tasks.keys().chain(self.early.keys()).copied();
+        // Untraced tasks (clone(CLONE_UNTRACED) children, see isol-emu's documentation) are
+        // found as our children: the command's orphans are re-parented to us, the subreaper.
+        // Only our own children are killed, never a grandchild found through them: no one
+        // else can reap our children, so their pids cannot have been reused meanwhile, while a
+        // grandchild's parent may reap it at any moment. A grandchild becomes our child when
+        // its parent dies, and the next sweep gets it.
+        let tids: Vec<i32> = traced.chain(own_children()).collect();
+        for tid in tids {
+            // SAFETY: kill() has no memory-safety preconditions.
+            unsafe { libc::kill(tid, libc::SIGKILL) };
+        }
+    }
+
+    /// A new task normally stops twice in quick succession: its own first stop, and its
+    /// parent's fork event, which says what it inherits. If the parent is SIGKILLed in between,
+    /// the event never comes and the task would stay stopped forever. After [`EARLY_TIMEOUT`]
+    /// it is adopted from what /proc/<tid>/status says (see [`early_origin`]).
+    fn adopt_overdue_early(&mut self, now: Instant) {
+        let overdue: Vec<i32> = self
+            .early
+            .iter()
+            .filter(|(_, e)| now.duration_since(e.since) >= EARLY_TIMEOUT)
+            .map(|(&tid, _)| tid)
+            .collect();
+        for tid in overdue {
+            let Some(early) = self.early.remove(&tid) else {
+                continue;
+            };
+            let origin = fs::read_to_string(format!("/proc/{tid}/status"))
+                .ok()
+                .and_then(|text| early_origin(tid, &text));
+            let (tgid, creator) = origin.unwrap_or((tid, None));
+            let kind = if tgid == tid { "fork" } else { "clone" };
+            // The creator's state now stands for the state it forked with, which differs only
+            // if it issued a task-isolation prctl since: the closest the emulator can know.
+            let isol = self.child_state(
+                creator,
+                tid,
+                tgid,
+                kind,
+                Some("no fork event from the parent; adopted from /proc/<tid>/status"),
+            );
+            self.tasks.insert(tid, Task::new(tgid, isol));
+            self.resume(tid, early.sig);
         }
     }
 
@@ -622,7 +787,7 @@ impl Supervisor {
                 if self.tasks.contains_key(&tid) {
                     self.resume(tid, sig);
                 } else {
-                    self.early.insert(tid, sig);
+                    self.note_early(tid).sig = sig;
                 }
             }
             libc::PTRACE_EVENT_FORK | libc::PTRACE_EVENT_VFORK | libc::PTRACE_EVENT_CLONE => {
@@ -633,7 +798,7 @@ impl Supervisor {
             PTRACE_EVENT_STOP => {
                 if !self.tasks.contains_key(&tid) {
                     // A new child's first stop, ahead of its parent's fork event.
-                    self.early.entry(tid).or_insert(0);
+                    self.note_early(tid);
                 } else if matches!(
                     sig,
                     libc::SIGSTOP | libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU
@@ -647,6 +812,13 @@ impl Supervisor {
             }
             _ => self.resume(tid, 0),
         }
+    }
+
+    fn note_early(&mut self, tid: i32) -> &mut Early {
+        self.early.entry(tid).or_insert(Early {
+            sig: 0,
+            since: Instant::now(),
+        })
     }
 
     /// Restarts a task; through the syscall-exit stop when work is pending there (or always,
@@ -690,7 +862,7 @@ impl Supervisor {
             } else {
                 128 + libc::WTERMSIG(status)
             });
-            self.main_exited_at = Some(Instant::now());
+            self.sweep_at = Some(Instant::now() + self.cfg.grace);
         }
     }
 
@@ -710,8 +882,39 @@ impl Supervisor {
         } else {
             child
         };
-        let parent_task = self.tasks.get(&parent);
-        let parent_tgid = parent_task.map_or(parent, |t| t.tgid);
+        if self.tasks.contains_key(&child) {
+            // Adopted without this event, which came very late (see adopt_overdue_early):
+            // the state the child has used since stays.
+            self.resume(parent, 0);
+            return;
+        }
+        let isol = self.child_state(Some(parent), child, tgid, kind, None);
+        if !self.dead_early.remove(&child) {
+            self.tasks.insert(child, Task::new(tgid, isol));
+            if let Some(early) = self.early.remove(&child) {
+                self.resume(child, early.sig);
+            }
+        }
+        self.resume(parent, 0);
+    }
+
+    /// The state the kernel gives a new task at fork, from `parent`: a task, or else a thread
+    /// group (a thread of it stands in); an unknown or untraced parent gives no context. Logs
+    /// the fork.
+    fn child_state(
+        &mut self,
+        parent: Option<i32>,
+        child: i32,
+        tgid: i32,
+        kind: &str,
+        reason: Option<&str>,
+    ) -> TaskIsol {
+        let parent_task = parent.and_then(|p| {
+            self.tasks
+                .get(&p)
+                .or_else(|| self.tasks.values().find(|t| t.tgid == p))
+        });
+        let parent_tgid = parent_task.map(|t| t.tgid).or(parent);
         let mut isol = match parent_task {
             Some(t) if !self.cfg.trace_only => model::copy_on_fork(&t.isol),
             _ => None,
@@ -724,7 +927,7 @@ impl Supervisor {
         } else {
             model::state_json(&isol)
         };
-        self.log.emit(json!({
+        let mut ev = json!({
             "ev": "fork",
             "kind": kind,
             "tid": parent,
@@ -732,14 +935,12 @@ impl Supervisor {
             "child": child,
             "child_tgid": tgid,
             "state": state,
-        }));
-        if !self.dead_early.remove(&child) {
-            self.tasks.insert(child, Task::new(tgid, isol));
-            if let Some(sig) = self.early.remove(&child) {
-                self.resume(child, sig);
-            }
+        });
+        if let Some(reason) = reason {
+            ev["reason"] = json!(reason);
         }
-        self.resume(parent, 0);
+        self.log.emit(ev);
+        isol
     }
 
     fn on_exec(&mut self, tid: i32) {
@@ -922,6 +1123,23 @@ impl Supervisor {
             None => return Ok(None),
         };
         let content = model::render_procfs(&isol);
+        if open_for_writing(tid, &regs, name) {
+            // The kernel's file is 0400 with no write handler: without CAP_DAC_OVERRIDE the
+            // open fails with EACCES; with it the open succeeds and every write(2) fails with
+            // EINVAL. The emulator cannot fail the writes to one fd (the seccomp filter cannot
+            // name an fd chosen later) and a redirected root open would write to the private
+            // copy and succeed, hiding a bug the real kernel reports; so every write-open gets
+            // the non-root answer: an error one step early for root, never a silent success.
+            let ret = -i64::from(libc::EACCES);
+            regs.orig_rax = u64::MAX;
+            regs.rax = ret as u64;
+            ptrace::setregs(Pid::from_raw(tid), regs)?;
+            return Ok(Some(Pending::ProcfsDenied {
+                ret,
+                path: String::from_utf8_lossy(&raw).into_owned(),
+                syscall: name,
+            }));
+        }
         self.seq += 1;
         let tmp = self.tmpdir.join(format!("ti-{}", self.seq));
         {
@@ -981,6 +1199,22 @@ impl Supervisor {
                     self.log_prctl(tid, tgid, option, args, regs.rax as i64, false);
                 }
             }
+            Some(Pending::ProcfsDenied { ret, path, syscall }) => {
+                if let Ok(mut regs) = ptrace::getregs(pid) {
+                    regs.rax = ret as u64;
+                    let _ = ptrace::setregs(pid, regs);
+                }
+                self.log.emit(json!({
+                    "ev": "procfs",
+                    "tid": tid,
+                    "tgid": tgid,
+                    "syscall": syscall,
+                    "path": path,
+                    "content": Value::Null,
+                    "ret": ret,
+                    "errno": errno_name(ret),
+                }));
+            }
             Some(Pending::Procfs {
                 reg,
                 orig,
@@ -1013,5 +1247,173 @@ impl Supervisor {
             }
         }
         self.resume(tid, 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    fn supervisor(log: File) -> Supervisor {
+        Supervisor {
+            cfg: Config {
+                log: None,
+                trace_only: false,
+                seccomp: true,
+                grace: Duration::from_secs(2),
+                fail: Vec::new(),
+                argv: Vec::new(),
+            },
+            log: Log(Some(log)),
+            tasks: HashMap::new(),
+            early: HashMap::new(),
+            dead_early: HashSet::new(),
+            tmpdir: PathBuf::new(),
+            seq: 0,
+            main: 0,
+            main_status: None,
+            sweep_at: None,
+            am_root: false,
+        }
+    }
+
+    #[test]
+    fn early_origin_names_the_parent_or_the_thread_group() {
+        let status = |tgid: i32, ppid: i64| {
+            format!("Name:\tx\nUmask:\t0022\nTgid:\t{tgid}\nNgid:\t0\nPid:\t500\nPPid:\t{ppid}\n")
+        };
+        let me = i64::from(std::process::id());
+        assert_eq!(early_origin(500, &status(500, 42)), Some((500, Some(42))));
+        assert_eq!(
+            early_origin(501, &status(500, 42)),
+            Some((500, Some(500))),
+            "a thread comes from its own thread group"
+        );
+        assert_eq!(
+            early_origin(500, &status(500, me)),
+            Some((500, None)),
+            "re-parented to the emulator: the creator is gone"
+        );
+        assert_eq!(early_origin(500, &status(500, 0)), Some((500, None)));
+        assert_eq!(early_origin(500, "Name:\tx\n"), None);
+    }
+
+    /// Real tasks stand in for tracees whose parents' fork events never came: a grandchild
+    /// (its parent is a task the supervisor knows), a child (re-parented to the supervisor,
+    /// as an orphan would be) and a thread. They are not traced, so resuming them fails with
+    /// ESRCH, which the supervisor ignores as for a task killed meanwhile.
+    #[test]
+    fn a_task_whose_fork_event_never_came_is_adopted_after_the_timeout() {
+        // Above any pid_max: no such task.
+        const GONE: i32 = i32::MAX - 1;
+        let me = std::process::id() as i32;
+        let mut sh = Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!; wait"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(sh.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let sleeper: i32 = line.trim().parse().unwrap();
+        let shell = sh.id() as i32;
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (end_tx, end_rx) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            tid_tx.send(nix::unistd::gettid().as_raw()).unwrap();
+            let _ = end_rx.recv();
+        });
+        let thread_tid = tid_rx.recv().unwrap();
+
+        let dir = tempfile::tempdir().unwrap();
+        let log_path = dir.path().join("log.jsonl");
+        let mut sup = supervisor(File::create(&log_path).unwrap());
+        let conf = Some(model::IsolInfo {
+            conf_mask: 1,
+            quiesce_mask: 1,
+            inherit_mask: 1, // ISOL_INHERIT_CONF
+            ..Default::default()
+        });
+        sup.tasks.insert(shell, Task::new(shell, conf));
+        sup.tasks.insert(me, Task::new(me, conf));
+        let overdue = Instant::now()
+            .checked_sub(EARLY_TIMEOUT + Duration::from_millis(1))
+            .unwrap();
+        for tid in [sleeper, GONE] {
+            sup.early.insert(
+                tid,
+                Early {
+                    sig: 0,
+                    since: overdue,
+                },
+            );
+        }
+        sup.early.insert(
+            thread_tid,
+            Early {
+                sig: 0,
+                since: Instant::now(),
+            },
+        );
+        sup.after_wait();
+
+        assert_eq!(
+            sup.early.keys().collect::<Vec<_>>(),
+            [&thread_tid],
+            "only the thread is not overdue yet"
+        );
+        let adopted = &sup.tasks[&sleeper];
+        assert_eq!(adopted.tgid, sleeper);
+        assert_eq!(
+            adopted.isol,
+            model::copy_on_fork(&conf),
+            "inherited from sh"
+        );
+        assert!(conf.is_some() && adopted.isol.is_some());
+        // A task that vanished is adopted as itself, without a context; its exit comes later.
+        assert_eq!(sup.tasks[&(GONE)].isol, None);
+
+        sup.early.get_mut(&thread_tid).unwrap().since = overdue;
+        sup.after_wait();
+        assert!(sup.early.is_empty());
+        assert_eq!(sup.tasks[&thread_tid].tgid, me);
+        assert_eq!(sup.tasks[&thread_tid].isol, model::copy_on_fork(&conf));
+
+        // The sh is the supervisor's own child: as a new task it has no known creator.
+        sup.tasks.remove(&shell);
+        sup.early.insert(
+            shell,
+            Early {
+                sig: 0,
+                since: overdue,
+            },
+        );
+        sup.after_wait();
+        assert_eq!(sup.tasks[&shell].isol, None);
+
+        let log = fs::read_to_string(&log_path).unwrap();
+        let forks: Vec<Value> = log
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(forks.len(), 4, "{log}");
+        assert!(forks
+            .iter()
+            .all(|f| f["ev"] == "fork" && f["reason"].is_string()));
+        let of = |tid: i32| forks.iter().find(|f| f["child"] == tid).unwrap();
+        assert_eq!(of(sleeper)["tid"], shell);
+        assert_eq!(of(sleeper)["kind"], "fork");
+        assert_eq!(of(thread_tid)["kind"], "clone");
+        assert_eq!(of(thread_tid)["child_tgid"], me);
+        assert_eq!(of(shell)["tid"], Value::Null);
+
+        end_tx.send(()).unwrap();
+        thread.join().unwrap();
+        // `sleeper` is sh's child, which sh reaps only after this kill (it waits for it).
+        let _ = nix::sys::signal::kill(Pid::from_raw(sleeper), nix::sys::signal::Signal::SIGKILL);
+        sh.wait().unwrap();
     }
 }
