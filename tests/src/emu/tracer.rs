@@ -1054,6 +1054,27 @@ impl Supervisor {
         self.resume(tid, 0);
     }
 
+    fn log_procfs(
+        &mut self,
+        tid: i32,
+        tgid: i32,
+        syscall: &str,
+        path: &str,
+        content: Value,
+        ret: i64,
+    ) {
+        self.log.emit(json!({
+            "ev": "procfs",
+            "tid": tid,
+            "tgid": tgid,
+            "syscall": syscall,
+            "path": path,
+            "content": content,
+            "ret": ret,
+            "errno": errno_name(ret),
+        }));
+    }
+
     fn log_prctl(
         &mut self,
         tid: i32,
@@ -1204,16 +1225,7 @@ impl Supervisor {
                     regs.rax = ret as u64;
                     let _ = ptrace::setregs(pid, regs);
                 }
-                self.log.emit(json!({
-                    "ev": "procfs",
-                    "tid": tid,
-                    "tgid": tgid,
-                    "syscall": syscall,
-                    "path": path,
-                    "content": Value::Null,
-                    "ret": ret,
-                    "errno": errno_name(ret),
-                }));
+                self.log_procfs(tid, tgid, syscall, &path, Value::Null, ret);
             }
             Some(Pending::Procfs {
                 reg,
@@ -1228,16 +1240,7 @@ impl Supervisor {
                     let ret = regs.rax as i64;
                     set_arg(&mut regs, reg, orig);
                     let _ = ptrace::setregs(pid, regs);
-                    self.log.emit(json!({
-                        "ev": "procfs",
-                        "tid": tid,
-                        "tgid": tgid,
-                        "syscall": syscall,
-                        "path": path,
-                        "content": content,
-                        "ret": ret,
-                        "errno": errno_name(ret),
-                    }));
+                    self.log_procfs(tid, tgid, syscall, &path, json!(content), ret);
                 }
             }
         }
