@@ -284,6 +284,21 @@ impl LaunchSpec {
                     p.priority()
                 )));
             }
+            if p.is_realtime() {
+                // RT throttling lets non-RT tasks run for (period - runtime) of every period:
+                // a busy-polling workload sees that as a regular stall on its CPU.
+                let runtime = root.read_value_opt("/proc/sys/kernel/sched_rt_runtime_us")?;
+                let period = root.read_value_opt("/proc/sys/kernel/sched_rt_period_us")?;
+                if let (Some(r), Some(per)) = (runtime, period) {
+                    if r.trim() != "-1" {
+                        notes.push(format!(
+                            "RT throttling is on (kernel.sched_rt_runtime_us={}, sched_rt_period_us={}): a {p} task that never sleeps is stopped for the rest of each period; set sched_rt_runtime_us to -1 for busy-polling workloads",
+                            r.trim(),
+                            per.trim()
+                        ));
+                    }
+                }
+            }
             steps.push(Step::SetScheduler(p));
         }
 
@@ -467,6 +482,54 @@ mod tests {
     }
 
     #[test]
+    fn rt_policies_warn_about_rt_throttling() {
+        let d = base();
+        fs::create_dir_all(d.path().join("proc/sys/kernel")).unwrap();
+        fs::write(
+            d.path().join("proc/sys/kernel/sched_rt_runtime_us"),
+            "950000\n",
+        )
+        .unwrap();
+        fs::write(
+            d.path().join("proc/sys/kernel/sched_rt_period_us"),
+            "1000000\n",
+        )
+        .unwrap();
+        let root = SysRoot::new(d.path());
+        let spec = LaunchSpec {
+            sched: Some(SchedPolicy::Fifo(1)),
+            ..Default::default()
+        };
+        if !sched::may_use_realtime(1) {
+            // Without CAP_SYS_NICE the plan refuses before it gets to the note.
+            let e = spec.plan(&root).unwrap_err().to_string();
+            assert!(e.contains("needs CAP_SYS_NICE"), "{e}");
+            return;
+        }
+        let plan = spec.plan(&root).unwrap();
+        assert!(
+            plan.notes[0].starts_with("RT throttling is on (kernel.sched_rt_runtime_us=950000, sched_rt_period_us=1000000)"),
+            "{:?}",
+            plan.notes
+        );
+        fs::write(d.path().join("proc/sys/kernel/sched_rt_runtime_us"), "-1\n").unwrap();
+        assert!(spec.plan(&root).unwrap().notes.is_empty());
+        let spec = LaunchSpec {
+            sched: Some(SchedPolicy::Other),
+            ..Default::default()
+        };
+        fs::write(
+            d.path().join("proc/sys/kernel/sched_rt_runtime_us"),
+            "950000\n",
+        )
+        .unwrap();
+        assert!(
+            spec.plan(&root).unwrap().notes.is_empty(),
+            "only RT policies are throttled"
+        );
+    }
+
+    #[test]
     fn several_domain_cpus_get_a_load_balancing_note() {
         let d = base();
         let spec = LaunchSpec {
@@ -602,9 +665,10 @@ mod tests {
 
     #[test]
     fn stock_kernel_refuses_or_falls_back_natively() {
-        if TaskIsolation::detect().is_ok() {
-            return; // only meaningful on stock kernels; the emulator tests the other side
-        }
+        assert!(
+            TaskIsolation::detect().is_err(),
+            "this test needs a stock kernel; the emulator tests the patched side"
+        );
         let d = base();
         let root = SysRoot::new(d.path());
         let mut spec = LaunchSpec {

@@ -154,6 +154,8 @@ fn placement_checks(s: &mut Scenario, thp_compiled_in: bool) {
             Expect::field("policy", "1"),
             Expect::field("rt_priority", "10"),
             Expect::field("Cpus_allowed_list", "2-3"),
+            // Debian's default: RT tasks get 950 ms of every second.
+            Expect::output_has("RT throttling is on (kernel.sched_rt_runtime_us=950000, sched_rt_period_us=1000000)"),
         ],
     );
     // PREEMPT_RT kernels are built without THP: THP_enabled reads 0 there already, so only the
