@@ -8,7 +8,7 @@ use std::ffi::CString;
 use std::io::Write;
 
 use clap::Parser;
-use libtaskisol::isolation::{parse_quiesce_list, quiesce_names};
+use libtaskisol::isolation::parse_quiesce_list;
 use libtaskisol::launch::{CpuTarget, Fallback, LaunchSpec};
 use libtaskisol::procfs::{self, TaskStat};
 use libtaskisol::sched::SchedPolicy;
@@ -261,9 +261,4 @@ fn exec(command: &[std::ffi::OsString]) -> i32 {
     } else {
         EXIT_CANNOT_EXEC
     }
-}
-
-/// Exposed for tests: the quiesce names chisol understands.
-pub fn known_quiesce_names() -> String {
-    quiesce_names(abi::ISOL_F_QUIESCE_VMSTATS)
 }
