@@ -30,7 +30,7 @@ fn fail(msg: impl std::fmt::Display) -> i32 {
     EXIT_FAILURE
 }
 
-/// Parse `args` (including argv[0]) and run. Returns the exit code; on success with a
+/// Parse `args` (including `argv[0]`) and run. Returns the exit code; on success with a
 /// command this does not return (the process becomes the command).
 pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
     let cli = match Cli::try_parse_from(args) {

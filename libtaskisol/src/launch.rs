@@ -89,7 +89,7 @@ pub enum Step {
 }
 
 impl Step {
-    /// What the step does, for messages ("failed to <describe>").
+    /// What the step does, for messages (`failed to <describe>`).
     pub fn describe(&self) -> String {
         match self {
             Step::MoveToCgroup(p) => format!("move into cgroup {}", p.display()),
