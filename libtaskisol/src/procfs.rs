@@ -212,6 +212,9 @@ pub struct TaskStat {
     pub state: char,
     /// `PF_*` flags (field 9).
     pub flags: u64,
+    /// Start time after boot, in clock ticks (field 22): with the pid, it tells a task from
+    /// a later one that reused its pid.
+    pub starttime: u64,
     /// CPU it last ran on (field 39).
     pub processor: u32,
     /// Real-time priority (field 40).
@@ -240,6 +243,7 @@ impl TaskStat {
             comm: st.comm,
             state: st.state,
             flags: u64::from(st.flags),
+            starttime: st.starttime,
             processor: st.processor.ok_or_else(|| missing("processor"))? as u32,
             rt_priority: st.rt_priority.ok_or_else(|| missing("rt_priority"))?,
             policy: st.policy.ok_or_else(|| missing("policy"))?,
@@ -354,6 +358,7 @@ mod tests {
         assert_eq!(st.comm, "a) b (c");
         assert_eq!(st.state, 'S');
         assert_eq!(st.flags, 4194560);
+        assert_eq!(st.starttime, 100);
         assert_eq!((st.processor, st.rt_priority, st.policy), (3, 10, 1));
         assert!(!st.is_kthread());
         assert!(

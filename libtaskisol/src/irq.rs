@@ -1,0 +1,238 @@
+//! Interrupts: the `/proc/irq/N` directories (every IRQ the kernel has allocated, including
+//! those with no handler yet, which `/proc/interrupts` does not list), their affinity files,
+//! `default_smp_affinity`, and the `/proc/interrupts` table.
+
+use crate::cpuset::CpuSet;
+use crate::error::{Error, Result};
+use crate::sysroot::SysRoot;
+use crate::topology::{read_cpu_list, read_cpu_list_opt, read_cpu_mask};
+
+/// The numbers of every IRQ under `/proc/irq`, ascending.
+pub fn irq_numbers(root: &SysRoot) -> Result<Vec<u32>> {
+    let mut v: Vec<u32> = root
+        .read_dir_names("/proc/irq")?
+        .into_iter()
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    v.sort_unstable();
+    Ok(v)
+}
+
+/// The kernel path of a file of IRQ `irq` (`smp_affinity_list`, `effective_affinity_list`).
+pub fn irq_file(irq: u32, name: &str) -> String {
+    format!("/proc/irq/{irq}/{name}")
+}
+
+/// The CPUs IRQ `irq` may be delivered to (`smp_affinity_list`).
+pub fn affinity(root: &SysRoot, irq: u32) -> Result<CpuSet> {
+    read_cpu_list(root, &irq_file(irq, "smp_affinity_list"))
+}
+
+/// The CPUs the interrupt controller really targets (`effective_affinity_list`); `None` where
+/// the kernel lacks the file (CONFIG_GENERIC_IRQ_EFFECTIVE_AFF_MASK off).
+pub fn effective_affinity(root: &SysRoot, irq: u32) -> Result<Option<CpuSet>> {
+    read_cpu_list_opt(root, &irq_file(irq, "effective_affinity_list"))
+}
+
+/// Set the affinity of IRQ `irq`. Managed IRQs and some legacy ones (the x86 timer and
+/// cascade) refuse with EIO (older kernels) or EPERM: see [`is_unmovable_errno`].
+pub fn set_affinity(root: &SysRoot, irq: u32, cpus: &CpuSet) -> Result<()> {
+    let text = cpus.to_list_string();
+    if root.is_host() {
+        root.write(irq_file(irq, "smp_affinity_list"), text)
+    } else {
+        // A captured tree: store it as the kernel prints it.
+        root.write(irq_file(irq, "smp_affinity_list"), format!("{text}\n"))
+    }
+}
+
+/// Whether an affinity write failed because the kernel does not let this IRQ move (as
+/// opposed to a bad value): EIO from `irq_can_set_affinity_usr()` and managed IRQs, EPERM on
+/// newer kernels.
+pub fn is_unmovable_errno(errno: Option<i32>) -> bool {
+    matches!(errno, Some(libc::EIO) | Some(libc::EPERM))
+}
+
+/// The affinity new IRQs get (`/proc/irq/default_smp_affinity`, a hex mask).
+pub fn default_affinity(root: &SysRoot) -> Result<CpuSet> {
+    read_cpu_mask(root, "/proc/irq/default_smp_affinity")
+}
+
+/// One row of `/proc/interrupts`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterruptRow {
+    /// The label before the colon: an IRQ number ("24") or a per-CPU source ("LOC").
+    pub label: String,
+    /// Counts per CPU, in the order of [`Interrupts::cpus`]; fewer for rows such as `ERR`.
+    pub counts: Vec<u64>,
+    /// The rest of the line: chip, hardware IRQ, trigger and action names
+    /// (`IO-APIC   2-edge      timer`), or the description (`Local timer interrupts`).
+    pub description: String,
+}
+
+impl InterruptRow {
+    /// The IRQ number, for numbered rows.
+    pub fn irq(&self) -> Option<u32> {
+        self.label.parse().ok()
+    }
+
+    /// The device (action) name: the last word of the description of a numbered row
+    /// (`virtio0-input.0`), empty when the IRQ has no handler.
+    pub fn action(&self) -> &str {
+        if self.irq().is_none() {
+            return "";
+        }
+        self.description.split_whitespace().last().unwrap_or("")
+    }
+}
+
+/// The `/proc/interrupts` table.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Interrupts {
+    /// The CPU of each count column (offline CPUs have no column).
+    pub cpus: Vec<usize>,
+    /// Every row, in file order.
+    pub rows: Vec<InterruptRow>,
+}
+
+impl Interrupts {
+    /// Parse the text of `/proc/interrupts`.
+    pub fn parse(text: &str) -> std::result::Result<Self, String> {
+        let mut lines = text.lines();
+        let header = lines.next().ok_or("empty file")?;
+        let cpus = header
+            .split_whitespace()
+            .map(|c| {
+                c.strip_prefix("CPU")
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .ok_or_else(|| format!("header column {c:?} is not CPUn"))
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let mut rows = Vec::new();
+        for line in lines {
+            let Some((label, rest)) = line.split_once(':') else {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                return Err(format!("line without a label: {line:?}"));
+            };
+            let mut counts = Vec::new();
+            let mut rest = rest;
+            while counts.len() < cpus.len() {
+                let t = rest.trim_start();
+                let end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+                if end == 0 {
+                    break;
+                }
+                counts.push(
+                    t[..end]
+                        .parse()
+                        .map_err(|_| format!("count too large in {line:?}"))?,
+                );
+                rest = &t[end..];
+            }
+            rows.push(InterruptRow {
+                label: label.trim().to_string(),
+                counts,
+                description: rest.trim().to_string(),
+            });
+        }
+        Ok(Interrupts { cpus, rows })
+    }
+
+    /// Read and parse `/proc/interrupts`.
+    pub fn read(root: &SysRoot) -> Result<Self> {
+        root.read_parsed("/proc/interrupts", Self::parse)
+    }
+
+    /// The row of IRQ `irq`, if the IRQ has one (IRQs without a handler have none).
+    pub fn irq(&self, irq: u32) -> Option<&InterruptRow> {
+        self.rows.iter().find(|r| r.irq() == Some(irq))
+    }
+}
+
+/// An IRQ as isolation tools see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IrqInfo {
+    /// The IRQ number.
+    pub irq: u32,
+    /// `smp_affinity_list`.
+    pub affinity: CpuSet,
+    /// `effective_affinity_list`, where the kernel has it.
+    pub effective: Option<CpuSet>,
+    /// The action name from `/proc/interrupts` (empty without a handler).
+    pub action: String,
+}
+
+/// Every IRQ under `/proc/irq` with its affinity and name. An IRQ freed while being read is
+/// left out.
+pub fn list(root: &SysRoot) -> Result<Vec<IrqInfo>> {
+    let table = match Interrupts::read(root) {
+        Ok(t) => t,
+        Err(Error::Read { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Interrupts::default()
+        }
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for irq in irq_numbers(root)? {
+        let affinity = match affinity(root, irq) {
+            Ok(a) => a,
+            Err(e) if e.errno() == Some(libc::ENOENT) => continue,
+            Err(e) => return Err(e),
+        };
+        out.push(IrqInfo {
+            irq,
+            affinity,
+            effective: effective_affinity(root, irq)?,
+            action: table
+                .irq(irq)
+                .map(|r| r.action().to_string())
+                .unwrap_or_default(),
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "           CPU0       CPU1       CPU3       \n\
+  0:         78          0          0   IO-APIC   2-edge      timer\n\
+ 24:          0          0          0  PCI-MSIX-0000:00:03.0   0-edge      virtio0-config\n\
+LOC:        988        895        119   Local timer interrupts\n\
+ERR:          0\n";
+
+    #[test]
+    fn parses_rows_with_the_cpu_of_each_column() {
+        let t = Interrupts::parse(SAMPLE).unwrap();
+        assert_eq!(t.cpus, vec![0, 1, 3]);
+        assert_eq!(t.rows.len(), 4);
+        assert_eq!(t.irq(0).unwrap().counts, vec![78, 0, 0]);
+        assert_eq!(t.irq(0).unwrap().action(), "timer");
+        assert_eq!(t.irq(24).unwrap().action(), "virtio0-config");
+        let loc = &t.rows[2];
+        assert_eq!(loc.label, "LOC");
+        assert_eq!(loc.counts, vec![988, 895, 119]);
+        assert_eq!(loc.description, "Local timer interrupts");
+        assert_eq!(loc.action(), "");
+        assert_eq!(t.rows[3].counts, vec![0]);
+    }
+
+    #[test]
+    fn rejects_a_bad_header() {
+        assert!(Interrupts::parse("CPU0 GPU1\n")
+            .unwrap_err()
+            .contains("GPU1"));
+        assert!(Interrupts::parse("").is_err());
+    }
+
+    #[test]
+    fn unmovable_errnos() {
+        assert!(is_unmovable_errno(Some(libc::EIO)));
+        assert!(is_unmovable_errno(Some(libc::EPERM)));
+        assert!(!is_unmovable_errno(Some(libc::EINVAL)));
+        assert!(!is_unmovable_errno(None));
+    }
+}
