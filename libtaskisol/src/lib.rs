@@ -8,6 +8,11 @@
 //! * [`topology`]: online CPUs, isolated CPUs by mechanism, kernel version, cgroup v2.
 //! * [`sched`]: affinity, scheduling policy, THP disable.
 //! * [`launch`]: check-then-apply plans for starting a workload isolated (used by chisol).
+//! * [`irq`], [`tasks`], [`workqueue`], [`sysctl`], [`power`]: the kernel facts an
+//!   isolation policy acts on (IRQ affinity, threads, unbound workqueues, `/proc/sys`, PM QoS
+//!   and cpufreq).
+//! * [`policy`]: the isolation policy engine (configuration, presets, apply, verify,
+//!   restore with a crash-safe state file), used by isold.
 //! * [`sysroot`]: where `/proc` and `/sys` are read, so everything can run on fixture trees.
 //!
 //! ```
@@ -27,12 +32,18 @@
 pub mod abi;
 pub mod cpuset;
 pub mod error;
+pub mod irq;
 pub mod isolation;
 pub mod launch;
+pub mod policy;
+pub mod power;
 pub mod procfs;
 pub mod sched;
+pub mod sysctl;
 pub mod sysroot;
+pub mod tasks;
 pub mod topology;
+pub mod workqueue;
 
 pub use cpuset::{CpuSet, CpuSetError};
 pub use error::{Error, Result, Unsupported};

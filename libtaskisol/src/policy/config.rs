@@ -1,0 +1,793 @@
+//! The configuration file (`/etc/isold/isold.toml`, see man/isold.toml.5), validated before
+//! anything is touched. Every error names the file, the line and the reason; an unknown key
+//! comes with the closest valid name.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use toml_edit::{ImDocument, Item, TableLike, Value};
+
+use super::preset::{self, Preset};
+use crate::cpuset::CpuSet;
+use crate::sched::SchedPolicy;
+
+/// A configuration error: file, line (1-based, where known) and reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError {
+    /// The configuration file.
+    pub file: PathBuf,
+    /// The line of the offending key or value.
+    pub line: Option<usize>,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{}: {}", self.file.display(), l, self.reason),
+            None => write!(f, "{}: {}", self.file.display(), self.reason),
+        }
+    }
+}
+
+/// Where the isolated CPUs come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CpuSpec {
+    /// An explicit CPU list.
+    List(CpuSet),
+    /// The CPUs the running kernel isolates (isolcpus domain, nohz_full, isolated cpuset
+    /// partitions).
+    Auto,
+}
+
+/// The items of a policy, by their names in the file's `[items]` table.
+pub const ITEMS: &[(&str, &str)] = &[
+    ("sysctl", "the kernel parameters of [sysctl]"),
+    ("thp", "transparent hugepages: never, madvise or always"),
+    (
+        "workqueue",
+        "unbound workqueue cpumasks on the housekeeping CPUs",
+    ),
+    (
+        "machinecheck",
+        "machinecheck ignore_ce = 1 (no corrected-error polling)",
+    ),
+    ("ksm", "KSM run: 0 stop, 1 run, 2 stop and unmerge"),
+    (
+        "irq_affinity",
+        "every IRQ and default_smp_affinity off the isolated CPUs",
+    ),
+    ("tasks", "movable tasks and kthreads off the isolated CPUs"),
+    ("kthread_priority", "the [kthread_priority] rules"),
+    (
+        "pm_qos",
+        "resume latency limit of the isolated CPUs in microseconds",
+    ),
+    ("cpufreq", "cpufreq governor of the isolated CPUs"),
+    (
+        "kvm",
+        "the [kvm] module options, in /etc/modprobe.d/isold-kvm.conf",
+    ),
+    (
+        "irqbalance",
+        "IRQBALANCE_BANNED_CPULIST = the isolated CPUs",
+    ),
+    ("printk", "console log level (first field of kernel.printk)"),
+    (
+        "cgroup_partition",
+        "a cgroup v2 isolated partition of the isolated CPUs",
+    ),
+    (
+        "systemd_cpuaffinity",
+        "systemd's CPUAffinity = the housekeeping CPUs",
+    ),
+];
+
+const TOP_KEYS: &[&str] = &[
+    "isolated_cpus",
+    "preset",
+    "items",
+    "sysctl",
+    "tasks",
+    "kthread_priority",
+    "kvm",
+];
+const TASK_KEYS: &[&str] = &["allow_comm", "allow_cgroup"];
+
+/// The default path of the cgroup partition item.
+pub const DEFAULT_PARTITION: &str = "/sys/fs/cgroup/isolated";
+
+/// A parsed, validated configuration: the preset's settings with the file's overrides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The file it came from (for messages).
+    pub file: PathBuf,
+    /// The line of `isolated_cpus`.
+    pub isolated_line: Option<usize>,
+    /// `isolated_cpus`.
+    pub isolated: CpuSpec,
+    /// `preset`.
+    pub preset: Preset,
+    /// sysctl name and value, in preset order then file order.
+    pub sysctl: Vec<(String, String)>,
+    /// THP `enabled` value.
+    pub thp: Option<String>,
+    /// Unbound workqueue cpumasks.
+    pub workqueue: bool,
+    /// machinecheck ignore_ce.
+    pub machinecheck: bool,
+    /// KSM `run` value.
+    pub ksm: Option<u8>,
+    /// IRQ affinity.
+    pub irq_affinity: bool,
+    /// Task affinity.
+    pub tasks: bool,
+    /// Thread-name patterns of tasks left where they are.
+    pub allow_comm: Vec<String>,
+    /// cgroup v2 paths whose tasks are left where they are.
+    pub allow_cgroup: Vec<String>,
+    /// kthread name pattern and policy.
+    pub kthread_priority: Vec<(String, SchedPolicy)>,
+    /// PM QoS resume latency limit of isolated CPUs, microseconds.
+    pub pm_qos: Option<u32>,
+    /// cpufreq governor of isolated CPUs.
+    pub cpufreq: Option<String>,
+    /// KVM module options: module, parameter, value.
+    pub kvm: Vec<(String, String, String)>,
+    /// irqbalance banned CPUs.
+    pub irqbalance: bool,
+    /// Console log level.
+    pub printk: Option<u8>,
+    /// cgroup v2 isolated partition directory.
+    pub cgroup_partition: Option<String>,
+    /// systemd CPUAffinity drop-in.
+    pub systemd_cpuaffinity: bool,
+}
+
+fn line_of(text: &str, span: Option<std::ops::Range<usize>>) -> Option<usize> {
+    span.map(|r| text[..r.start.min(text.len())].matches('\n').count() + 1)
+}
+
+fn closest<'a>(word: &str, valid: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    valid
+        .into_iter()
+        .map(|v| (strsim::levenshtein(word, v), v))
+        .filter(|(d, v)| *d <= (v.len() / 3).max(2))
+        .min()
+        .map(|(_, v)| v)
+}
+
+fn unknown(kind: &str, word: &str, valid: &[&str]) -> String {
+    match closest(word, valid.iter().copied()) {
+        Some(c) => format!("unknown {kind} '{word}' (did you mean '{c}'?)"),
+        None => format!("unknown {kind} '{word}' (valid: {})", valid.join(", ")),
+    }
+}
+
+/// A value as the preset table spells it.
+fn value_text(v: &Value) -> Option<String> {
+    Some(match v {
+        Value::String(s) => s.value().clone(),
+        Value::Integer(i) => i.value().to_string(),
+        Value::Boolean(b) => b.value().to_string(),
+        _ => return None,
+    })
+}
+
+fn parse_sched(s: &str) -> Result<SchedPolicy, String> {
+    let (pol, prio_text) = s.split_once(':').unwrap_or((s, ""));
+    let prio = || {
+        prio_text
+            .parse::<u32>()
+            .ok()
+            .filter(|p| (1..=99).contains(p))
+            .ok_or_else(|| format!("bad priority in {s:?}: expected 1..99"))
+    };
+    match pol {
+        "fifo" => Ok(SchedPolicy::Fifo(prio()?)),
+        "rr" => Ok(SchedPolicy::RoundRobin(prio()?)),
+        "other" if prio_text.is_empty() => Ok(SchedPolicy::Other),
+        _ => Err(format!(
+            "bad scheduling policy {s:?}: expected fifo:N, rr:N or other"
+        )),
+    }
+}
+
+fn parse_bool(item: &str, v: &str) -> Result<bool, String> {
+    match v {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(format!("{item} takes true or false, not {v:?}")),
+    }
+}
+
+/// The value an item falls back to when the file says `true` and the preset lacks it.
+fn table_value(item: &str) -> &'static str {
+    preset::SETTINGS
+        .iter()
+        .find(|s| s.key == item)
+        .map_or("true", |s| s.value)
+}
+
+impl Config {
+    /// The settings of `preset` with nothing overridden, for `isolated`.
+    pub fn defaults(preset: Preset, isolated: CpuSpec) -> Config {
+        let mut c = Config {
+            file: PathBuf::from("(defaults)"),
+            isolated_line: None,
+            isolated,
+            preset,
+            sysctl: Vec::new(),
+            thp: None,
+            workqueue: false,
+            machinecheck: false,
+            ksm: None,
+            irq_affinity: false,
+            tasks: false,
+            allow_comm: Vec::new(),
+            allow_cgroup: Vec::new(),
+            kthread_priority: Vec::new(),
+            pm_qos: None,
+            cpufreq: None,
+            kvm: Vec::new(),
+            irqbalance: false,
+            printk: None,
+            cgroup_partition: None,
+            systemd_cpuaffinity: false,
+        };
+        for s in preset::settings(preset) {
+            let r = match s.key.split_once(':') {
+                None => c.set_item(s.key, s.value),
+                Some(("sysctl", k)) => c.set_sysctl(k, Some(s.value)),
+                Some(("kthread_priority", k)) => c.set_kthread(k, Some(s.value)),
+                Some(("kvm", k)) => c.set_kvm(k, Some(s.value)),
+                Some(("tasks", "allow_comm")) => {
+                    c.allow_comm.push(s.value.to_string());
+                    Ok(())
+                }
+                Some(_) => Err(format!("bad preset row {}", s.key)),
+            };
+            r.expect("the preset table is valid (tested)");
+        }
+        c
+    }
+
+    fn set_item(&mut self, item: &str, v: &str) -> Result<(), String> {
+        let v = if v == "true" && !matches!(table_value(item), "true" | "false") {
+            table_value(item)
+        } else {
+            v
+        };
+        let off = v == "false";
+        match item {
+            "sysctl" => {
+                if !parse_bool(item, v)? {
+                    self.sysctl.clear();
+                }
+            }
+            "thp" => {
+                self.thp = match v {
+                    "false" => None,
+                    "never" | "madvise" | "always" => Some(v.into()),
+                    _ => {
+                        return Err(format!(
+                            "thp takes never, madvise, always or false, not {v:?}"
+                        ))
+                    }
+                }
+            }
+            "workqueue" => self.workqueue = parse_bool(item, v)?,
+            "machinecheck" => self.machinecheck = parse_bool(item, v)?,
+            "ksm" => {
+                self.ksm = match v {
+                    "false" => None,
+                    "0" | "1" | "2" => Some(v.parse().unwrap()),
+                    _ => return Err(format!("ksm takes 0, 1, 2 or false, not {v:?}")),
+                }
+            }
+            "irq_affinity" => self.irq_affinity = parse_bool(item, v)?,
+            "tasks" => self.tasks = parse_bool(item, v)?,
+            "kthread_priority" => {
+                if !parse_bool(item, v)? {
+                    self.kthread_priority.clear();
+                }
+            }
+            "pm_qos" => {
+                self.pm_qos =
+                    if off {
+                        None
+                    } else {
+                        Some(v.parse::<u32>().ok().filter(|n| *n <= i32::MAX as u32).ok_or_else(
+                        || format!("pm_qos takes a latency in microseconds or false, not {v:?}"),
+                    )?)
+                    }
+            }
+            "cpufreq" => {
+                self.cpufreq = if off {
+                    None
+                } else if !v.is_empty() && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+                {
+                    Some(v.into())
+                } else {
+                    return Err(format!("cpufreq takes a governor name or false, not {v:?}"));
+                }
+            }
+            "kvm" => {
+                if !parse_bool(item, v)? {
+                    self.kvm.clear();
+                }
+            }
+            "irqbalance" => self.irqbalance = parse_bool(item, v)?,
+            "printk" => {
+                self.printk = if off {
+                    None
+                } else {
+                    Some(v.parse::<u8>().ok().filter(|n| *n <= 8).ok_or_else(|| {
+                        format!("printk takes a console log level 0..8 or false, not {v:?}")
+                    })?)
+                }
+            }
+            "cgroup_partition" => {
+                self.cgroup_partition = match v {
+                    "false" => None,
+                    "true" => Some(DEFAULT_PARTITION.into()),
+                    p if p.starts_with('/') && !p.split('/').any(|c| c == "..") => Some(p.into()),
+                    _ => {
+                        return Err(format!(
+                    "cgroup_partition takes true, false or an absolute cgroup directory, not {v:?}"
+                ))
+                    }
+                }
+            }
+            "systemd_cpuaffinity" => self.systemd_cpuaffinity = parse_bool(item, v)?,
+            _ => unreachable!("checked against ITEMS"),
+        }
+        Ok(())
+    }
+
+    fn set_sysctl(&mut self, key: &str, v: Option<&str>) -> Result<(), String> {
+        crate::sysctl::path_of(key).map_err(|e| e.to_string())?;
+        self.sysctl.retain(|(k, _)| k != key);
+        match v {
+            None => {}
+            Some("true") => {
+                return Err(format!(
+                    "sysctl {key} needs a value (or false to leave it alone)"
+                ))
+            }
+            Some(v) if v.contains('\n') => {
+                return Err(format!("sysctl {key}: a value cannot span lines"))
+            }
+            Some(v) => self.sysctl.push((key.into(), v.into())),
+        }
+        Ok(())
+    }
+
+    fn set_kthread(&mut self, pattern: &str, v: Option<&str>) -> Result<(), String> {
+        self.kthread_priority.retain(|(k, _)| k != pattern);
+        if let Some(v) = v {
+            self.kthread_priority
+                .push((pattern.into(), parse_sched(v)?));
+        }
+        Ok(())
+    }
+
+    fn set_kvm(&mut self, key: &str, v: Option<&str>) -> Result<(), String> {
+        let Some((module, param)) = key.split_once('.') else {
+            return Err(format!("kvm option {key:?} is not module.parameter"));
+        };
+        let word =
+            |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        if !word(module) || !word(param) {
+            return Err(format!("kvm option {key:?} is not module.parameter"));
+        }
+        self.kvm.retain(|(m, p, _)| !(m == module && p == param));
+        match v {
+            None => {}
+            Some(v) if v.is_empty() || v.contains(char::is_whitespace) => {
+                return Err(format!("kvm option {key}: bad value {v:?}"))
+            }
+            Some(v) => self.kvm.push((module.into(), param.into(), v.into())),
+        }
+        Ok(())
+    }
+
+    /// Read and validate a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.into(),
+            line: None,
+            reason: format!("cannot read: {}", crate::error::io_strerror(&e)),
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Parse and validate the text of a configuration file named `file`.
+    pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
+        let err = |span: Option<std::ops::Range<usize>>, reason: String| ConfigError {
+            file: file.into(),
+            line: line_of(text, span),
+            reason,
+        };
+        let doc = ImDocument::parse(text).map_err(|e| {
+            let msg = e.message().trim().to_string();
+            err(e.span(), format!("not valid TOML: {msg}"))
+        })?;
+        let top = doc.as_table();
+        for (k, _) in top.iter() {
+            if !TOP_KEYS.contains(&k) {
+                let key = top.key(k).and_then(|k| k.span());
+                return Err(err(key, unknown("key", k, TOP_KEYS)));
+            }
+        }
+        let str_of = |k: &str| -> Result<Option<(String, Option<usize>)>, ConfigError> {
+            match top.get(k) {
+                None => Ok(None),
+                Some(Item::Value(Value::String(s))) => {
+                    Ok(Some((s.value().clone(), line_of(text, s.span()))))
+                }
+                Some(i) => Err(err(i.span(), format!("{k} must be a string"))),
+            }
+        };
+        let preset = match str_of("preset")? {
+            None => Preset::default(),
+            Some((p, line)) => p.parse().map_err(|_| ConfigError {
+                file: file.into(),
+                line,
+                reason: unknown("preset", &p, &Preset::ALL.map(Preset::name)),
+            })?,
+        };
+        let (isolated, isolated_line) = match str_of("isolated_cpus")? {
+            None => {
+                return Err(err(
+                    None,
+                    "isolated_cpus is missing: give a CPU list (\"2-3\") or \"auto\"".into(),
+                ))
+            }
+            Some((s, line)) if s.trim() == "auto" => (CpuSpec::Auto, line),
+            Some((s, line)) => match CpuSet::parse_list(&s) {
+                Ok(set) if set.is_empty() => {
+                    return Err(ConfigError {
+                        file: file.into(),
+                        line,
+                        reason: "isolated_cpus is empty".into(),
+                    })
+                }
+                Ok(set) => (CpuSpec::List(set), line),
+                Err(e) => {
+                    return Err(ConfigError {
+                        file: file.into(),
+                        line,
+                        reason: format!("isolated_cpus: {e}"),
+                    })
+                }
+            },
+        };
+        let mut c = Config::defaults(preset, isolated);
+        c.file = file.into();
+        c.isolated_line = isolated_line;
+
+        let table = |k: &str| -> Result<Option<&dyn TableLike>, ConfigError> {
+            match top.get(k) {
+                None => Ok(None),
+                Some(i) => i
+                    .as_table_like()
+                    .map(Some)
+                    .ok_or_else(|| err(i.span(), format!("{k} must be a table ([{k}])"))),
+            }
+        };
+        // One walk for every table of key = value overrides.
+        let walk = |t: &dyn TableLike,
+                    section: &str,
+                    f: &mut dyn FnMut(&str, &Value) -> Result<(), String>|
+         -> Result<(), ConfigError> {
+            for (k, item) in t.iter() {
+                let key_span = t.get_key_value(k).and_then(|(key, _)| key.span());
+                let span = item.span().or(key_span.clone());
+                let Item::Value(v) = item else {
+                    return Err(err(
+                        span,
+                        format!("[{section}] {k} must be a value, not a table"),
+                    ));
+                };
+                f(k, v).map_err(|reason| err(key_span.clone().or(span.clone()), reason))?;
+            }
+            Ok(())
+        };
+        if let Some(t) = table("items")? {
+            let names: Vec<&str> = ITEMS.iter().map(|(n, _)| *n).collect();
+            walk(t, "items", &mut |k, v| {
+                if !names.contains(&k) {
+                    return Err(unknown("item", k, &names));
+                }
+                let text =
+                    value_text(v).ok_or_else(|| format!("item {k}: unsupported value type"))?;
+                c.set_item(k, &text)
+            })?;
+        }
+        if let Some(t) = table("sysctl")? {
+            walk(t, "sysctl", &mut |k, v| match v {
+                Value::Boolean(b) if !*b.value() => c.set_sysctl(k, None),
+                Value::String(_) | Value::Integer(_) => c.set_sysctl(k, value_text(v).as_deref()),
+                _ => Err(format!("sysctl {k} takes a number, a string or false")),
+            })?;
+        }
+        if let Some(t) = table("kthread_priority")? {
+            walk(t, "kthread_priority", &mut |k, v| match v {
+                Value::Boolean(b) if !*b.value() => c.set_kthread(k, None),
+                Value::String(s) => c.set_kthread(k, Some(s.value())),
+                _ => Err(format!(
+                    "kthread_priority {k:?} takes \"fifo:N\", \"rr:N\", \"other\" or false"
+                )),
+            })?;
+        }
+        if let Some(t) = table("kvm")? {
+            walk(t, "kvm", &mut |k, v| match v {
+                Value::Boolean(b) if !*b.value() => c.set_kvm(k, None),
+                Value::String(_) | Value::Integer(_) => c.set_kvm(k, value_text(v).as_deref()),
+                _ => Err(format!("kvm {k} takes a number, a string or false")),
+            })?;
+        }
+        if let Some(t) = table("tasks")? {
+            walk(t, "tasks", &mut |k, v| {
+                if !TASK_KEYS.contains(&k) {
+                    return Err(unknown("key", k, TASK_KEYS));
+                }
+                let Value::Array(a) = v else {
+                    return Err(format!("tasks.{k} must be an array of strings"));
+                };
+                let mut list = Vec::new();
+                for e in a.iter() {
+                    match e {
+                        Value::String(s) if !s.value().is_empty() => list.push(s.value().clone()),
+                        _ => {
+                            return Err(format!("tasks.{k} must be an array of non-empty strings"))
+                        }
+                    }
+                }
+                if k == "allow_cgroup" {
+                    if let Some(bad) = list.iter().find(|p| !p.starts_with('/')) {
+                        return Err(format!(
+                            "tasks.allow_cgroup: {bad:?} is not a cgroup path starting with /"
+                        ));
+                    }
+                    c.allow_cgroup.extend(list);
+                } else {
+                    c.allow_comm.extend(list);
+                }
+                Ok(())
+            })?;
+        }
+        Ok(c)
+    }
+
+    /// The error for the `isolated_cpus` line.
+    pub fn isolated_error(&self, reason: String) -> ConfigError {
+        ConfigError {
+            file: self.file.clone(),
+            line: self.isolated_line,
+            reason,
+        }
+    }
+}
+
+/// Shell-style matching of a thread name: `*`, `?` and `[...]` classes (with ranges and a
+/// leading `!` or `^`). Written here because thread names are not paths: `*` must match `/`
+/// (`ksoftirqd/*`), which path globbing crates refuse.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    fn class(p: &[char], c: char) -> Option<(bool, usize)> {
+        // p starts after '['; returns (matched, length consumed including ']').
+        let mut i = 0;
+        let negate = matches!(p.first(), Some('!') | Some('^'));
+        if negate {
+            i += 1;
+        }
+        let mut matched = false;
+        let mut first = true;
+        while i < p.len() {
+            if p[i] == ']' && !first {
+                return Some((matched != negate, i + 1));
+            }
+            first = false;
+            if i + 2 < p.len() && p[i + 1] == '-' && p[i + 2] != ']' {
+                matched |= p[i] <= c && c <= p[i + 2];
+                i += 3;
+            } else {
+                matched |= p[i] == c;
+                i += 1;
+            }
+        }
+        None
+    }
+    fn go(p: &[char], n: &[char]) -> bool {
+        match p.first() {
+            None => n.is_empty(),
+            Some('*') => (0..=n.len()).any(|k| go(&p[1..], &n[k..])),
+            Some('?') => !n.is_empty() && go(&p[1..], &n[1..]),
+            Some('[') => match (n.first(), class(&p[1..], *n.first().unwrap_or(&'\0'))) {
+                (Some(_), Some((true, len))) => go(&p[1 + len..], &n[1..]),
+                (Some(_), Some((false, _))) => false,
+                (None, _) => false,
+                (Some(c), None) => *c == '[' && go(&p[1..], &n[1..]),
+            },
+            Some(c) => n.first() == Some(c) && go(&p[1..], &n[1..]),
+        }
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    go(&p, &n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("/etc/isold/isold.toml"))
+    }
+
+    #[test]
+    fn the_smallest_file_is_the_preset() {
+        let c = parse("isolated_cpus = \"2-3\"\n").unwrap();
+        assert_eq!(
+            c.isolated,
+            CpuSpec::List(CpuSet::parse_list("2-3").unwrap())
+        );
+        assert_eq!(c.preset, Preset::RealtimeVirtualHost);
+        assert!(c
+            .sysctl
+            .contains(&("kernel.timer_migration".into(), "0".into())));
+        assert!(c
+            .sysctl
+            .contains(&("kernel.sched_rt_runtime_us".into(), "-1".into())));
+        assert_eq!(c.thp.as_deref(), Some("never"));
+        assert_eq!(c.ksm, Some(2));
+        assert!(c.irq_affinity && c.tasks && c.workqueue && c.machinecheck && c.irqbalance);
+        assert_eq!(
+            c.kthread_priority[0],
+            ("ksoftirqd/*".into(), SchedPolicy::Fifo(2))
+        );
+        assert_eq!(c.kvm.len(), 3);
+        assert_eq!(c.cgroup_partition, None);
+        assert!(!c.systemd_cpuaffinity);
+        assert_eq!(c.isolated_line, Some(1));
+    }
+
+    #[test]
+    fn overrides_and_opt_outs() {
+        let c = parse(
+            "isolated_cpus = \"auto\"\npreset = \"cpu-partitioning\"\n\
+             [items]\nthp = \"madvise\"\nksm = false\ncgroup_partition = true\nkthread_priority = true\n\
+             [sysctl]\n\"vm.swappiness\" = 1\n\"kernel.nmi_watchdog\" = false\n\"kernel.printk_ratelimit\" = \"5\"\n\
+             [kthread_priority]\n\"irq/*-virtio*\" = \"fifo:50\"\n\
+             [tasks]\nallow_comm = [\"myapp*\"]\nallow_cgroup = [\"/machine.slice\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.isolated, CpuSpec::Auto);
+        assert_eq!(c.preset, Preset::CpuPartitioning);
+        assert_eq!(c.thp.as_deref(), Some("madvise"));
+        assert_eq!(c.ksm, None);
+        assert_eq!(c.cgroup_partition.as_deref(), Some(DEFAULT_PARTITION));
+        assert!(c.sysctl.contains(&("vm.swappiness".into(), "1".into())));
+        assert!(!c.sysctl.iter().any(|(k, _)| k == "kernel.nmi_watchdog"));
+        assert!(c
+            .sysctl
+            .contains(&("kernel.printk_ratelimit".into(), "5".into())));
+        assert!(!c
+            .sysctl
+            .iter()
+            .any(|(k, _)| k == "kernel.sched_rt_runtime_us"));
+        assert_eq!(
+            c.kthread_priority,
+            vec![("irq/*-virtio*".into(), SchedPolicy::Fifo(50))]
+        );
+        assert!(c.allow_comm.contains(&"myapp*".to_string()));
+        assert!(c.allow_comm.contains(&"pmd*".to_string()));
+        assert_eq!(c.allow_cgroup, vec!["/machine.slice".to_string()]);
+        assert!(c.systemd_cpuaffinity);
+    }
+
+    #[test]
+    fn errors_name_file_line_and_reason() {
+        for (text, line, want) in [
+            (
+                "isolated_cpu = \"2-3\"\n",
+                Some(1),
+                "unknown key 'isolated_cpu' (did you mean 'isolated_cpus'?)",
+            ),
+            (
+                "\n\nisolated_cpus = \"2-x\"\n",
+                Some(3),
+                "isolated_cpus: invalid CPU list",
+            ),
+            (
+                "isolated_cpus = \"2\"\npreset = \"realtime-virtual\"\n",
+                Some(2),
+                "unknown preset 'realtime-virtual' (did you mean 'realtime-virtual-host'?)",
+            ),
+            (
+                "isolated_cpus = \"2\"\n[items]\nthp = \"nevr\"\n",
+                Some(3),
+                "thp takes never, madvise, always or false, not \"nevr\"",
+            ),
+            (
+                "isolated_cpus = \"2\"\n[items]\nirq_afinity = false\n",
+                Some(3),
+                "unknown item 'irq_afinity' (did you mean 'irq_affinity'?)",
+            ),
+            (
+                "isolated_cpus = \"2\"\n[sysctl]\n\"vm.swappiness\" = true\n",
+                Some(3),
+                "takes a number, a string or false",
+            ),
+            (
+                "isolated_cpus = \"2\"\n[kthread_priority]\n\"rcuc/*\" = \"fifo:100\"\n",
+                Some(3),
+                "bad priority",
+            ),
+            (
+                "isolated_cpus = \"2\"\n[tasks]\nallow_cgroup = [\"machine.slice\"]\n",
+                Some(3),
+                "not a cgroup path",
+            ),
+            (
+                "isolated_cpus = 2\n",
+                Some(1),
+                "isolated_cpus must be a string",
+            ),
+            ("preset = \"realtime\"\n", None, "isolated_cpus is missing"),
+            ("isolated_cpus = \"2\"\n[items\n", Some(2), "not valid TOML"),
+            (
+                "isolated_cpus = \"2\"\n[kvm]\nkvmclock = 0\n",
+                Some(3),
+                "not module.parameter",
+            ),
+            (
+                "isolated_cpus = \"2\"\n[items]\npm_qos = -1\n",
+                Some(3),
+                "pm_qos takes",
+            ),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert_eq!(e.line, line, "{text:?}: {e}");
+            assert!(e.reason.contains(want), "{text:?}: {e}");
+            assert!(e.to_string().starts_with("/etc/isold/isold.toml:"), "{e}");
+        }
+    }
+
+    #[test]
+    fn every_preset_parses_with_every_item_switched() {
+        for p in Preset::ALL {
+            for (item, _) in ITEMS {
+                for v in ["true", "false"] {
+                    let text =
+                        format!("isolated_cpus = \"1\"\npreset = \"{p}\"\n[items]\n{item} = {v}\n");
+                    let c = parse(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
+                    if v == "false" {
+                        assert_eq!(c, {
+                            let mut d =
+                                parse(&text.replace(&format!("{item} = false"), "")).unwrap();
+                            d.set_item(item, "false").unwrap();
+                            d
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn thread_name_globs() {
+        assert!(glob_match("ksoftirqd/*", "ksoftirqd/3"));
+        assert!(glob_match("CPU */KVM", "CPU 12/KVM"));
+        assert!(glob_match("pmd*", "pmd-c03/id:7"));
+        assert!(glob_match("rcu[bc]/?", "rcuc/2"));
+        assert!(glob_match("rcu[!o]/*", "rcub/0"));
+        assert!(!glob_match("rcu[!o]*", "rcuop/1"));
+        assert!(glob_match("irq/[0-9]*-virtio*", "irq/25-virtio0-input.0"));
+        assert!(!glob_match("ksoftirqd/*", "kworker/0:1"));
+        assert!(!glob_match("pmd", "pmd1"));
+        assert!(glob_match("a[", "a["));
+    }
+}

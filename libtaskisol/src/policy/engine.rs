@@ -1,0 +1,662 @@
+//! apply, verify and restore.
+//!
+//! apply: plan, read every target, persist the originals of those about to change (one
+//! atomic write of the state file) *before* the first write, write, read back. verify: plan
+//! and compare, read-only. restore: write back every original of the state file, newest
+//! first; a thread only if it is still the same thread (tid and start time).
+//!
+//! On a fake root (a captured tree, `SysRoot::new`) thread changes edit the tree's
+//! `status`/`stat` files instead of calling the kernel, so the whole engine can run on
+//! fixtures.
+
+use std::fs;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use super::plan::{plan, Op, Target};
+use super::state::{self, Entry, Original, State};
+use super::{shown, Outcome, Policy, Report, Status};
+use crate::cpuset::CpuSet;
+use crate::error::{Error, Result};
+use crate::sched::SchedPolicy;
+use crate::sysroot::SysRoot;
+use crate::{irq, sched, tasks};
+
+/// The state file of `root` (`<root>/run/isold/state.json`).
+pub fn default_state_path(root: &SysRoot) -> PathBuf {
+    root.path(state::DEFAULT_STATE)
+}
+
+/// What reading a target found.
+enum Eval {
+    /// Nothing to write.
+    Done(Status),
+    /// It must change: the original, and the value shown before.
+    Change { original: Original, from: String },
+}
+
+fn failed(e: impl std::fmt::Display) -> Status {
+    Status::Failed {
+        error: e.to_string(),
+    }
+}
+
+fn gone(e: &Error) -> bool {
+    matches!(e.errno(), Some(libc::ENOENT) | Some(libc::ESRCH))
+}
+
+fn evaluate(root: &SysRoot, policy: &Policy, t: &Target) -> Eval {
+    match &t.op {
+        Op::Known(s) => Eval::Done(s.clone()),
+        Op::Attr { path, want } => match root.read_to_string(path) {
+            Err(e) if e.errno() == Some(libc::ENOENT) => Eval::Done(Status::NotPresent {
+                reason: format!("this kernel has no {path}"),
+            }),
+            Err(e) => Eval::Done(failed(e)),
+            Ok(raw) if want.matches(&raw) => Eval::Done(Status::AlreadyRight),
+            Ok(raw) => Eval::Change {
+                from: shown(&raw),
+                original: Original::Attr {
+                    path: path.clone(),
+                    restore: want.restore_text(&raw),
+                    content: raw,
+                },
+            },
+        },
+        Op::Irq { irq: n, want } => {
+            let path = irq::irq_file(*n, "smp_affinity_list");
+            match root.read_to_string(&path) {
+                Err(e) if gone(&e) => Eval::Done(Status::Gone),
+                Err(e) => Eval::Done(failed(e)),
+                Ok(raw) => match CpuSet::parse_list(raw.trim()) {
+                    Err(e) => Eval::Done(failed(format!("{path}: {e}"))),
+                    Ok(cur) if &cur == want => Eval::Done(irq_settled(root, policy, *n)),
+                    Ok(_) => Eval::Change {
+                        from: shown(&raw),
+                        original: Original::Attr {
+                            path,
+                            restore: shown(&raw),
+                            content: raw,
+                        },
+                    },
+                },
+            }
+        }
+        Op::File { path, content } => match super::plan::read_file_opt(root, path) {
+            Err(e) => Eval::Done(failed(e)),
+            Ok(Some(cur)) if &cur == content => Eval::Done(Status::AlreadyRight),
+            Ok(cur) => Eval::Change {
+                from: if cur.is_some() {
+                    "other content".into()
+                } else {
+                    "absent".into()
+                },
+                original: Original::File {
+                    path: path.clone(),
+                    content: cur,
+                },
+            },
+        },
+        Op::Affinity { thread, want } => {
+            if &thread.affinity == want {
+                Eval::Done(Status::AlreadyRight)
+            } else {
+                Eval::Change {
+                    from: thread.affinity.to_string(),
+                    original: Original::Affinity {
+                        pid: thread.pid,
+                        tid: thread.tid,
+                        starttime: thread.starttime,
+                        comm: thread.comm.clone(),
+                        cpus: thread.affinity.to_string(),
+                    },
+                }
+            }
+        }
+        Op::Sched { thread, want } => {
+            if thread.policy as i32 == want.policy_number() && thread.rt_priority == want.priority()
+            {
+                Eval::Done(Status::AlreadyRight)
+            } else {
+                Eval::Change {
+                    from: sched_shown(thread.policy, thread.rt_priority),
+                    original: Original::Sched {
+                        pid: thread.pid,
+                        tid: thread.tid,
+                        starttime: thread.starttime,
+                        comm: thread.comm.clone(),
+                        policy: thread.policy,
+                        rt_priority: thread.rt_priority,
+                    },
+                }
+            }
+        }
+    }
+}
+
+fn sched_shown(policy: u32, prio: u32) -> String {
+    SchedPolicy::from_stat(policy, prio)
+        .map_or_else(|| format!("policy {policy}"), |p| p.to_string())
+}
+
+/// An IRQ whose affinity is right: is it delivered to a housekeeping CPU yet?
+fn irq_settled(root: &SysRoot, policy: &Policy, n: u32) -> Status {
+    match irq::effective_affinity(root, n) {
+        Ok(Some(eff)) if !eff.is_disjoint(&policy.isolated) => Status::MovePending {
+            effective: eff.to_string(),
+        },
+        _ => Status::AlreadyRight,
+    }
+}
+
+fn want_shown(t: &Target) -> String {
+    match &t.op {
+        Op::Attr { want, .. } => want.shown(),
+        Op::Irq { want, .. } | Op::Affinity { want, .. } => want.to_string(),
+        Op::File { .. } => "isold's content".into(),
+        Op::Sched { want, .. } => want.to_string(),
+        Op::Known(s) => s.to_string(),
+    }
+}
+
+/// Write a kernel attribute. A captured tree gets the trailing newline the kernel adds when
+/// it prints the value, so that reading back behaves as on the running system.
+fn write_attr(root: &SysRoot, abs: &str, text: &str) -> Result<()> {
+    if root.is_host() {
+        root.write(abs, text)
+    } else {
+        root.write(abs, format!("{text}\n"))
+    }
+}
+
+/// Write a whole file atomically (temporary file and rename), creating its directory.
+fn write_file(root: &SysRoot, abs: &str, content: &str) -> Result<()> {
+    let path = root.path(abs);
+    let err = |source| Error::Write {
+        path: path.clone(),
+        data: content.lines().next().unwrap_or("").to_string(),
+        source,
+    };
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).map_err(err)?;
+    }
+    let tmp = path.with_extension("isold-tmp");
+    fs::write(&tmp, content)
+        .and_then(|()| fs::File::open(&tmp)?.sync_all())
+        .and_then(|()| fs::rename(&tmp, &path))
+        .map_err(err)
+}
+
+fn remove_file(root: &SysRoot, abs: &str) -> Result<()> {
+    let path = root.path(abs);
+    match fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(Error::Write {
+            path,
+            data: "(remove)".into(),
+            source,
+        }),
+    }
+}
+
+/// Thread changes: system calls on the running system, file edits in a captured tree.
+fn set_thread_affinity(root: &SysRoot, pid: i32, tid: i32, cpus: &CpuSet) -> Result<()> {
+    if root.is_host() {
+        return sched::set_affinity(tid, cpus);
+    }
+    edit_tree_file(root, &format!("/proc/{pid}/task/{tid}/status"), |text| {
+        text.lines()
+            .map(|l| {
+                if l.starts_with("Cpus_allowed_list:") {
+                    format!("Cpus_allowed_list:\t{cpus}\n")
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect()
+    })
+}
+
+fn set_thread_sched(root: &SysRoot, pid: i32, tid: i32, policy: SchedPolicy) -> Result<()> {
+    if root.is_host() {
+        return sched::set_scheduler(tid, policy);
+    }
+    edit_tree_file(root, &format!("/proc/{pid}/task/{tid}/stat"), |text| {
+        // Fields after the comm's closing parenthesis start at field 3; rt_priority and
+        // policy are fields 40 and 41.
+        let close = text.rfind(')').unwrap_or(0);
+        let (head, tail) = text.split_at(close + 1);
+        let mut f: Vec<String> = tail.split_whitespace().map(str::to_string).collect();
+        if f.len() >= 39 {
+            f[37] = policy.priority().to_string();
+            f[38] = policy.policy_number().to_string();
+        }
+        format!("{head} {}\n", f.join(" "))
+    })
+}
+
+fn edit_tree_file(root: &SysRoot, abs: &str, edit: impl FnOnce(&str) -> String) -> Result<()> {
+    let text = root.read_to_string(abs).map_err(|e| {
+        if e.errno() == Some(libc::ENOENT) {
+            Error::syscall(format!("thread of {abs}"), nix::errno::Errno::ESRCH)
+        } else {
+            e
+        }
+    })?;
+    root.write(abs, edit(&text))
+}
+
+/// Make the change `t` asks for, and read it back.
+fn change(root: &SysRoot, policy: &Policy, t: &Target, from: String) -> Status {
+    match &t.op {
+        Op::Known(s) => s.clone(),
+        Op::Attr { path, want } => {
+            let raw = match root.read_to_string(path) {
+                Ok(r) => r,
+                Err(e) => return failed(e),
+            };
+            let text = want.write_text(&raw);
+            if let Err(e) = write_attr(root, path, &text) {
+                return failed(e);
+            }
+            match root.read_to_string(path) {
+                Ok(back) if want.matches(&back) => Status::Changed {
+                    from,
+                    to: shown(&back),
+                },
+                Ok(back) => failed(format!(
+                    "wrote '{text}' to {}, but it reads back '{}'",
+                    root.path(path).display(),
+                    shown(&back)
+                )),
+                Err(e) => failed(e),
+            }
+        }
+        Op::Irq { irq: n, want } => match irq::set_affinity(root, *n, want) {
+            Err(e) if irq::is_unmovable_errno(e.errno()) => Status::NotChangeable {
+                reason: format!(
+                    "the kernel refuses affinity changes of this IRQ ({})",
+                    nix::errno::Errno::from_raw(e.errno().unwrap_or(0))
+                ),
+            },
+            Err(e) if gone(&e) => Status::Gone,
+            Err(e) => failed(e),
+            Ok(()) => match irq::affinity(root, *n) {
+                Ok(cur) if &cur == want => match irq_settled(root, policy, *n) {
+                    Status::AlreadyRight => Status::Changed {
+                        from,
+                        to: cur.to_string(),
+                    },
+                    pending => pending,
+                },
+                Ok(cur) => failed(format!("IRQ {n}: wrote {want}, reads back {cur}")),
+                Err(e) => failed(e),
+            },
+        },
+        Op::File { path, content } => match write_file(root, path, content) {
+            Ok(()) => Status::Changed {
+                from,
+                to: "isold's content".into(),
+            },
+            Err(e) => failed(e),
+        },
+        Op::Affinity { thread, want } => {
+            match set_thread_affinity(root, thread.pid, thread.tid, want) {
+                Err(e) if e.errno() == Some(libc::ESRCH) => Status::Gone,
+                Err(e) if e.errno() == Some(libc::EINVAL) => Status::NotChangeable {
+                    reason: format!("the kernel refuses: {e}"),
+                },
+                Err(e) => failed(e),
+                Ok(()) => match tasks::read_thread(root, thread.pid, thread.tid) {
+                    Ok(None) => Status::Gone,
+                    Ok(Some(now)) if &now.affinity == want => Status::Changed {
+                        from,
+                        to: now.affinity.to_string(),
+                    },
+                    Ok(Some(now)) => failed(format!(
+                        "sched_setaffinity({}, {want}) left CPUs {} (its cpuset narrows it)",
+                        thread.tid, now.affinity
+                    )),
+                    Err(e) => failed(e),
+                },
+            }
+        }
+        Op::Sched { thread, want } => match set_thread_sched(root, thread.pid, thread.tid, *want) {
+            Err(e) if e.errno() == Some(libc::ESRCH) => Status::Gone,
+            Err(e) => failed(e),
+            Ok(()) => match tasks::read_thread(root, thread.pid, thread.tid) {
+                Ok(None) => Status::Gone,
+                Ok(Some(now)) => Status::Changed {
+                    from,
+                    to: sched_shown(now.policy, now.rt_priority),
+                },
+                Err(e) => failed(e),
+            },
+        },
+    }
+}
+
+/// An exclusive lock next to the state file, so two isold commands never interleave.
+pub struct StateLock {
+    _lock: nix::fcntl::Flock<fs::File>,
+}
+
+impl std::fmt::Debug for StateLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StateLock")
+    }
+}
+
+/// Take the lock of the state file `state_path` (waiting for another isold command).
+pub fn lock(state_path: &Path) -> Result<StateLock> {
+    let dir = state_path.parent().unwrap_or(Path::new("."));
+    let lock_path = dir.join(".isold.lock");
+    let werr = |p: &Path, source| Error::Write {
+        path: p.into(),
+        data: "(lock)".into(),
+        source,
+    };
+    fs::create_dir_all(dir).map_err(|e| werr(dir, e))?;
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| werr(&lock_path, e))?;
+    let _ = f.as_fd();
+    let lock = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, errno)| Error::syscall(format!("flock({})", lock_path.display()), errno))?;
+    Ok(StateLock { _lock: lock })
+}
+
+fn report(command: &str, policy: Option<&Policy>) -> Report {
+    Report {
+        command: command.into(),
+        isolated: policy.map(|p| p.isolated.to_string()).unwrap_or_default(),
+        housekeeping: policy
+            .map(|p| p.housekeeping.to_string())
+            .unwrap_or_default(),
+        ..Report::default()
+    }
+}
+
+fn outcome(t: &Target, status: Status) -> Outcome {
+    Outcome {
+        item: t.item.into(),
+        id: t.id.clone(),
+        label: t.label.clone(),
+        status,
+    }
+}
+
+/// Apply `policy`: see the module documentation.
+pub fn apply(root: &SysRoot, policy: &Policy, state_path: &Path) -> Result<Report> {
+    let _lock = lock(state_path)?;
+    let targets = plan(policy, root)?;
+    let mut rep = report("apply", Some(policy));
+    let mut state = match State::load(state_path)? {
+        Some(s) if s.boot_id == state::boot_id(root)? => s,
+        Some(s) => {
+            // /run normally dies with the boot; a state file kept elsewhere holds runtime
+            // originals that mean nothing now, but files on disk still need them.
+            rep.notes.push(format!(
+                "{}: recorded in an earlier boot; kept only its on-disk files' originals",
+                state_path.display()
+            ));
+            let mut fresh = State::new(
+                state::boot_id(root)?,
+                policy.isolated.to_string(),
+                policy.config.file.display().to_string(),
+            );
+            fresh.entries = s
+                .entries
+                .into_iter()
+                .filter(|e| !e.original.is_runtime())
+                .collect();
+            fresh
+        }
+        None => State::new(
+            state::boot_id(root)?,
+            policy.isolated.to_string(),
+            policy.config.file.display().to_string(),
+        ),
+    };
+    let mut pending = Vec::new();
+    let mut statuses: Vec<Option<Status>> = Vec::with_capacity(targets.len());
+    let mut new_ids = Vec::new();
+    for (i, t) in targets.iter().enumerate() {
+        match evaluate(root, policy, t) {
+            Eval::Done(s) => statuses.push(Some(s)),
+            Eval::Change { original, from } => {
+                if state.record(Entry {
+                    id: t.id.clone(),
+                    item: t.item.into(),
+                    label: t.label.clone(),
+                    original,
+                }) {
+                    new_ids.push(t.id.clone());
+                }
+                pending.push((i, from));
+                statuses.push(None);
+            }
+        }
+    }
+    if !pending.is_empty() {
+        // The originals are on disk before the first write.
+        state.save(state_path)?;
+    }
+    for (i, from) in pending {
+        statuses[i] = Some(change(root, policy, &targets[i], from));
+    }
+    let mut dirty = false;
+    for (t, s) in targets.iter().zip(&statuses) {
+        let s = s.as_ref().expect("every target has a status");
+        match s {
+            Status::NotChangeable { reason } => {
+                dirty |= state
+                    .unchangeable
+                    .insert(t.id.clone(), reason.clone())
+                    .as_deref()
+                    != Some(reason);
+            }
+            _ => dirty |= state.unchangeable.remove(&t.id).is_some(),
+        }
+        // Recorded in this run, but nothing was changed: no original to keep.
+        if matches!(
+            s,
+            Status::Failed { .. } | Status::NotChangeable { .. } | Status::Gone
+        ) && new_ids.contains(&t.id)
+        {
+            state.entries.retain(|e| e.id != t.id);
+            dirty = true;
+        }
+    }
+    if dirty {
+        state.save(state_path)?;
+    }
+    if state.entries.is_empty() && state.unchangeable.is_empty() {
+        State::remove(state_path)?;
+    }
+    for (t, s) in targets.iter().zip(statuses) {
+        rep.outcomes.push(outcome(t, s.expect("status")));
+    }
+    notes_after_apply(&mut rep);
+    Ok(rep)
+}
+
+fn notes_after_apply(rep: &mut Report) {
+    let changed = |item: &str| {
+        rep.outcomes
+            .iter()
+            .any(|o| o.item == item && matches!(o.status, Status::Changed { .. }))
+    };
+    let mut notes = Vec::new();
+    if changed("kvm") {
+        notes.push(
+            "kvm: the module options take effect when the kvm modules are next loaded".to_string(),
+        );
+    }
+    if changed("irqbalance") {
+        notes.push(
+            "irqbalance: restart it (systemctl try-restart irqbalance) to use the banned CPUs"
+                .to_string(),
+        );
+    }
+    if changed("systemd_cpuaffinity") {
+        notes.push("systemd CPUAffinity: takes effect after `systemctl daemon-reexec`".to_string());
+    }
+    rep.notes.extend(notes);
+}
+
+/// Compare the live system with `policy`, read-only. Targets the last apply found
+/// unchangeable (recorded in the state file at `state_path`) are reported as such.
+pub fn verify(root: &SysRoot, policy: &Policy, state_path: &Path) -> Result<Report> {
+    let unchangeable = State::load(state_path)?
+        .map(|s| s.unchangeable)
+        .unwrap_or_default();
+    let mut rep = report("verify", Some(policy));
+    for t in plan(policy, root)? {
+        let status = match evaluate(root, policy, &t) {
+            Eval::Done(s) => s,
+            Eval::Change { from, .. } => match unchangeable.get(&t.id) {
+                Some(reason) => Status::NotChangeable {
+                    reason: reason.clone(),
+                },
+                None => Status::Deviates {
+                    current: from,
+                    want: want_shown(&t),
+                },
+            },
+        };
+        rep.outcomes.push(outcome(&t, status));
+    }
+    Ok(rep)
+}
+
+fn restore_one(root: &SysRoot, o: &Original) -> Status {
+    match o {
+        Original::Attr {
+            path,
+            content,
+            restore,
+        } => {
+            if let Err(e) = write_attr(root, path, restore) {
+                return failed(e);
+            }
+            match root.read_to_string(path) {
+                Ok(back) if &back == content => Status::Restored { to: shown(&back) },
+                Ok(back) => failed(format!(
+                    "wrote '{restore}' to {}, but it reads back '{}' instead of '{}'",
+                    root.path(path).display(),
+                    shown(&back),
+                    shown(content)
+                )),
+                Err(e) => failed(e),
+            }
+        }
+        Original::File { path, content } => match content {
+            Some(c) => write_file(root, path, c).map(|()| Status::Restored {
+                to: "original content".into(),
+            }),
+            None => remove_file(root, path).map(|()| Status::Restored {
+                to: "removed".into(),
+            }),
+        }
+        .unwrap_or_else(failed),
+        Original::Affinity {
+            pid,
+            tid,
+            starttime,
+            cpus,
+            ..
+        } => {
+            match tasks::is_same_thread(root, *pid, *tid, *starttime) {
+                Ok(false) => return Status::Gone,
+                Err(e) => return failed(e),
+                Ok(true) => {}
+            }
+            let set = match CpuSet::parse_list(cpus) {
+                Ok(s) => s,
+                Err(e) => return failed(e),
+            };
+            match set_thread_affinity(root, *pid, *tid, &set) {
+                Ok(()) => Status::Restored { to: cpus.clone() },
+                Err(e) if e.errno() == Some(libc::ESRCH) => Status::Gone,
+                Err(e) => failed(e),
+            }
+        }
+        Original::Sched {
+            pid,
+            tid,
+            starttime,
+            policy,
+            rt_priority,
+            ..
+        } => {
+            match tasks::is_same_thread(root, *pid, *tid, *starttime) {
+                Ok(false) => return Status::Gone,
+                Err(e) => return failed(e),
+                Ok(true) => {}
+            }
+            let Some(p) = SchedPolicy::from_stat(*policy, *rt_priority) else {
+                return failed(format!("unknown scheduling policy {policy}"));
+            };
+            match set_thread_sched(root, *pid, *tid, p) {
+                Ok(()) => Status::Restored { to: p.to_string() },
+                Err(e) if e.errno() == Some(libc::ESRCH) => Status::Gone,
+                Err(e) => failed(e),
+            }
+        }
+    }
+}
+
+/// Put back every original recorded in the state file at `state_path`, newest first.
+/// Restored (and vanished) entries leave the state file; it is removed once empty, so a
+/// second restore finds nothing to do.
+pub fn restore(root: &SysRoot, state_path: &Path) -> Result<Report> {
+    let _lock = lock(state_path)?;
+    let mut rep = report("restore", None);
+    let Some(mut state) = State::load(state_path)? else {
+        rep.notes.push(format!(
+            "no state file at {}: nothing to restore",
+            state_path.display()
+        ));
+        return Ok(rep);
+    };
+    rep.isolated = state.isolated.clone();
+    let same_boot = state.boot_id == state::boot_id(root)?;
+    let mut keep = Vec::new();
+    for e in state.entries.iter().rev() {
+        let status = if !same_boot && e.original.is_runtime() {
+            Status::Gone
+        } else {
+            restore_one(root, &e.original)
+        };
+        if matches!(status, Status::Failed { .. }) {
+            keep.push(e.clone());
+        }
+        rep.outcomes.push(Outcome {
+            item: e.item.clone(),
+            id: e.id.clone(),
+            label: e.label.clone(),
+            status,
+        });
+    }
+    if !same_boot {
+        rep.notes.push("the state file is from an earlier boot: runtime values were reset by the reboot; only files were restored".into());
+    }
+    if keep.is_empty() {
+        State::remove(state_path)?;
+    } else {
+        keep.reverse();
+        state.entries = keep;
+        state.save(state_path)?;
+        rep.notes.push(format!(
+            "{} original(s) could not be restored and stay in {}",
+            state.entries.len(),
+            state_path.display()
+        ));
+    }
+    Ok(rep)
+}

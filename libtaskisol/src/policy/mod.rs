@@ -1,0 +1,288 @@
+//! The isolation policy engine behind isold: a configuration ([`config`]) resolved against
+//! the running kernel into a [`Policy`], planned into concrete [`Target`]s (one per file,
+//! IRQ or thread), and applied, verified or restored by [`engine`].
+//!
+//! Every original value is persisted in a crash-safe state file ([`state`]) before it is
+//! first overwritten; restore puts it back byte for byte, also after a crash or `kill -9` in
+//! the middle of apply. A task is restored only if it is still the same task (pid and start
+//! time).
+//!
+//! ```no_run
+//! use libtaskisol::policy::{config::Config, engine, Policy};
+//! use libtaskisol::SysRoot;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let root = SysRoot::host();
+//! let config = Config::load("/etc/isold/isold.toml".as_ref())?;
+//! let policy = Policy::resolve(config, &root)?;
+//! let report = engine::apply(&root, &policy, engine::default_state_path(&root).as_path())?;
+//! println!("{}", report.summary());
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod config;
+pub mod engine;
+pub mod plan;
+pub mod preset;
+pub mod state;
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::cpuset::CpuSet;
+use crate::sysroot::SysRoot;
+use crate::topology::{self, IsolatedCpus};
+use config::{Config, ConfigError, CpuSpec};
+
+pub use plan::{Op, Target, Want};
+
+/// A configuration resolved against the kernel: concrete CPU sets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// The configuration.
+    pub config: Config,
+    /// Online CPUs.
+    pub online: CpuSet,
+    /// The isolated CPUs.
+    pub isolated: CpuSet,
+    /// Online CPUs that are not isolated: where everything else runs.
+    pub housekeeping: CpuSet,
+}
+
+/// Why a configuration cannot be applied to this machine.
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// The file is wrong for this machine (CPUs not online, none left for housekeeping).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Reading the kernel's state failed.
+    #[error(transparent)]
+    Kernel(#[from] crate::Error),
+}
+
+impl Policy {
+    /// Resolve `config` against the kernel under `root`: `auto` becomes the CPUs the kernel
+    /// isolates; the CPUs must be online and leave at least one housekeeping CPU.
+    pub fn resolve(config: Config, root: &SysRoot) -> std::result::Result<Policy, ResolveError> {
+        let online = topology::online_cpus(root)?;
+        let isolated = match &config.isolated {
+            CpuSpec::List(set) => {
+                let offline = set.difference(&online);
+                if !offline.is_empty() {
+                    return Err(config
+                        .isolated_error(format!(
+                            "isolated_cpus: CPUs {offline} are not online (online: {online})"
+                        ))
+                        .into());
+                }
+                set.clone()
+            }
+            CpuSpec::Auto => {
+                let all = IsolatedCpus::discover(root)?.all().intersection(&online);
+                if all.is_empty() {
+                    return Err(config
+                        .isolated_error(
+                            "isolated_cpus = \"auto\", but the kernel isolates no CPU (no isolcpus, nohz_full or isolated cpuset partition)"
+                                .into(),
+                        )
+                        .into());
+                }
+                all
+            }
+        };
+        let housekeeping = online.difference(&isolated);
+        if housekeeping.is_empty() {
+            return Err(config
+                .isolated_error(format!(
+                    "isolated_cpus: no housekeeping CPU left: {isolated} covers every online CPU"
+                ))
+                .into());
+        }
+        Ok(Policy {
+            config,
+            online,
+            isolated,
+            housekeeping,
+        })
+    }
+}
+
+/// The outcome for one target.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Status {
+    /// The value was already what the policy wants.
+    AlreadyRight,
+    /// Written and read back.
+    Changed {
+        /// Before.
+        from: String,
+        /// After.
+        to: String,
+    },
+    /// The IRQ's affinity is set; the interrupt controller moves it when it next fires
+    /// (x86 IO-APIC): `effective_affinity_list` still names an isolated CPU.
+    MovePending {
+        /// The effective CPUs now.
+        effective: String,
+    },
+    /// This kernel has nothing to set (THP on PREEMPT_RT, no cpufreq in a VM).
+    NotPresent {
+        /// Why.
+        reason: String,
+    },
+    /// The kernel refuses to change it (legacy or managed IRQs, per-CPU kthreads).
+    NotChangeable {
+        /// Why.
+        reason: String,
+    },
+    /// Deliberately not touched (a workload on the isolated CPUs, an allow-listed task).
+    LeftAlone {
+        /// Why.
+        reason: String,
+    },
+    /// verify: the live value differs from the policy.
+    Deviates {
+        /// The live value.
+        current: String,
+        /// What the policy wants.
+        want: String,
+    },
+    /// The task exited (or its pid was reused) before it could be changed or restored.
+    Gone,
+    /// restore: put back to the original.
+    Restored {
+        /// The value written back.
+        to: String,
+    },
+    /// The operation failed; the message names the file, value and errno.
+    Failed {
+        /// The error.
+        error: String,
+    },
+}
+
+impl Status {
+    /// A short word for summaries.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Status::AlreadyRight => "already right",
+            Status::Changed { .. } => "changed",
+            Status::MovePending { .. } => "set, move pending",
+            Status::NotPresent { .. } => "not present",
+            Status::NotChangeable { .. } => "not changeable",
+            Status::LeftAlone { .. } => "left alone",
+            Status::Deviates { .. } => "deviates",
+            Status::Gone => "gone",
+            Status::Restored { .. } => "restored",
+            Status::Failed { .. } => "failed",
+        }
+    }
+
+    /// Whether this outcome is an error (apply/restore) or a deviation (verify).
+    pub fn is_problem(&self) -> bool {
+        matches!(self, Status::Failed { .. } | Status::Deviates { .. })
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Status::Changed { from, to } => write!(f, "changed: {from} -> {to}"),
+            Status::MovePending { effective } => {
+                write!(f, "set, move pending (effective CPUs still {effective})")
+            }
+            Status::NotPresent { reason } => write!(f, "not present: {reason}"),
+            Status::NotChangeable { reason } => write!(f, "not changeable: {reason}"),
+            Status::LeftAlone { reason } => write!(f, "left alone: {reason}"),
+            Status::Deviates { current, want } => write!(f, "is {current}, policy wants {want}"),
+            Status::Restored { to } => write!(f, "restored: {to}"),
+            Status::Failed { error } => write!(f, "failed: {error}"),
+            other => f.write_str(other.word()),
+        }
+    }
+}
+
+/// One line of a report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Outcome {
+    /// The item (`sysctl`, `irq_affinity`, `tasks`, ...).
+    pub item: String,
+    /// The target's id.
+    pub id: String,
+    /// What it is.
+    pub label: String,
+    /// What happened.
+    #[serde(flatten)]
+    pub status: Status,
+}
+
+/// The result of apply, verify or restore.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// The command (`apply`, `verify`, `restore`).
+    pub command: String,
+    /// Isolated CPUs (empty for restore without a state file).
+    pub isolated: String,
+    /// Housekeeping CPUs.
+    pub housekeeping: String,
+    /// Every target's outcome.
+    pub outcomes: Vec<Outcome>,
+    /// Remarks for the user (what needs a restart, which state file was used).
+    pub notes: Vec<String>,
+}
+
+impl Report {
+    /// Outcomes with a problem (failures, deviations).
+    pub fn problems(&self) -> impl Iterator<Item = &Outcome> {
+        self.outcomes.iter().filter(|o| o.status.is_problem())
+    }
+
+    /// How many outcomes have the status word `word`.
+    pub fn count(&self, word: &str) -> usize {
+        self.outcomes
+            .iter()
+            .filter(|o| o.status.word() == word)
+            .count()
+    }
+
+    /// Counts by status word, in a fixed order: "changed 12, already right 80, ...".
+    pub fn summary(&self) -> String {
+        const ORDER: [&str; 10] = [
+            "changed",
+            "restored",
+            "already right",
+            "set, move pending",
+            "left alone",
+            "not changeable",
+            "not present",
+            "gone",
+            "deviates",
+            "failed",
+        ];
+        let parts: Vec<String> = ORDER
+            .iter()
+            .filter_map(|w| match self.count(w) {
+                0 => None,
+                n => Some(format!("{n} {w}")),
+            })
+            .collect();
+        if parts.is_empty() {
+            "nothing to do".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
+/// Read the value of a kernel attribute for display: trimmed.
+pub(crate) fn shown(raw: &str) -> String {
+    raw.trim_end_matches('\n').to_string()
+}
+
+/// Convenience: [`Policy::resolve`] of a file.
+pub fn load(path: &std::path::Path, root: &SysRoot) -> std::result::Result<Policy, ResolveError> {
+    Policy::resolve(Config::load(path)?, root)
+}
