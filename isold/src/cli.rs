@@ -1,0 +1,61 @@
+//! isold's command line (man/isold.8 is checked against it by a test).
+
+use std::path::PathBuf;
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+
+/// Apply, verify and restore an isolated-CPU policy.
+#[derive(Debug, Parser)]
+#[command(
+    name = "isold",
+    version,
+    disable_version_flag = true,
+    about = "Isolate CPUs for latency-critical work: apply, verify and restore an isolation policy.",
+    after_help = "Examples:\n  isold apply                       # /etc/isold/isold.toml\n  isold verify --json\n  isold --config ./isold.toml apply\n  isold restore"
+)]
+pub struct Cli {
+    /// The configuration file [default: /etc/isold/isold.toml below --root].
+    #[arg(short = 'c', long = "config", value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
+
+    /// Act on the /proc, /sys, /etc and /run below DIR instead of the running system (a captured tree).
+    #[arg(long = "root", value_name = "DIR", global = true)]
+    pub root: Option<PathBuf>,
+
+    /// The state file that keeps the original values [default: /run/isold/state.json below --root].
+    #[arg(long = "state", value_name = "FILE", global = true)]
+    pub state: Option<PathBuf>,
+
+    /// Print version information and exit.
+    #[arg(short = 'V', long = "version", action = ArgAction::Version)]
+    pub version: Option<bool>,
+
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Output options shared by the commands.
+#[derive(Debug, Args)]
+pub struct Output {
+    /// Print the report as JSON (documented in isold(8)).
+    #[arg(long = "json")]
+    pub json: bool,
+
+    /// List every target, also those already right or left alone.
+    #[arg(short = 'v', long = "verbose")]
+    pub verbose: bool,
+}
+
+/// isold's commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Record the original values, apply the policy and read every value back.
+    Apply(Output),
+    /// Compare the running system with the policy; exit 1 on any deviation.
+    Verify(Output),
+    /// Put back every original value recorded by apply.
+    Restore(Output),
+    /// Check the configuration file and print the resolved policy; change nothing.
+    Check(Output),
+}

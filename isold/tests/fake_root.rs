@@ -1,0 +1,247 @@
+//! isold on trees captured from a real kernel (tests/fixtures/debian-6.12-rt-isol23, with the
+//! sysctl, printk and thread files a policy also touches): apply, verify, restore, an
+//! interrupted apply then restore, originals byte-identical.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const FIXTURE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../tests/fixtures/debian-6.12-rt-isol23"
+);
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
+fn put(root: &Path, rel: &str, content: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, content).unwrap();
+}
+
+/// The captured tree plus what the capture lacks, in the kernel's own formats (values as
+/// Debian 6.12-rt prints them in the guests).
+fn tree() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path();
+    copy_dir(Path::new(FIXTURE), r);
+    put(r, "proc/sys/kernel/timer_migration", "1\n");
+    put(r, "proc/sys/vm/stat_interval", "1\n");
+    put(r, "proc/sys/kernel/sched_rt_runtime_us", "950000\n");
+    put(r, "proc/sys/kernel/printk", "7\t4\t1\t7\n");
+    put(
+        r,
+        "proc/sys/kernel/random/boot_id",
+        "5d3a1c1e-0000-4000-8000-000000000001\n",
+    );
+    put(r, "sys/kernel/mm/ksm/run", "0\n");
+    // Restore must widen a workqueue too, not only narrow it.
+    put(r, "sys/devices/virtual/workqueue/writeback/cpumask", "f\n");
+    for (tid, comm, flags, aff, pol, prio) in [
+        (1, "init", 0x400100u64, "0-3", 0, 0),
+        (300, "sleep", 0x400000, "0-3", 0, 0),
+        (301, "workload", 0x400000, "3", 0, 0),
+        (302, "pmd-c03/id:7", 0x400000, "0-3", 0, 0),
+        (20, "ksoftirqd/2", 0x04208040, "2", 0, 0),
+        (21, "rcu_preempt", 0x00208040, "0-3", 1, 1),
+    ] {
+        put(r, &format!("proc/{tid}/task/{tid}/stat"), &format!(
+            "{tid} ({comm}) S 1 {tid} {tid} 0 -1 {flags} 0 0 0 0 0 0 0 0 20 0 1 0 {} 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 {prio} {pol} 0 0 0\n",
+            1000 + tid
+        ));
+        put(
+            r,
+            &format!("proc/{tid}/task/{tid}/status"),
+            &format!("Name:\t{comm}\nCpus_allowed_list:\t{aff}\n"),
+        );
+        put(r, &format!("proc/{tid}/cgroup"), "0::/\n");
+    }
+    put(r, "etc/isold/isold.toml", "isolated_cpus = \"2-3\"\n");
+    dir
+}
+
+fn snapshot(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(base: &Path, d: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for e in std::fs::read_dir(d).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            if e.file_type().unwrap().is_dir() {
+                if p != base.join("run") {
+                    walk(base, &p, out);
+                }
+            } else {
+                out.insert(
+                    p.strip_prefix(base).unwrap().into(),
+                    std::fs::read(&p).unwrap(),
+                );
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn isold(root: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_isold"))
+        .arg("--root")
+        .arg(root)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn read(root: &Path, rel: &str) -> String {
+    std::fs::read_to_string(root.join(rel)).unwrap()
+}
+
+#[test]
+fn apply_verify_restore_on_a_captured_tree() {
+    let t = tree();
+    let r = t.path();
+    let before = snapshot(r);
+    let (rc, out, err) = isold(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(
+        out.contains("changed           sysctl kernel.timer_migration: changed: 1 -> 0"),
+        "{out}"
+    );
+    assert!(
+        out.contains("IRQ 25 (virtio0-input.0): changed: 0-3 -> 0-1"),
+        "{out}"
+    );
+    assert_eq!(read(r, "proc/sys/kernel/printk"), "4\t4\t1\t7\n");
+    assert_eq!(
+        read(r, "sys/devices/virtual/workqueue/writeback/cpumask"),
+        "3\n"
+    );
+    assert!(read(r, "proc/300/task/300/status").contains("Cpus_allowed_list:\t0-1\n"));
+    assert!(read(r, "proc/1/task/1/status").contains("Cpus_allowed_list:\t0-1\n"));
+    // The workload, the allow-listed pmd thread and the per-CPU kthread stay.
+    assert!(read(r, "proc/301/task/301/status").contains("Cpus_allowed_list:\t3\n"));
+    assert!(read(r, "proc/302/task/302/status").contains("Cpus_allowed_list:\t0-3\n"));
+    assert!(read(r, "proc/20/task/20/status").contains("Cpus_allowed_list:\t2\n"));
+    // ksoftirqd/2 gets SCHED_FIFO 2 (fields 40/41 of stat).
+    assert!(
+        read(r, "proc/20/task/20/stat").ends_with(" 17 1 2 1 0 0 0\n"),
+        "{}",
+        read(r, "proc/20/task/20/stat")
+    );
+
+    let (rc, out, _) = isold(r, &["verify"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.contains("(clean)"), "{out}");
+    let (rc, out, _) = isold(r, &["apply"]);
+    assert_eq!(rc, 0);
+    assert!(
+        !out.lines().last().unwrap().contains("changed"),
+        "second apply: {out}"
+    );
+
+    std::fs::write(r.join("proc/sys/vm/stat_interval"), "1\n").unwrap();
+    let (rc, out, _) = isold(r, &["verify", "--json"]);
+    assert_eq!(rc, 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let dev: Vec<&serde_json::Value> = v["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["status"] == "deviates")
+        .collect();
+    assert_eq!(dev.len(), 1, "{dev:?}");
+    assert_eq!(dev[0]["id"], "sysctl:vm.stat_interval");
+    assert_eq!(dev[0]["current"], "1");
+    assert_eq!(dev[0]["want"], "10");
+
+    let (rc, out, err) = isold(r, &["restore"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert_eq!(snapshot(r), before, "restore puts back every byte");
+    assert!(!r.join("run/isold/state.json").exists());
+    let (rc, out, _) = isold(r, &["restore"]);
+    assert_eq!(rc, 0);
+    assert!(out.contains("nothing to restore"), "{out}");
+}
+
+#[test]
+fn an_interrupted_apply_never_records_a_changed_value_as_original() {
+    let t = tree();
+    let r = t.path();
+    let before = snapshot(r);
+    assert_eq!(isold(r, &["apply"]).0, 0);
+    let state1 = read(r, "run/isold/state.json");
+    // As if apply had been killed after persisting the originals and writing only some:
+    // half the values are back to their originals, the others are changed.
+    std::fs::write(r.join("proc/sys/kernel/timer_migration"), "1\n").unwrap();
+    std::fs::write(r.join("proc/irq/25/smp_affinity_list"), "0-3\n").unwrap();
+    let (rc, out, _) = isold(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}");
+    assert_eq!(
+        read(r, "run/isold/state.json"),
+        state1,
+        "the originals are kept as first recorded"
+    );
+    assert_eq!(isold(r, &["restore"]).0, 0);
+    assert_eq!(snapshot(r), before);
+}
+
+#[test]
+fn an_invalid_configuration_changes_nothing() {
+    let t = tree();
+    let r = t.path();
+    let before = snapshot(r);
+    for (text, want) in [
+        (
+            "isolated_cpus = \"2-7\"\n",
+            "isold.toml:1: isolated_cpus: CPUs 4-7 are not online (online: 0-3)",
+        ),
+        (
+            "isolated_cpus = \"0-3\"\n",
+            "isold.toml:1: isolated_cpus: no housekeeping CPU left: 0-3 covers every online CPU",
+        ),
+        (
+            "isolated_cpus = \"2-3\"\nprest = \"realtime\"\n",
+            "isold.toml:2: unknown key 'prest' (did you mean 'preset'?)",
+        ),
+    ] {
+        std::fs::write(r.join("etc/isold/isold.toml"), text).unwrap();
+        let (rc, out, err) = isold(r, &["apply"]);
+        assert_eq!(rc, 1, "{text}: {out}");
+        assert!(
+            err.starts_with("isold: ") && err.contains(want),
+            "{text}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+    }
+    std::fs::write(r.join("etc/isold/isold.toml"), "isolated_cpus = \"2-3\"\n").unwrap();
+    assert_eq!(snapshot(r), before);
+    assert!(!r.join("run/isold/state.json").exists());
+}
+
+#[test]
+fn auto_takes_the_kernels_isolated_cpus() {
+    let t = tree();
+    let r = t.path();
+    std::fs::write(r.join("etc/isold/isold.toml"), "isolated_cpus = \"auto\"\n").unwrap();
+    let (rc, out, err) = isold(r, &["check"]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(
+        out.contains("isolated CPUs 2-3, housekeeping CPUs 0-1"),
+        "{out}"
+    );
+}

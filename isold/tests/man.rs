@@ -1,0 +1,89 @@
+//! man/isold.8 must describe exactly the options and commands isold accepts, and
+//! dist/isold.toml must be a valid configuration.
+
+use std::collections::BTreeSet;
+
+use clap::CommandFactory;
+
+fn man(name: &str) -> String {
+    std::fs::read_to_string(format!("{}/../man/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+fn tagged(section: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut lines = section.lines();
+    while let Some(l) = lines.next() {
+        if l != ".TP" {
+            continue;
+        }
+        let tag = lines.next().unwrap_or_default().replace("\\-", "-");
+        for word in tag.split(|c: char| c.is_whitespace() || c == '"' || c == ',') {
+            let w = word.trim_start_matches("\\fB").trim_end_matches("\\fR");
+            if w.starts_with("--")
+                || (w.len() == 2 && w.starts_with('-'))
+                || (!w.is_empty() && w.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+            {
+                out.insert(w.to_string());
+            }
+        }
+    }
+    out
+}
+
+fn section<'a>(text: &'a str, name: &str) -> &'a str {
+    text.split(&format!(".SH {name}\n"))
+        .nth(1)
+        .and_then(|s| s.split("\n.SH ").next())
+        .unwrap_or_else(|| panic!("section {name}"))
+}
+
+#[test]
+fn man_page_and_cli_agree() {
+    let page = man("isold.8");
+    let opts: BTreeSet<String> = tagged(section(&page, "OPTIONS"))
+        .into_iter()
+        .filter(|w| w.starts_with('-'))
+        .collect();
+    let cmds = tagged(section(&page, "COMMANDS"));
+    let cmd = isold::cli::Cli::command();
+    let mut cli_opts = BTreeSet::from(["-h".to_string(), "--help".to_string()]);
+    let mut add = |c: &clap::Command| {
+        for a in c.get_arguments() {
+            if let Some(s) = a.get_short() {
+                cli_opts.insert(format!("-{s}"));
+            }
+            if let Some(l) = a.get_long() {
+                cli_opts.insert(format!("--{l}"));
+            }
+        }
+    };
+    add(&cmd);
+    for sc in cmd.get_subcommands() {
+        add(sc);
+    }
+    let cli_cmds: BTreeSet<String> = cmd
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .filter(|n| n != "help")
+        .collect();
+    assert_eq!(opts, cli_opts, "options of man/isold.8 vs the CLI");
+    assert_eq!(cmds, cli_cmds, "commands of man/isold.8 vs the CLI");
+}
+
+#[test]
+fn man_page_of_the_file_documents_every_item() {
+    let page = man("isold.toml.5").replace("\\-", "-");
+    let items = tagged(section(&page, "[items]"));
+    let known: BTreeSet<String> = libtaskisol::policy::config::ITEMS
+        .iter()
+        .map(|(n, _)| n.to_string())
+        .collect();
+    assert_eq!(items, known, "items of man/isold.toml.5 vs the library");
+}
+
+#[test]
+fn the_example_configuration_is_valid() {
+    let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../dist/isold.toml"));
+    let c = libtaskisol::policy::config::Config::load(path).unwrap();
+    assert_eq!(c.preset.name(), "realtime-virtual-host");
+}
