@@ -73,3 +73,41 @@ irq_lines() { grep -c '^ *[0-9][0-9]*:' /proc/interrupts; }
 
 # cpu_counts IRQ_LINE_PREFIX: the per-CPU columns of one /proc/interrupts row ("LOC:" ...).
 cpu_counts() { grep "^ *$1" /proc/interrupts | awk '{print $2, $3, $4, $5}'; }
+
+# isold_snapshot FILE: every value isold may touch, one "key value" line each (file contents
+# with newlines, tabs and spaces folded; threads keyed by tid:starttime with
+# "affinity:policy:rt_priority"). snapshot_diff compares two of them.
+isold_snapshot() {
+    {
+        for _f in /proc/sys/vm/swappiness /proc/sys/vm/dirty_ratio /proc/sys/vm/dirty_background_ratio \
+            /proc/sys/net/core/busy_read /proc/sys/net/core/busy_poll /proc/sys/net/ipv4/tcp_fastopen \
+            /proc/sys/kernel/numa_balancing /proc/sys/kernel/hung_task_timeout_secs \
+            /proc/sys/kernel/nmi_watchdog /proc/sys/vm/stat_interval /proc/sys/kernel/timer_migration \
+            /proc/sys/kernel/sched_rt_runtime_us /proc/sys/kernel/printk \
+            /sys/kernel/mm/transparent_hugepage/enabled /sys/kernel/mm/ksm/run \
+            /sys/devices/system/machinecheck/machinecheck*/ignore_ce \
+            /sys/devices/virtual/workqueue/cpumask /sys/devices/virtual/workqueue/*/cpumask \
+            /sys/devices/system/cpu/cpu*/power/pm_qos_resume_latency_us \
+            /sys/devices/system/cpu/cpu*/cpufreq/scaling_governor \
+            /proc/irq/default_smp_affinity /proc/irq/*/smp_affinity_list /proc/irq/*/smp_affinity; do
+            [ -r "$_f" ] && echo "$_f $(tr '\n\t ' '|__' <"$_f")"
+        done
+        # Two processes for all threads (a fork per thread is too slow under TCG): the stat
+        # lines (tid first; fields counted after the last ") ", comm may hold spaces) and the
+        # affinity lines, joined by tid.
+        { cat /proc/[0-9]*/task/[0-9]*/stat 2>/dev/null; grep -H Cpus_allowed_list /proc/[0-9]*/task/[0-9]*/status 2>/dev/null; } |
+            awk '/^\/proc\// { split($1, p, "/"); aff[p[5]] = $2; next }
+                 { tid = $1; sub(/.*\) /, ""); st[tid] = $20; pol[tid] = $39 ":" $38 }
+                 END { for (t in st) if (t in aff) print "task:" t ":" st[t] " " aff[t] ":" pol[t] }'
+    } >"$1"
+}
+
+# snapshot_diff BEFORE AFTER: every file value that differs or vanished, every thread present
+# in both whose affinity or policy differs; ends with "differences=N".
+snapshot_diff() {
+    awk 'NR == FNR { a[$1] = $2; next }
+         { b[$1] = $2 }
+         ($1 in a) && a[$1] != $2 { print "differs: " $1 " before " a[$1] " after " $2; n++ }
+         END { for (k in a) if (!(k in b) && k !~ /^task:/) { print "missing after: " k; n++ }
+               print "differences=" n + 0 }' "$1" "$2"
+}
