@@ -97,7 +97,11 @@ isold_snapshot() {
         # affinity lines, joined by tid.
         { cat /proc/[0-9]*/task/[0-9]*/stat 2>/dev/null; grep -H Cpus_allowed_list /proc/[0-9]*/task/[0-9]*/status 2>/dev/null; } |
             awk '/^\/proc\// { split($1, p, "/"); aff[p[5]] = $2; next }
-                 { tid = $1; sub(/.*\) /, ""); st[tid] = $20; pol[tid] = $39 ":" $38 }
+                 { tid = $1; c = $0; sub(/^[0-9]+ \(/, "", c); sub(/\) [^)]*$/, "", c)
+                   # IRQ threads follow the effective CPU of their IRQ, set by the kernel when
+                   # the IRQ next fires: not a value isold owns.
+                   if (c ~ /^irq\//) next
+                   sub(/.*\) /, ""); st[tid] = $20; pol[tid] = $39 ":" $38 }
                  END { for (t in st) if (t in aff) print "task:" t ":" st[t] " " aff[t] ":" pol[t] }'
     } >"$1"
 }

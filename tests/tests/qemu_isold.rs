@@ -34,8 +34,8 @@ fn isold_scenario(s: &mut Scenario, thp_present: bool) {
          isold_snapshot /tmp/snap.before; echo snapshot_lines=$(wc -l </tmp/snap.before)",
         vec![
             Expect::exit(0),
-            Expect::that("at least 400 tasks", |o: &StepOutput| match num(o, "tasks") {
-                Some(n) if n >= 400.0 => Ok(()),
+            Expect::that("at least 350 tasks", |o: &StepOutput| match num(o, "tasks") {
+                Some(n) if n >= 350.0 => Ok(()),
                 other => Err(format!("tasks = {other:?}")),
             }),
             Expect::that("IRQs routed to 2-3 first", |o: &StepOutput| match num(o, "irqs_on_2_3") {
