@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use super::{Expect, HarnessError, Kernel, KernelRole, Scenario, StepOutput};
+use super::{Expect, HarnessError, Kernel, KernelRole, Outcome, Scenario, StepOutput};
 
 /// The step that runs the case.
 pub const STEP: &str = "seed_stat_refresh_under_fifo_loop";
@@ -76,6 +76,30 @@ impl Measured {
             ),
         }
     }
+}
+
+/// What one boot showed, for a human (scripts/demo): the write's fate and chisol's decision.
+pub fn report(outcome: &Outcome) -> String {
+    let Some(out) = outcome.outputs.get(STEP) else {
+        return "  (the seed case did not run)\n".into();
+    };
+    let fate =
+        Measured::from_output(out).map_or_else(|e| format!("no measurement: {e}"), |m| m.summary());
+    let decision = match out.field("native_fallback_rc") {
+        Some("0") => "ran the workload",
+        Some(_) => "refused (nothing started)",
+        None => "did not run",
+    };
+    let mut text =
+        format!("  {fate}\n  chisol -q vmstat_sync --fallback=native -f 1 -c 3 {decision}:\n");
+    for said in out
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("native_fallback_says="))
+    {
+        text.push_str(&format!("    {said}\n"));
+    }
+    text
 }
 
 /// "6.1.0" from "6.1.0-57-amd64", "6.12.117" from "6.12.117+deb12-rt-amd64": the version
