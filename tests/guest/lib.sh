@@ -74,6 +74,95 @@ irq_lines() { grep -c '^ *[0-9][0-9]*:' /proc/interrupts; }
 # cpu_counts IRQ_LINE_PREFIX: the per-CPU columns of one /proc/interrupts row ("LOC:" ...).
 cpu_counts() { grep "^ *$1" /proc/interrupts | awk '{print $2, $3, $4, $5}'; }
 
+# now_cs: time since boot in centiseconds (/proc/uptime prints two decimals).
+now_cs() {
+    _u=$(cut -d' ' -f1 /proc/uptime)
+    echo $((${_u%.*} * 100 + 1${_u#*.} - 100))
+}
+
+# secs CENTISECONDS: "12.34"
+secs() { printf '%d.%02d\n' $(($1 / 100)) $(($1 % 100)); }
+
+# seed_stat_refresh WINDOW: the case that motivated the task-isolation patches. With RT
+# throttling off (sched_rt_runtime_us=-1) and a SCHED_FIFO busy loop on isolated CPU 3, started
+# as a user would (chisol -f 1 -c 3), `echo 1 > /proc/sys/vm/stat_refresh` queues vmstat work
+# on every CPU and waits for all of it; the kworker of CPU 3 is a SCHED_OTHER task. Waits up to
+# WINDOW s for the write while the loop runs, then kills the loop and waits up to 30 s more.
+# Prints key=value lines (times in seconds); undoes the loop and the sysctl on every way out
+# but SIGKILL, which seed_cleanup covers. Also asks `chisol --fallback=native` about the same
+# workload first, so its decision can be compared with what the kernel then does.
+seed_stat_refresh() {
+    _window_cs=$(($1 * 100))
+    rm -f /tmp/seed.*
+    cat /proc/sys/kernel/sched_rt_runtime_us >/tmp/seed.rt_saved
+    echo -1 >/proc/sys/kernel/sched_rt_runtime_us
+    echo "sched_rt_runtime_us=$(cat /proc/sys/kernel/sched_rt_runtime_us)"
+    chisol -q vmstat_sync --fallback=native -f 1 -c 3 -- sh -c 'echo native_fallback_started=yes' \
+        >/tmp/seed.fb 2>/tmp/seed.fb_err
+    echo "native_fallback_rc=$?"
+    cat /tmp/seed.fb
+    sed 's/^/native_fallback_says=/' /tmp/seed.fb_err
+    chisol -f 1 -c 3 -- sh -c 'echo $$ >/tmp/seed.loop; while :; do :; done' &
+    _job=$!
+    if ! wait_for 20 test -s /tmp/seed.loop; then
+        echo "loop_started=no"
+        seed_cleanup
+        return 1
+    fi
+    _loop=$(cat /tmp/seed.loop)
+    echo "loop_started=yes"
+    echo "loop_cpus=$(grep Cpus_allowed_list /proc/"$_loop"/status | cut -f2)"
+    sched_of "$_loop" | sed 's/^/loop_/'
+    _t0=$(now_cs)
+    # The end time is taken by the writer itself, the moment the write returns.
+    (
+        echo 1 >/proc/sys/vm/stat_refresh
+        echo $? >/tmp/seed.rc
+        now_cs >/tmp/seed.t1.part && mv /tmp/seed.t1.part /tmp/seed.t1
+    ) &
+    _writer=$!
+    while [ ! -e /tmp/seed.t1 ] && [ $(($(now_cs) - _t0)) -lt "$_window_cs" ]; do
+        usleep 100000
+    done
+    _t=$(now_cs)
+    # Where the loop is now: still running on CPU 3, or not (field 3 = state, 39 = CPU).
+    _st=$(cat /proc/"$_loop"/stat 2>/dev/null)
+    _st=${_st##*) }
+    # shellcheck disable=SC2086
+    set -- $_st
+    echo "loop_state=$1"
+    echo "loop_cpu=${37}"
+    if [ -e /tmp/seed.t1 ]; then
+        echo "returned_with_loop_running=yes"
+        echo "write_seconds=$(secs $(($(cat /tmp/seed.t1) - _t0)))"
+    else
+        echo "returned_with_loop_running=no"
+        echo "still_blocked_after=$(secs $((_t - _t0)))"
+    fi
+    _tk=$(now_cs)
+    kill -9 "$_loop"
+    wait "$_job" 2>/dev/null
+    if wait_for 30 test -e /tmp/seed.t1; then
+        [ "$(cat /tmp/seed.t1)" -ge "$_tk" ] &&
+            echo "returned_after_kill=$(secs $(($(cat /tmp/seed.t1) - _tk)))"
+        echo "write_seconds_total=$(secs $(($(cat /tmp/seed.t1) - _t0)))"
+        echo "write_rc=$(cat /tmp/seed.rc)"
+    else
+        echo "returned_after_kill=never"
+    fi
+    wait "$_writer" 2>/dev/null
+    seed_cleanup
+    echo "sched_rt_runtime_us_restored=$(cat /proc/sys/kernel/sched_rt_runtime_us)"
+}
+
+# seed_cleanup: kills seed_stat_refresh's loop and restores RT throttling (for a run that was
+# killed by its step timeout: the loop would starve everything else on CPU 3).
+seed_cleanup() {
+    [ -s /tmp/seed.loop ] && kill -9 "$(cat /tmp/seed.loop)" 2>/dev/null
+    [ -s /tmp/seed.rt_saved ] && cat /tmp/seed.rt_saved >/proc/sys/kernel/sched_rt_runtime_us
+    return 0
+}
+
 # isold_snapshot FILE: every value isold may touch, one "key value" line each (file contents
 # with newlines, tabs and spaces folded; threads keyed by tid:starttime with
 # "affinity:policy:rt_priority"). snapshot_diff compares two of them.

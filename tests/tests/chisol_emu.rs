@@ -358,6 +358,38 @@ fn a_patched_kernel_is_used_even_with_native_fallback() {
 /// mainline gives those numbers to PR_SME_*, PR_SET_MDWE/PR_GET_MDWE and PR_SET_MEMORY_MERGE.
 /// The tracer records every prctl of every task; PR_SET_THP_DISABLE (41) from --no-thp shows
 /// that it does see chisol's prctls.
+/// The absence of prctl 63..67 in a --trace-only log means something only if the tracer saw
+/// chisol at all: the log starts with chisol, chisol's exec is recorded, its exit counts at
+/// least one traced syscall (its own execve), and the log ends with chisol's exit status.
+fn assert_tracer_saw_chisol(r: &Run, args: &[&str]) {
+    let start = r.events("start");
+    assert_eq!(start.len(), 1, "{args:?}: no start event in {:?}", r.log);
+    let pid = &start[0]["tid"];
+    assert!(
+        r.events("exec")
+            .iter()
+            .any(|e| &e["tid"] == pid && e["exe"].as_str().is_some_and(|x| x.ends_with("/chisol"))),
+        "{args:?}: no exec of chisol in {:?}",
+        r.log
+    );
+    let exit = r.events("exit");
+    let exit = exit
+        .iter()
+        .find(|e| &e["tid"] == pid)
+        .unwrap_or_else(|| panic!("{args:?}: no exit of chisol in {:?}", r.log));
+    assert!(
+        exit["syscalls"].as_u64().is_some_and(|n| n > 0),
+        "{args:?}: the tracer counted no syscall of chisol: {exit}"
+    );
+    let end = r.events("end");
+    assert_eq!(
+        end.first().and_then(|e| e["status"].as_i64()),
+        r.code().map(i64::from),
+        "{args:?}: the log does not end with chisol's status: {:?}",
+        r.log
+    );
+}
+
 #[test]
 fn stock_kernel_sees_no_task_isolation_prctl() {
     assert!(
@@ -391,6 +423,7 @@ fn stock_kernel_sees_no_task_isolation_prctl() {
     ];
     for args in cases {
         let r = emu(&["--trace-only"], &args);
+        assert_tracer_saw_chisol(&r, &args);
         let options: Vec<i64> = r
             .events("prctl")
             .iter()

@@ -845,6 +845,78 @@ fn trace_only_follows_children_and_threads() {
         .any(|e| e["path"].as_str().unwrap_or("").ends_with("cat")));
 }
 
+/// The "exit" event of `tid` (the log's first event names the command's tid).
+fn exit_of<'a>(r: &'a Run, tid: &Value) -> &'a Value {
+    r.log
+        .iter()
+        .find(|v| v["ev"] == "exit" && &v["tid"] == tid)
+        .unwrap_or_else(|| panic!("no exit event for {tid}: {:#?}", r.log))
+}
+
+#[test]
+fn the_log_proves_the_tracer_saw_the_command() {
+    // `true` issues no traced syscall after its exec: under --trace-only its own execve is the
+    // only stop. The exec event and that count are what tell "no prctl 63..67 issued" apart
+    // from "nothing was traced" (an empty or missing log has neither).
+    let r = emu_with(&["--trace-only"], &["/bin/true"]);
+    assert_eq!(r.code, Some(0), "{r:#?}");
+    let main = r.log[0]["tid"].clone();
+    assert_eq!(r.log[0]["ev"], "start");
+    let exec = r.events("exec");
+    assert_eq!(exec.len(), 1, "{:#?}", r.log);
+    assert_eq!(exec[0]["tid"], main);
+    assert!(
+        exec[0]["exe"].as_str().unwrap().ends_with("/true"),
+        "{}",
+        exec[0]
+    );
+    assert_eq!(exit_of(&r, &main)["syscalls"], 1, "the execve alone");
+    let end = r.events("end");
+    assert_eq!(
+        (end[0]["status"].as_i64(), end[0]["syscalls"].as_u64()),
+        (Some(0), Some(1))
+    );
+
+    // Each prctl stop counts, per task, and the end event sums every task's.
+    let r = emu_with(
+        &["--trace-only"],
+        &[
+            "sh",
+            "-c",
+            &format!("{RAW} 'prctl 3 0 0 0 0' 'prctl 3 0 0 0 0'; true"),
+        ],
+    );
+    assert_eq!(r.code, Some(0), "{r:#?}");
+    let raw_exec = r
+        .events("exec")
+        .into_iter()
+        .find(|e| e["path"] == RAW)
+        .unwrap_or_else(|| panic!("no exec of isol-rawcall: {:#?}", r.log));
+    let raw_tid = raw_exec["tid"].clone();
+    let prctls = r
+        .events("prctl")
+        .iter()
+        .filter(|e| e["tid"] == raw_tid)
+        .count() as u64;
+    assert!(prctls >= 2, "{:#?}", r.log);
+    assert_eq!(exit_of(&r, &raw_tid)["syscalls"].as_u64(), Some(1 + prctls));
+    let sum: u64 = r
+        .events("exit")
+        .iter()
+        .filter_map(|e| e["syscalls"].as_u64())
+        .sum();
+    assert_eq!(r.events("end")[0]["syscalls"].as_u64(), Some(sum));
+
+    // Without seccomp every syscall stops: the dynamic loader alone makes many.
+    let r = emu_with(&["--trace-only", "--no-seccomp"], &["/bin/true"]);
+    let main = r.log[0]["tid"].clone();
+    assert!(
+        exit_of(&r, &main)["syscalls"].as_u64().unwrap() > 10,
+        "{:#?}",
+        r.log
+    );
+}
+
 #[test]
 fn without_seccomp_the_emulation_is_the_same() {
     let calls = [

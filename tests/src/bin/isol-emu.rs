@@ -12,6 +12,13 @@
 //! syscalls. `--trace-only` emulates nothing and only records prctls, to prove that a program
 //! issues no prctl 63..67 on a stock kernel.
 //!
+//! The log proves that the tracer saw the command at all, so that an absent prctl means
+//! something: every successful exec is an "exec" event (path and /proc/<pid>/exe), every task's
+//! "exit" event counts the syscall-entry stops the tracer handled for it (`syscalls`; with
+//! seccomp only the filtered syscalls, the command's own execve included), and the final "end"
+//! event has the command's status and the total count. An empty, truncated or foreign log
+//! lacks these.
+//!
 //! Where each rule comes from (R = /work/shared/reference/task-isolation-abi.md,
 //! P = the v12 LKML postings of 2022-03-15, found through the code search: "[patch v12 03/13]
 //! add basic task isolation prctl interface" (kernel/task_isolation.c, kernel/fork.c),
@@ -109,7 +116,8 @@ Usage: isol-emu [--log FILE] [--trace-only] [--no-seccomp] [--grace-ms N]
 Runs cmd as if the kernel carried the task-isolation patches (prctl 63..67 and
 /proc/<pid>/task_isolation), for tests. Test-only; x86_64 only.
 
-  --log FILE      write one JSON object per event (prctl, exec, procfs, fork, exit)
+  --log FILE      write one JSON object per event (start, prctl, exec, procfs, fork,
+                  exit with the task's count of traced syscalls, end)
   --trace-only    emulate nothing; only record every prctl
   --no-seccomp    stop at every syscall instead of filtering with seccomp (slower)
   --grace-ms N    after cmd exits, wait N ms for its other tasks, then kill them (2000)

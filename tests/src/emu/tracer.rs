@@ -160,6 +160,11 @@ struct Task {
     pending: Option<Pending>,
     /// Filename argument of this task's last execve, logged when the exec succeeds.
     exec_path: Option<String>,
+    /// Syscall-entry stops of this task the tracer handled (with seccomp only the filtered
+    /// syscalls: prctl and execve(at), plus the path syscalls when emulating). Logged at
+    /// exit, so that a log proves the tracer saw the task at all: an empty or truncated log
+    /// has no exit event with a count above zero.
+    syscalls: u64,
 }
 
 impl Task {
@@ -169,6 +174,7 @@ impl Task {
             isol,
             pending: None,
             exec_path: None,
+            syscalls: 0,
         }
     }
 
@@ -478,6 +484,8 @@ struct Supervisor {
     seq: u64,
     main: i32,
     main_status: Option<i32>,
+    /// Syscall-entry stops of every task, logged in the "end" event.
+    syscalls: u64,
     /// When the next kill sweep is due: the end of the grace period once the command has
     /// exited, then every [`SWEEP_INTERVAL`].
     sweep_at: Option<Instant>,
@@ -499,7 +507,8 @@ pub fn run(cfg: Config) -> i32 {
         Ok(mut sup) => {
             sup.main_loop();
             let code = sup.main_status.unwrap_or(EXIT_EMU_FAILURE);
-            sup.log.emit(json!({ "ev": "end", "status": code }));
+            sup.log
+                .emit(json!({ "ev": "end", "status": code, "syscalls": sup.syscalls }));
             let _ = fs::remove_dir_all(&sup.tmpdir);
             code
         }
@@ -632,6 +641,7 @@ fn start(cfg: Config) -> io::Result<Supervisor> {
         seq: 0,
         main: child.as_raw(),
         main_status: None,
+        syscalls: 0,
         sweep_at: None,
         // SAFETY: geteuid() cannot fail and has no preconditions.
         am_root: unsafe { libc::geteuid() } == 0,
@@ -839,7 +849,7 @@ impl Supervisor {
         let state = match self.tasks.remove(&tid) {
             Some(mut t) => {
                 t.drop_pending();
-                Some((t.tgid, model::state_json(&t.isol)))
+                Some((t.tgid, model::state_json(&t.isol), t.syscalls))
             }
             None => {
                 if self.early.remove(&tid).is_some() {
@@ -848,13 +858,17 @@ impl Supervisor {
                 None
             }
         };
-        let (tgid, state) = state.map_or((Value::Null, Value::Null), |(g, s)| (json!(g), s));
+        let (tgid, state, syscalls) = state
+            .map_or((Value::Null, Value::Null, Value::Null), |(g, s, n)| {
+                (json!(g), s, json!(n))
+            });
         self.log.emit(json!({
             "ev": "exit",
             "tid": tid,
             "tgid": tgid,
             "status": wait_status_json(status),
             "state": if self.cfg.trace_only { Value::Null } else { state },
+            "syscalls": syscalls,
         }));
         if tid == self.main {
             self.main_status = Some(if libc::WIFEXITED(status) {
@@ -997,7 +1011,9 @@ impl Supervisor {
         // Not expected (every task is registered by its parent's event); be robust.
         self.tasks
             .entry(tid)
-            .or_insert_with(|| Task::new(read_tgid(tid).unwrap_or(tid), None));
+            .or_insert_with(|| Task::new(read_tgid(tid).unwrap_or(tid), None))
+            .syscalls += 1;
+        self.syscalls += 1;
         let nr = regs.orig_rax as libc::c_long;
         if nr == libc::SYS_prctl {
             self.entry_prctl(tid, regs);
@@ -1277,6 +1293,7 @@ mod tests {
             seq: 0,
             main: 0,
             main_status: None,
+            syscalls: 0,
             sweep_at: None,
             am_root: false,
         }

@@ -14,6 +14,7 @@ pub mod demo;
 pub mod fixture;
 mod kmod;
 mod qmp;
+pub mod seed;
 mod vm;
 
 use std::collections::BTreeMap;
@@ -227,6 +228,8 @@ pub enum Expect {
     Exit(i32),
     /// Trimmed stdout equals.
     Stdout(String),
+    /// Trimmed stderr equals: a message checked whole, not by a prefix.
+    Stderr(String),
     StdoutHas(String),
     /// Some line of stdout equals (trimmed).
     StdoutLine(String),
@@ -254,6 +257,9 @@ impl Expect {
     pub fn stdout(s: &str) -> Self {
         Self::Stdout(s.into())
     }
+    pub fn stderr(s: &str) -> Self {
+        Self::Stderr(s.into())
+    }
     pub fn stdout_has(s: &str) -> Self {
         Self::StdoutHas(s.into())
     }
@@ -280,6 +286,7 @@ impl Expect {
         match self {
             Self::Exit(rc) => format!("exit status {rc}"),
             Self::Stdout(s) => format!("stdout {s:?}"),
+            Self::Stderr(s) => format!("stderr {s:?}"),
             Self::StdoutHas(s) => format!("stdout containing {s:?}"),
             Self::StdoutLine(s) => format!("a stdout line {s:?}"),
             Self::OutputHas(s) => format!("output containing {s:?}"),
@@ -295,6 +302,7 @@ impl Expect {
         let ok = match self {
             Self::Exit(rc) => out.rc == *rc,
             Self::Stdout(s) => out.stdout.trim() == s.trim(),
+            Self::Stderr(s) => out.stderr.trim() == s.trim(),
             Self::StdoutHas(s) => out.stdout.contains(s.as_str()),
             Self::StdoutLine(s) => out.stdout.lines().any(|l| l.trim() == s.trim()),
             Self::OutputHas(s) => both().contains(s.as_str()),
