@@ -220,20 +220,34 @@ pub fn set_thp_disable() -> Result<()> {
 }
 
 /// Whether the calling process may use a real-time policy with `priority`: CAP_SYS_NICE in
-/// its effective set, or an RLIMIT_RTPRIO at least that high.
-pub fn may_use_realtime(priority: u32) -> bool {
-    if caps::has_cap(
+/// its effective set, or an RLIMIT_RTPRIO at least that high. A failing lookup is an error of
+/// its own, not a "no": the user must not be told to get a capability they may have.
+pub fn may_use_realtime(priority: u32) -> Result<bool> {
+    let cap = caps::has_cap(
         None,
         caps::CapSet::Effective,
         caps::Capability::CAP_SYS_NICE,
     )
-    .unwrap_or(false)
-    {
-        return true;
+    .map_err(|e| Error::Invalid(format!("failed to read this process's capabilities: {e}")));
+    let rtprio = || {
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_RTPRIO)
+            .map(|(soft, _)| soft)
+            .map_err(|errno| Error::syscall("getrlimit(RLIMIT_RTPRIO)", errno))
+    };
+    realtime_allowed(cap, rtprio, priority)
+}
+
+/// The decision of [`may_use_realtime`], given the lookups (the RLIMIT_RTPRIO one is only
+/// made without the capability).
+fn realtime_allowed(
+    has_cap_sys_nice: Result<bool>,
+    rlimit_rtprio: impl FnOnce() -> Result<u64>,
+    priority: u32,
+) -> Result<bool> {
+    if has_cap_sys_nice? {
+        return Ok(true);
     }
-    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_RTPRIO)
-        .map(|(soft, _)| soft >= u64::from(priority))
-        .unwrap_or(false)
+    Ok(rlimit_rtprio()? >= u64::from(priority))
 }
 
 #[cfg(test)]
@@ -262,6 +276,44 @@ mod tests {
         );
         let e = get_affinity(i32::MAX).unwrap_err();
         assert_eq!(e.errno(), Some(libc::ESRCH));
+    }
+
+    #[test]
+    fn realtime_needs_the_capability_or_a_high_enough_rlimit() {
+        let no_rlimit = || -> Result<u64> { panic!("RLIMIT_RTPRIO looked up with the capability") };
+        assert!(realtime_allowed(Ok(true), no_rlimit, 99).unwrap());
+        assert!(realtime_allowed(Ok(false), || Ok(10), 10).unwrap());
+        assert!(!realtime_allowed(Ok(false), || Ok(10), 11).unwrap());
+        assert!(!realtime_allowed(Ok(false), || Ok(0), 1).unwrap());
+        // RLIM_INFINITY
+        assert!(realtime_allowed(Ok(false), || Ok(u64::MAX), 99).unwrap());
+    }
+
+    #[test]
+    fn a_failing_lookup_is_reported_as_itself() {
+        let e = realtime_allowed(
+            Err(Error::Invalid(
+                "failed to read this process's capabilities: x".into(),
+            )),
+            || Ok(99),
+            1,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "failed to read this process's capabilities: x"
+        );
+        let e = realtime_allowed(
+            Ok(false),
+            || Err(Error::syscall("getrlimit(RLIMIT_RTPRIO)", Errno::EPERM)),
+            1,
+        )
+        .unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EPERM));
+        assert!(
+            e.to_string().starts_with("getrlimit(RLIMIT_RTPRIO) failed"),
+            "{e}"
+        );
     }
 
     #[test]
