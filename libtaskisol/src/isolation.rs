@@ -369,6 +369,12 @@ mod tests {
             abi::ISOL_INHERIT_CONF | abi::ISOL_INHERIT_ACTIVE
         );
         assert!(Inherit::parse("all").is_err());
+        // Display names what the kernel reports, even a mask chisol never sets.
+        let shown: Vec<String> = [Inherit::NONE, Inherit::CONF, Inherit::ACTIVE, Inherit(2)]
+            .iter()
+            .map(Inherit::to_string)
+            .collect();
+        assert_eq!(shown, ["none", "conf", "active", "0x2"]);
     }
 
     #[test]
