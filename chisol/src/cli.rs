@@ -43,11 +43,17 @@ pub struct Cli {
     pub info: bool,
 
     /// Show the task-isolation state, CPUs and policy of every thread of PID and exit.
+    // Every option that changes a setting conflicts: `-p` would silently ignore it, and the
+    // user would believe the setting was applied. (`--fallback` has a default: clap counts
+    // only an explicit one as a conflict.)
     #[arg(
         short = 'p',
         long = "pid",
         value_name = "PID",
-        conflicts_with = "command"
+        conflicts_with_all = [
+            "command", "quiesce", "inherit", "activate", "cpu_list", "isolated", "fifo",
+            "rr", "no_thp", "cgroup", "fallback",
+        ]
     )]
     pub pid: Option<i32>,
 

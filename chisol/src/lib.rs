@@ -164,48 +164,74 @@ fn info() -> i32 {
 }
 
 /// `-p PID`: one line per thread. Works on stock kernels too: the isolation columns then
-/// say `n/a` and a note tells why; so does a thread whose state cannot be read (mode 0400
-/// files of another user, a thread exiting meanwhile).
+/// say `n/a` and a note tells why. A thread that exits meanwhile is left out; any other
+/// error (a mode 0400 file of another user, an unparsable file) keeps the thread's row, with
+/// `?` or `n/a` where the value is unknown, and is printed.
 fn show_pid(root: &SysRoot, pid: i32) -> i32 {
+    match pid_view(root, pid) {
+        Ok((text, notes)) => {
+            for n in notes {
+                eprintln!("chisol: pid {pid}: {n}");
+            }
+            print_out(&text)
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// The `-p` table, and the notes for stderr.
+fn pid_view(root: &SysRoot, pid: i32) -> Result<(String, Vec<String>), String> {
     let tids = match procfs::thread_ids(root, pid) {
         Ok(t) => t,
         Err(e) if e.errno() == Some(libc::ENOENT) => {
-            return fail(format!("pid {pid}: no such process"))
+            return Err(format!("pid {pid}: no such process"))
         }
-        Err(e) => return fail(e),
+        Err(e) => return Err(e.to_string()),
     };
+    let mut notes = Vec::new();
     let interface = root.exists(format!("/proc/{pid}/task_isolation"));
     if !interface {
-        eprintln!(
-            "chisol: pid {pid}: task isolation interface not available: the kernel has no /proc/{pid}/task_isolation"
-        );
+        notes.push(format!(
+            "task isolation interface not available: the kernel has no /proc/{pid}/task_isolation"
+        ));
     }
     let mut text = format!(
         "{:<8} {:<16} {:<11} {:<8} {:<12} {:<10} POLICY\n",
         "TID", "COMM", "CONFIGURED", "ACTIVE", "QUIESCING", "CPUS"
     );
-    let mut unreadable: Option<String> = None;
-    for tid in tids {
-        let Ok(stat) = TaskStat::read_path(root, &format!("/proc/{pid}/task/{tid}/stat")) else {
-            continue; // the thread exited meanwhile
+    'threads: for tid in tids {
+        let mut errors = Vec::new();
+        let Ok(stat) = keep(
+            TaskStat::read_path(root, &format!("/proc/{pid}/task/{tid}/stat")),
+            &mut errors,
+        ) else {
+            continue 'threads;
         };
-        let cpus = root
-            .read_to_string(format!("/proc/{pid}/task/{tid}/status"))
-            .ok()
-            .and_then(|s| procfs::status_field(&s, "Cpus_allowed_list").map(str::to_string))
-            .unwrap_or_else(|| "?".into());
-        let policy = SchedPolicy::from_stat(stat.policy, stat.rt_priority)
-            .map_or_else(|| format!("policy {}", stat.policy), |p| p.to_string());
+        let Ok(cpus) = keep(
+            procfs::read_status_field_at(
+                root,
+                &format!("/proc/{pid}/task/{tid}/status"),
+                "Cpus_allowed_list",
+            ),
+            &mut errors,
+        ) else {
+            continue 'threads;
+        };
         let state = if interface {
-            match TaskIsolationState::read(root, tid) {
-                Ok(s) => Some(s),
-                Err(e) => {
-                    unreadable.get_or_insert_with(|| e.to_string());
-                    None
-                }
+            match keep(TaskIsolationState::read(root, tid), &mut errors) {
+                Ok(s) => s,
+                Err(ThreadExited) => continue 'threads,
             }
         } else {
             None
+        };
+        let (comm, policy) = match &stat {
+            Some(st) => (
+                st.comm.as_str(),
+                SchedPolicy::from_stat(st.policy, st.rt_priority)
+                    .map_or_else(|| format!("policy {}", st.policy), |p| p.to_string()),
+            ),
+            None => ("?", "?".to_string()),
         };
         let (c, a, q) = match state {
             Some(s) => (s.configured_names(), s.active_names(), s.quiescing_names()),
@@ -213,13 +239,33 @@ fn show_pid(root: &SysRoot, pid: i32) -> i32 {
         };
         text.push_str(&format!(
             "{:<8} {:<16} {:<11} {:<8} {:<12} {:<10} {}\n",
-            tid, stat.comm, c, a, q, cpus, policy
+            tid,
+            comm,
+            c,
+            a,
+            q,
+            cpus.as_deref().unwrap_or("?"),
+            policy
         ));
+        notes.extend(errors.into_iter().map(|e| format!("thread {tid}: {e}")));
     }
-    if let Some(e) = unreadable {
-        eprintln!("chisol: pid {pid}: {e}");
+    Ok((text, notes))
+}
+
+/// A thread of the `-p` view exited while it was read.
+struct ThreadExited;
+
+/// A value of the `-p` view: `Ok(None)` when it cannot be read (the error goes to `errors`),
+/// `Err` when the thread is gone.
+fn keep<T>(r: Result<T, Error>, errors: &mut Vec<String>) -> Result<Option<T>, ThreadExited> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if procfs::task_exited(&e) => Err(ThreadExited),
+        Err(e) => {
+            errors.push(e.to_string());
+            Ok(None)
+        }
     }
-    print_out(&text)
 }
 
 /// Write to stdout; a write error (a full disk, a closed pipe) is a failure, as in util-linux.
@@ -260,5 +306,133 @@ fn exec(command: &[std::ffi::OsString]) -> i32 {
         EXIT_NOT_FOUND
     } else {
         EXIT_CANNOT_EXEC
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(tid: i32, comm: &str, policy: u32, prio: u32) -> String {
+        format!(
+            "{tid} ({comm}) S 1 {tid} {tid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 100 0 0 \
+             18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 3 {prio} {policy} 0 0 0\n"
+        )
+    }
+
+    fn tree(files: &[(String, String)]) -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        for (p, c) in files {
+            let full = d.path().join(p.trim_start_matches('/'));
+            std::fs::create_dir_all(full.parent().unwrap()).unwrap();
+            std::fs::write(full, c).unwrap();
+        }
+        d
+    }
+
+    /// Only a thread that exited (its files gone) leaves the view; a thread whose files
+    /// cannot be read or parsed keeps its row, and the error is shown.
+    #[test]
+    fn pid_view_keeps_threads_it_cannot_read_and_says_why() {
+        let state = "Configured state: quiesce \nActive state: none \nQuiescing: vmstat_sync \n";
+        let files: Vec<(String, String)> = vec![
+            ("/proc/42/task_isolation".into(), state.into()),
+            ("/proc/42/task/42/stat".into(), stat(42, "main", 1, 10)),
+            (
+                "/proc/42/task/42/status".into(),
+                "Name:\tmain\nCpus_allowed_list:\t2-3\n".into(),
+            ),
+            // 43: unparsable stat, no Cpus_allowed_list, bad state file.
+            ("/proc/43/task_isolation".into(), "garbage\n".into()),
+            ("/proc/42/task/43/stat".into(), "43 (x) S 1 2\n".into()),
+            ("/proc/42/task/43/status".into(), "Name:\tx\n".into()),
+            // 44: exited meanwhile (only its directory is left).
+            ("/proc/42/task/44/.keep".into(), String::new()),
+            // 45: RR, state readable.
+            ("/proc/45/task_isolation".into(), state.into()),
+            ("/proc/42/task/45/stat".into(), stat(45, "rr thread", 2, 3)),
+            (
+                "/proc/42/task/45/status".into(),
+                "Cpus_allowed_list:\t3\n".into(),
+            ),
+        ];
+        let d = tree(&files);
+        let root = SysRoot::new(d.path());
+        let (text, notes) = pid_view(&root, 42).unwrap();
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(rows.len(), 4, "header and threads 42, 43, 45:\n{text}");
+        assert_eq!(
+            rows[1],
+            [
+                "42",
+                "main",
+                "quiesce",
+                "none",
+                "vmstat_sync",
+                "2-3",
+                "SCHED_FIFO",
+                "priority",
+                "10"
+            ]
+        );
+        assert_eq!(rows[2], ["43", "?", "n/a", "n/a", "n/a", "?", "?"]);
+        assert_eq!(
+            rows[3],
+            [
+                "45",
+                "rr",
+                "thread",
+                "quiesce",
+                "none",
+                "vmstat_sync",
+                "3",
+                "SCHED_RR",
+                "priority",
+                "3"
+            ]
+        );
+        assert_eq!(notes.len(), 3, "{notes:?}");
+        assert!(
+            notes[0].starts_with("thread 43: unexpected content in ")
+                && notes[0].contains("/proc/42/task/43/stat"),
+            "{notes:?}"
+        );
+        assert!(
+            notes[1].contains("/proc/42/task/43/status") && notes[1].contains("Cpus_allowed_list"),
+            "{notes:?}"
+        );
+        assert!(
+            notes[2].contains("/proc/43/task_isolation") && notes[2].contains("garbage"),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
+    fn pid_view_without_the_interface_says_so() {
+        let files: Vec<(String, String)> = vec![
+            ("/proc/7/task/7/stat".into(), stat(7, "sleep", 0, 0)),
+            (
+                "/proc/7/task/7/status".into(),
+                "Cpus_allowed_list:\t0-1\n".into(),
+            ),
+        ];
+        let d = tree(&files);
+        let (text, notes) = pid_view(&SysRoot::new(d.path()), 7).unwrap();
+        let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
+        assert_eq!(
+            row,
+            ["7", "sleep", "n/a", "n/a", "n/a", "0-1", "SCHED_OTHER"]
+        );
+        assert_eq!(
+            notes,
+            ["task isolation interface not available: the kernel has no /proc/7/task_isolation"]
+        );
+        assert_eq!(
+            pid_view(&SysRoot::new(d.path()), 8).unwrap_err(),
+            "pid 8: no such process"
+        );
     }
 }

@@ -195,6 +195,41 @@ fn pid_view_works_on_a_stock_kernel() {
     assert_eq!(stderr(&o), "chisol: pid 999999999: no such process\n");
 }
 
+/// `-p` only shows: combined with an option that changes a setting it would exit 0 and
+/// leave the user believing the setting was applied. Without a trailing command, so that only
+/// the option itself can conflict.
+#[test]
+fn pid_view_refuses_every_setting_option() {
+    let me = std::process::id().to_string();
+    for opt in [
+        &["-q", "vmstat_sync"][..],
+        &["-a"],
+        &["-I", "conf"],
+        &["-c", "0"],
+        &["--isolated"],
+        &["-f", "1"],
+        &["-r", "1"],
+        &["--no-thp"],
+        &["--cgroup", "/sys/fs/cgroup"],
+        &["--fallback", "none"],
+        &["--fallback=native"],
+    ] {
+        let mut args = vec!["-p", me.as_str()];
+        args.extend_from_slice(opt);
+        let o = chisol(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("cannot be used with"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+        assert_eq!(stdout(&o), "", "{args:?}: nothing is shown");
+    }
+    // -v changes nothing: allowed.
+    let o = chisol(&["-p", &me, "-v"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
 #[test]
 fn a_relative_cgroup_path_is_relative_to_the_current_directory() {
     let dir = tempfile::tempdir().unwrap();
@@ -271,4 +306,72 @@ fn pins_to_several_cpus() {
         "Cpus_allowed_list:\t0\n",
         "taskset's stride syntax"
     );
+}
+
+/// `(rt_priority, policy)`: fields 40 and 41 of a `/proc/<pid>/stat` line.
+fn rt_priority_and_policy(stat: &str) -> (String, String) {
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    // fields[0] is field 3 (state).
+    (fields[37].to_string(), fields[38].to_string())
+}
+
+/// The policy and priority of `-f`/`-r` reach the command, on this host (only the child's
+/// scheduling changes; `cat` runs for a moment).
+#[test]
+fn fifo_and_rr_reach_the_command_with_their_priority() {
+    for (args, want) in [
+        (&["-f", "7"][..], ("7", "1")),
+        (&["-r", "3"], ("3", "2")),
+        (&["--fifo", "99"], ("99", "1")),
+        (&["--rr", "1"], ("1", "2")),
+    ] {
+        let mut all = args.to_vec();
+        all.extend_from_slice(&["cat", "/proc/self/stat"]);
+        let o = chisol(&all);
+        if !nix::unistd::geteuid().is_root() {
+            assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+            assert!(stderr(&o).contains("needs CAP_SYS_NICE"), "{}", stderr(&o));
+            continue;
+        }
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        let (prio, policy) = rt_priority_and_policy(&stdout(&o));
+        assert_eq!((prio.as_str(), policy.as_str()), want, "{args:?}");
+    }
+    let o = chisol(&["cat", "/proc/self/stat"]);
+    assert_eq!(
+        rt_priority_and_policy(&stdout(&o)),
+        ("0".to_string(), "0".to_string()),
+        "without -f/-r the command keeps SCHED_OTHER"
+    );
+}
+
+/// Without CAP_SYS_NICE and with RLIMIT_RTPRIO 0, chisol refuses a real-time policy before
+/// starting anything. As root, the child is started with CAP_SYS_NICE out of its bounding set
+/// (setpriv, util-linux). (A limit above 0 cannot be set where CAP_SYS_RESOURCE is missing,
+/// as in CI's container: the RLIMIT_RTPRIO comparison is tested in libtaskisol's sched.rs.)
+#[test]
+fn without_cap_sys_nice_rt_policies_are_refused() {
+    let mut cmd = Command::new("prlimit");
+    cmd.arg("--rtprio=0");
+    if nix::unistd::geteuid().is_root() {
+        cmd.args(["setpriv", "--bounding-set", "-sys_nice", "--"]);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("started");
+    for (opt, policy) in [("-f", "SCHED_FIFO"), ("-r", "SCHED_RR")] {
+        let o = Command::new(cmd.get_program())
+            .args(cmd.get_args())
+            .arg(env!("CARGO_BIN_EXE_chisol"))
+            .args([opt, "1", "touch", marker.to_str().unwrap()])
+            .output()
+            .expect("run prlimit (util-linux)");
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert_eq!(
+            stderr(&o),
+            format!("chisol: setting {policy} priority 1 needs CAP_SYS_NICE (or RLIMIT_RTPRIO >= 1); run as root or grant the capability\n")
+        );
+        assert!(!marker.exists());
+    }
 }

@@ -21,9 +21,22 @@ pub enum Unsupported {
     /// The file exists but is not in the format of the supported ABI (v8..v12).
     #[error("task isolation interface not recognised: /proc/self/task_isolation has an unknown format ({0}); refusing to issue prctls 63..67")]
     UnknownFormat(String),
-    /// The file could not be read.
-    #[error("task isolation interface not usable: cannot read /proc/self/task_isolation: {0}")]
-    Unreadable(String),
+    /// `/proc` is not a procfs mount (a tmpfs or a bind mount, as in some containers): its
+    /// `self/task_isolation` says nothing about the running kernel.
+    #[error("task isolation interface not usable: /proc is not a procfs mount (file system magic {magic:#x}); refusing to issue prctls 63..67")]
+    NotProcfs {
+        /// `f_type` of statfs(2) on `/proc`.
+        magic: i64,
+    },
+    /// A call needed for detection failed: `op` is `statfs /proc` or `read
+    /// /proc/self/task_isolation`.
+    #[error("task isolation interface not usable: cannot {op}: {}", strerror(*errno))]
+    Unreadable {
+        /// What failed.
+        op: &'static str,
+        /// Its errno.
+        errno: Errno,
+    },
 }
 
 /// Errors of libtaskisol.
@@ -108,7 +121,9 @@ impl Error {
     pub fn errno(&self) -> Option<i32> {
         match self {
             Error::Read { source, .. } | Error::Write { source, .. } => source.raw_os_error(),
-            Error::Prctl { errno, .. } | Error::Syscall { errno, .. } => Some(*errno as i32),
+            Error::Prctl { errno, .. }
+            | Error::Syscall { errno, .. }
+            | Error::Unsupported(Unsupported::Unreadable { errno, .. }) => Some(*errno as i32),
             _ => None,
         }
     }

@@ -123,6 +123,20 @@ pub struct TaskIsolation {
     _proof: (),
 }
 
+/// Why reading the probe file failed: ENOENT means a kernel without the interface; any other
+/// error keeps its errno (an EACCES or EIO must not read as "no such kernel feature").
+fn probe_read_error(e: &std::io::Error) -> Unsupported {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) => Unsupported::NoProcFile,
+        Some(n) => Unsupported::Unreadable {
+            op: "read /proc/self/task_isolation",
+            errno: Errno::from_raw(n),
+        },
+        // read_to_string's only error without an errno: the file is not UTF-8.
+        None => Unsupported::UnknownFormat(e.to_string()),
+    }
+}
+
 fn op_name(option: i32) -> &'static str {
     match option {
         abi::PR_ISOL_FEAT_GET => "PR_ISOL_FEAT_GET",
@@ -141,27 +155,21 @@ impl TaskIsolation {
     pub fn detect() -> std::result::Result<TaskIsolation, Unsupported> {
         // /proc must be procfs: a tmpfs or bind-mounted fake /proc (containers) must not
         // unlock prctl 67, which on a stock kernel run as root enables KSM merging.
-        match nix::sys::statfs::statfs("/proc") {
-            Ok(fs) if fs.filesystem_type() == nix::sys::statfs::PROC_SUPER_MAGIC => {}
-            Ok(_) => {
-                return Err(Unsupported::Unreadable(
-                    "/proc is not a procfs mount".into(),
-                ))
-            }
-            Err(e) => {
-                return Err(Unsupported::Unreadable(format!(
-                    "statfs(/proc): {}",
-                    crate::error::strerror(e)
-                )))
-            }
+        let fs = nix::sys::statfs::statfs("/proc").map_err(|errno| Unsupported::Unreadable {
+            op: "statfs /proc",
+            errno,
+        })?;
+        if fs.filesystem_type() != nix::sys::statfs::PROC_SUPER_MAGIC {
+            return Err(Unsupported::NotProcfs {
+                magic: fs.filesystem_type().0 as i64,
+            });
         }
         match std::fs::read_to_string(PROBE_PATH) {
             Ok(content) => match TaskIsolationState::parse(&content) {
                 Ok(_) => Ok(TaskIsolation { _proof: () }),
                 Err(reason) => Err(Unsupported::UnknownFormat(reason)),
             },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Unsupported::NoProcFile),
-            Err(e) => Err(Unsupported::Unreadable(e.to_string())),
+            Err(e) => Err(probe_read_error(&e)),
         }
     }
 
@@ -361,6 +369,39 @@ mod tests {
             abi::ISOL_INHERIT_CONF | abi::ISOL_INHERIT_ACTIVE
         );
         assert!(Inherit::parse("all").is_err());
+        // Display names what the kernel reports, even a mask chisol never sets.
+        let shown: Vec<String> = [Inherit::NONE, Inherit::CONF, Inherit::ACTIVE, Inherit(2)]
+            .iter()
+            .map(Inherit::to_string)
+            .collect();
+        assert_eq!(shown, ["none", "conf", "active", "0x2"]);
+    }
+
+    #[test]
+    fn an_unreadable_probe_keeps_its_errno() {
+        let e = probe_read_error(&std::io::Error::from_raw_os_error(libc::EACCES));
+        assert_eq!(
+            e,
+            Unsupported::Unreadable {
+                op: "read /proc/self/task_isolation",
+                errno: Errno::EACCES
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "task isolation interface not usable: cannot read /proc/self/task_isolation: Permission denied"
+        );
+        assert_eq!(Error::from(e).errno(), Some(libc::EACCES));
+        assert_eq!(
+            probe_read_error(&std::io::Error::from_raw_os_error(libc::ENOENT)),
+            Unsupported::NoProcFile
+        );
+        let e = probe_read_error(&std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "stream did not contain valid UTF-8",
+        ));
+        assert!(matches!(e, Unsupported::UnknownFormat(_)), "{e}");
+        assert_eq!(Error::from(e).errno(), None);
     }
 
     #[test]

@@ -159,6 +159,30 @@ fn check_cgroup_dir(root: &SysRoot, dir: &Path) -> Result<PathBuf> {
     Ok(mount)
 }
 
+/// Refuse quiesce bits the kernel does not report. `features` is PR_ISOL_FEAT_GET's mask;
+/// the supported bits are asked for (FEAT_GET with ISOL_F_QUIESCE) only when the kernel has
+/// the quiesce feature at all, since otherwise that call is invalid.
+fn check_quiesce_supported(
+    mask: u64,
+    features: u64,
+    supported_quiesce: impl FnOnce() -> Result<u64>,
+) -> Result<()> {
+    let supported = if features & abi::ISOL_F_QUIESCE != 0 {
+        supported_quiesce()?
+    } else {
+        0
+    };
+    let missing = mask & !supported;
+    if missing != 0 {
+        return Err(Error::Invalid(format!(
+            "quiesce {} is not supported by this kernel (supported: {})",
+            quiesce_names(missing),
+            quiesce_names(supported)
+        )));
+    }
+    Ok(())
+}
+
 impl LaunchSpec {
     /// Resolve and check everything. Nothing is changed; an error here means nothing would
     /// be started. `root` is where /proc and /sys are read; task-isolation detection always
@@ -278,7 +302,7 @@ impl LaunchSpec {
 
         if let Some(p) = self.sched {
             p.validate()?;
-            if p.is_realtime() && !sched::may_use_realtime(p.priority()) {
+            if p.is_realtime() && !sched::may_use_realtime(p.priority())? {
                 return Err(Error::Invalid(format!(
                     "setting {p} needs CAP_SYS_NICE (or RLIMIT_RTPRIO >= {}); run as root or grant the capability",
                     p.priority()
@@ -309,19 +333,7 @@ impl LaunchSpec {
                     if let Some(q) = self.quiesce {
                         // Errors here (EOPNOTSUPP with CONFIG_TASK_ISOLATION=n) are
                         // reported as they are, with the call and errno.
-                        let features = ti.features()?;
-                        let supported = if features & abi::ISOL_F_QUIESCE != 0 {
-                            ti.supported_quiesce()?
-                        } else {
-                            0
-                        };
-                        if q.mask & !supported != 0 {
-                            return Err(Error::Invalid(format!(
-                                "quiesce {} is not supported by this kernel (supported: {})",
-                                quiesce_names(q.mask & !supported),
-                                quiesce_names(supported)
-                            )));
-                        }
+                        check_quiesce_supported(q.mask, ti.features()?, || ti.supported_quiesce())?;
                         steps.push(Step::ConfigureQuiesce(q));
                         if self.activate {
                             steps.push(Step::Activate(abi::ISOL_F_QUIESCE));
@@ -500,7 +512,7 @@ mod tests {
             sched: Some(SchedPolicy::Fifo(1)),
             ..Default::default()
         };
-        if !sched::may_use_realtime(1) {
+        if !sched::may_use_realtime(1).unwrap() {
             // Without CAP_SYS_NICE the plan refuses before it gets to the note.
             let e = spec.plan(&root).unwrap_err().to_string();
             assert!(e.contains("needs CAP_SYS_NICE"), "{e}");
@@ -661,6 +673,68 @@ mod tests {
             let e = spec.plan(&root).unwrap_err().to_string();
             assert!(e.contains(want), "{spec:?}: {e}");
         }
+    }
+
+    #[test]
+    fn quiesce_bits_the_kernel_does_not_report_are_refused() {
+        let vmstat = abi::ISOL_F_QUIESCE_VMSTATS;
+        check_quiesce_supported(vmstat, abi::ISOL_F_QUIESCE, || Ok(vmstat)).unwrap();
+        // The kernel has the quiesce feature but not this bit.
+        let e = check_quiesce_supported(vmstat, abi::ISOL_F_QUIESCE, || Ok(0)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "quiesce vmstat_sync is not supported by this kernel (supported: none)"
+        );
+        // A bit this library has no name for, beside a supported one: only it is named.
+        let e = check_quiesce_supported(vmstat | 2, abi::ISOL_F_QUIESCE, || Ok(vmstat))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("(supported: vmstat_sync)"), "{e}");
+        // No ISOL_F_QUIESCE feature: the supported bits are not asked for (that call would
+        // be invalid), and nothing is supported.
+        let e = check_quiesce_supported(vmstat, 0, || -> Result<u64> {
+            panic!("FEAT_GET(ISOL_F_QUIESCE) without the feature")
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("(supported: none)"), "{e}");
+        // The query's own failure is reported as it is.
+        let e = check_quiesce_supported(vmstat, abi::ISOL_F_QUIESCE, || {
+            Err(Error::syscall("x", nix::errno::Errno::EOPNOTSUPP))
+        })
+        .unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EOPNOTSUPP));
+    }
+
+    /// The kernel narrows an affinity silently (to the task's cpuset, and to its nr_cpu_ids);
+    /// the read-back turns that into a failure before exec. Run on a thread of its own, so
+    /// only that thread's affinity changes.
+    #[test]
+    fn a_narrowed_affinity_fails_the_step() {
+        std::thread::spawn(|| {
+            let now = sched::get_affinity(0).unwrap();
+            // A CPU far above nr_cpu_ids: the kernel ignores the bitmap beyond its own size
+            // and applies the rest, as it does for a CPU outside the cpuset.
+            let mut wanted = now.clone();
+            wanted.insert(100_000);
+            let plan = LaunchPlan {
+                steps: vec![Step::SetAffinity(wanted)],
+                notes: Vec::new(),
+                isolation: None,
+            };
+            let e = plan.apply_to_self(&SysRoot::host()).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("failed to set CPU affinity to {now},100000: the kernel narrowed the affinity to {now}: CPUs 100000 are outside this task's cpuset")
+            );
+            let plan = LaunchPlan {
+                steps: vec![Step::SetAffinity(now.clone())],
+                notes: Vec::new(),
+                isolation: None,
+            };
+            plan.apply_to_self(&SysRoot::host()).unwrap();
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::Path;
 
 use crate::abi;
-use crate::error::{Error, Result, Unsupported};
+use crate::error::{Error, Result};
 use crate::sysroot::SysRoot;
 
 /// The state shown by `/proc/<pid>/task_isolation`.
@@ -146,17 +146,6 @@ impl fmt::Display for TaskIsolationState {
     }
 }
 
-/// The task-isolation state of one thread of a process.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ThreadIsolation {
-    /// Thread id.
-    pub tid: i32,
-    /// Thread name (`/proc/<pid>/task/<tid>/comm`).
-    pub comm: String,
-    /// Its state.
-    pub state: TaskIsolationState,
-}
-
 /// The thread ids of process `pid`, ascending.
 pub fn thread_ids(root: &SysRoot, pid: i32) -> Result<Vec<i32>> {
     let dir = format!("/proc/{pid}/task");
@@ -173,32 +162,10 @@ pub fn thread_ids(root: &SysRoot, pid: i32) -> Result<Vec<i32>> {
     Ok(tids)
 }
 
-/// Read the task-isolation state of every thread of process `pid`.
-///
-/// Fails with [`Unsupported::NoProcFile`] when the process exists but the kernel has no
-/// task-isolation interface, and with a read error (ENOENT) when the process does not
-/// exist. Threads that exit while being read are left out.
-pub fn read_process_isolation(root: &SysRoot, pid: i32) -> Result<Vec<ThreadIsolation>> {
-    let tids = thread_ids(root, pid)?;
-    if !root.exists(format!("/proc/{pid}/task_isolation")) {
-        return Err(Unsupported::NoProcFile.into());
-    }
-    let mut out = Vec::with_capacity(tids.len());
-    for tid in tids {
-        let state = match TaskIsolationState::read(root, tid) {
-            Ok(s) => s,
-            // A thread that exits while we read: ENOENT or ESRCH.
-            Err(e) if matches!(e.errno(), Some(libc::ENOENT | libc::ESRCH)) && tid != pid => {
-                continue
-            }
-            Err(e) => return Err(e),
-        };
-        let comm = root
-            .read_value(format!("/proc/{pid}/task/{tid}/comm"))
-            .unwrap_or_default();
-        out.push(ThreadIsolation { tid, comm, state });
-    }
-    Ok(out)
+/// Whether `e` says that the task being read has exited: its `/proc` directory is gone
+/// (ENOENT), or it went away while its file was read (ESRCH). Any other error is real.
+pub fn task_exited(e: &Error) -> bool {
+    matches!(e.errno(), Some(libc::ENOENT | libc::ESRCH))
 }
 
 /// Fields of `/proc/<pid>/stat` that isolation tools look at.
@@ -276,12 +243,16 @@ pub fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
 
 /// The value of `Key:` in `/proc/<pid>/status`, or a parse error naming the file.
 pub fn read_status_field(root: &SysRoot, pid: i32, key: &str) -> Result<String> {
-    let abs = format!("/proc/{pid}/status");
-    let content = root.read_to_string(&abs)?;
+    read_status_field_at(root, &format!("/proc/{pid}/status"), key)
+}
+
+/// The value of `Key:` in the status file at a kernel path (`/proc/<pid>/task/<tid>/status`).
+pub fn read_status_field_at(root: &SysRoot, abs: &str, key: &str) -> Result<String> {
+    let content = root.read_to_string(abs)?;
     status_field(&content, key)
         .map(str::to_string)
         .ok_or_else(|| Error::Parse {
-            path: root.path(Path::new(&abs)),
+            path: root.path(Path::new(abs)),
             input: key.to_string(),
             reason: "field not present".into(),
         })

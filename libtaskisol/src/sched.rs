@@ -17,32 +17,46 @@ const MAX_AFFINITY_BYTES: usize = 1 << 20;
 /// The buffer starts at 128 bytes (1024 CPUs, glibc's `cpu_set_t`) and doubles while the
 /// kernel answers EINVAL, which it does when the buffer is smaller than its `nr_cpu_ids`.
 pub fn get_affinity(tid: i32) -> Result<CpuSet> {
-    let mut len = 128usize;
-    loop {
-        let mut buf = vec![0u8; len];
-        // SAFETY: buf is a valid writable buffer of len bytes; the raw syscall writes at
-        // most len bytes and returns how many it wrote.
+    affinity_with_growing_buffer(tid, |buf| {
+        // SAFETY: buf is a valid writable buffer of buf.len() bytes; the raw syscall writes
+        // at most that many bytes and returns how many it wrote.
         let ret = unsafe {
             libc::syscall(
                 libc::SYS_sched_getaffinity,
                 tid as libc::pid_t,
-                len,
+                buf.len(),
                 buf.as_mut_ptr(),
             )
         };
-        if ret >= 0 {
-            buf.truncate(ret as usize);
-            return Ok(CpuSet::from_kernel_bitmap(&buf));
+        if ret < 0 {
+            Err(Errno::last())
+        } else {
+            Ok(ret as usize)
         }
-        let errno = Errno::last();
-        if errno == Errno::EINVAL && len < MAX_AFFINITY_BYTES {
-            len *= 2;
-            continue;
+    })
+}
+
+/// The buffer loop of [`get_affinity`], around `getaffinity(buf) -> bytes written`.
+fn affinity_with_growing_buffer(
+    tid: i32,
+    mut getaffinity: impl FnMut(&mut [u8]) -> std::result::Result<usize, Errno>,
+) -> Result<CpuSet> {
+    let mut len = 128usize;
+    loop {
+        let mut buf = vec![0u8; len];
+        match getaffinity(&mut buf) {
+            Ok(written) => {
+                buf.truncate(written);
+                return Ok(CpuSet::from_kernel_bitmap(&buf));
+            }
+            Err(Errno::EINVAL) if len < MAX_AFFINITY_BYTES => len *= 2,
+            Err(errno) => {
+                return Err(Error::syscall(
+                    format!("sched_getaffinity(pid {tid})"),
+                    errno,
+                ))
+            }
         }
-        return Err(Error::syscall(
-            format!("sched_getaffinity(pid {tid})"),
-            errno,
-        ));
     }
 }
 
@@ -220,20 +234,34 @@ pub fn set_thp_disable() -> Result<()> {
 }
 
 /// Whether the calling process may use a real-time policy with `priority`: CAP_SYS_NICE in
-/// its effective set, or an RLIMIT_RTPRIO at least that high.
-pub fn may_use_realtime(priority: u32) -> bool {
-    if caps::has_cap(
+/// its effective set, or an RLIMIT_RTPRIO at least that high. A failing lookup is an error of
+/// its own, not a "no": the user must not be told to get a capability they may have.
+pub fn may_use_realtime(priority: u32) -> Result<bool> {
+    let cap = caps::has_cap(
         None,
         caps::CapSet::Effective,
         caps::Capability::CAP_SYS_NICE,
     )
-    .unwrap_or(false)
-    {
-        return true;
+    .map_err(|e| Error::Invalid(format!("failed to read this process's capabilities: {e}")));
+    let rtprio = || {
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_RTPRIO)
+            .map(|(soft, _)| soft)
+            .map_err(|errno| Error::syscall("getrlimit(RLIMIT_RTPRIO)", errno))
+    };
+    realtime_allowed(cap, rtprio, priority)
+}
+
+/// The decision of [`may_use_realtime`], given the lookups (the RLIMIT_RTPRIO one is only
+/// made without the capability).
+fn realtime_allowed(
+    has_cap_sys_nice: Result<bool>,
+    rlimit_rtprio: impl FnOnce() -> Result<u64>,
+    priority: u32,
+) -> Result<bool> {
+    if has_cap_sys_nice? {
+        return Ok(true);
     }
-    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_RTPRIO)
-        .map(|(soft, _)| soft >= u64::from(priority))
-        .unwrap_or(false)
+    Ok(rlimit_rtprio()? >= u64::from(priority))
 }
 
 #[cfg(test)]
@@ -249,6 +277,91 @@ mod tests {
         assert_eq!(get_affinity(0).unwrap(), cpus);
     }
 
+    /// A kernel with more possible CPUs than 1024 (nr_cpu_ids 5000): EINVAL until the buffer
+    /// holds its cpumask, then it writes the mask's size.
+    #[test]
+    fn affinity_buffer_grows_for_large_machines() {
+        let mut tried = Vec::new();
+        let cpus = affinity_with_growing_buffer(0, |buf| {
+            tried.push(buf.len());
+            if buf.len() * 8 < 5000 {
+                return Err(Errno::EINVAL);
+            }
+            buf[624] = 0x80; // CPU 4999
+            buf[0] = 0x01; // CPU 0
+            Ok(632) // the kernel's cpumask size, in longs
+        })
+        .unwrap();
+        assert_eq!(tried, [128, 256, 512, 1024]);
+        assert_eq!(cpus.to_string(), "0,4999");
+        // A kernel that keeps answering EINVAL: give up at the limit, with the errno.
+        let mut calls = 0;
+        let e = affinity_with_growing_buffer(7, |buf| {
+            calls += 1;
+            assert!(buf.len() <= MAX_AFFINITY_BYTES);
+            Err(Errno::EINVAL)
+        })
+        .unwrap_err();
+        assert_eq!(calls, 14, "128 bytes to 1 MiB, doubling");
+        assert_eq!(e.errno(), Some(libc::EINVAL));
+        assert!(
+            e.to_string().starts_with("sched_getaffinity(pid 7) failed"),
+            "{e}"
+        );
+        // Any other errno ends the loop at once.
+        let mut calls = 0;
+        let e = affinity_with_growing_buffer(0, |_| {
+            calls += 1;
+            Err(Errno::ESRCH)
+        })
+        .unwrap_err();
+        assert_eq!((calls, e.errno()), (1, Some(libc::ESRCH)));
+    }
+
+    #[test]
+    fn policies_have_their_kernel_numbers_and_names() {
+        let table = [
+            (SchedPolicy::Other, 0, 0, false, "SCHED_OTHER", "other"),
+            (
+                SchedPolicy::Fifo(10),
+                1,
+                10,
+                true,
+                "SCHED_FIFO priority 10",
+                "fifo:10",
+            ),
+            (
+                SchedPolicy::RoundRobin(5),
+                2,
+                5,
+                true,
+                "SCHED_RR priority 5",
+                "rr:5",
+            ),
+            (SchedPolicy::Batch, 3, 0, false, "SCHED_BATCH", "batch"),
+            (SchedPolicy::Idle, 5, 0, false, "SCHED_IDLE", "idle"),
+        ];
+        for (p, number, prio, rt, text, spelled) in table {
+            assert_eq!(p.policy_number(), number, "{p:?}");
+            assert_eq!(p.priority(), prio, "{p:?}");
+            assert_eq!(p.is_realtime(), rt, "{p:?}");
+            assert_eq!(p.to_string(), text);
+            assert_eq!(spelled.parse::<SchedPolicy>().unwrap(), p);
+            assert_eq!(SchedPolicy::from_stat(number as u32, prio), Some(p));
+        }
+        assert_eq!("NORMAL".parse::<SchedPolicy>().unwrap(), SchedPolicy::Other);
+        assert_eq!(SchedPolicy::from_stat(6, 0), None, "SCHED_DEADLINE");
+        // Non-RT policies have no priority range to check.
+        SchedPolicy::Batch.validate().unwrap();
+        SchedPolicy::Other.validate().unwrap();
+        SchedPolicy::RoundRobin(1).validate().unwrap();
+        let e = SchedPolicy::RoundRobin(100).validate().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "priority 100 is out of range for SCHED_RR priority 100 (valid: 1..99)"
+        );
+    }
+
     #[test]
     fn affinity_errors_name_the_call_and_errno() {
         let mut far = CpuSet::new();
@@ -262,6 +375,44 @@ mod tests {
         );
         let e = get_affinity(i32::MAX).unwrap_err();
         assert_eq!(e.errno(), Some(libc::ESRCH));
+    }
+
+    #[test]
+    fn realtime_needs_the_capability_or_a_high_enough_rlimit() {
+        let no_rlimit = || -> Result<u64> { panic!("RLIMIT_RTPRIO looked up with the capability") };
+        assert!(realtime_allowed(Ok(true), no_rlimit, 99).unwrap());
+        assert!(realtime_allowed(Ok(false), || Ok(10), 10).unwrap());
+        assert!(!realtime_allowed(Ok(false), || Ok(10), 11).unwrap());
+        assert!(!realtime_allowed(Ok(false), || Ok(0), 1).unwrap());
+        // RLIM_INFINITY
+        assert!(realtime_allowed(Ok(false), || Ok(u64::MAX), 99).unwrap());
+    }
+
+    #[test]
+    fn a_failing_lookup_is_reported_as_itself() {
+        let e = realtime_allowed(
+            Err(Error::Invalid(
+                "failed to read this process's capabilities: x".into(),
+            )),
+            || Ok(99),
+            1,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "failed to read this process's capabilities: x"
+        );
+        let e = realtime_allowed(
+            Ok(false),
+            || Err(Error::syscall("getrlimit(RLIMIT_RTPRIO)", Errno::EPERM)),
+            1,
+        )
+        .unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EPERM));
+        assert!(
+            e.to_string().starts_with("getrlimit(RLIMIT_RTPRIO) failed"),
+            "{e}"
+        );
     }
 
     #[test]

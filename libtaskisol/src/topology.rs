@@ -128,7 +128,12 @@ fn mounts_of(root: &SysRoot, fstype: &str, option: Option<&str>) -> Result<Vec<P
             continue;
         }
         if let Some(mp) = left.split_whitespace().nth(4) {
-            out.push(PathBuf::from(unescape_mountinfo(mp)));
+            let mp = unescape_mountinfo(mp).map_err(|reason| Error::Parse {
+                path: root.path("/proc/self/mountinfo"),
+                input: mp.to_string(),
+                reason,
+            })?;
+            out.push(PathBuf::from(mp));
         }
     }
     Ok(out)
@@ -194,8 +199,9 @@ pub fn task_cpuset_cpus(root: &SysRoot, pid: &str) -> Result<Option<CpuSet>> {
     Ok(result)
 }
 
-// mountinfo escapes space, tab, newline and backslash as \ooo octal.
-fn unescape_mountinfo(s: &str) -> String {
+// mountinfo escapes space, tab, newline and backslash as \ooo octal. The kernel only writes
+// byte values, so \400..\777 cannot come from it: refused rather than wrapped to a byte.
+fn unescape_mountinfo(s: &str) -> std::result::Result<String, String> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -204,15 +210,23 @@ fn unescape_mountinfo(s: &str) -> String {
             && i + 3 < b.len()
             && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
         {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
+            let v = u32::from(b[i + 1] - b'0') * 64
+                + u32::from(b[i + 2] - b'0') * 8
+                + u32::from(b[i + 3] - b'0');
+            let byte = u8::try_from(v).map_err(|_| {
+                format!(
+                    "octal escape {} is above \\377",
+                    String::from_utf8_lossy(&b[i..i + 4])
+                )
+            })?;
+            out.push(byte);
             i += 4;
         } else {
             out.push(b[i]);
             i += 1;
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    Ok(String::from_utf8_lossy(&out).into_owned())
 }
 
 /// A cgroup v2 cpuset partition whose `cpuset.cpus.partition` reads `isolated`.
@@ -533,8 +547,37 @@ mod tests {
 
     #[test]
     fn mountinfo_escapes() {
-        assert_eq!(unescape_mountinfo("/a\\040b"), "/a b");
-        assert_eq!(unescape_mountinfo("/plain"), "/plain");
+        assert_eq!(unescape_mountinfo("/a\\040b").unwrap(), "/a b");
+        assert_eq!(unescape_mountinfo("/plain").unwrap(), "/plain");
+        assert_eq!(unescape_mountinfo("/\\377").unwrap(), "/\u{fffd}");
+        assert_eq!(unescape_mountinfo("/a\\134b").unwrap(), "/a\\b");
+        // Not an escape: fewer than three octal digits, or a non-octal digit.
+        assert_eq!(unescape_mountinfo("/a\\04").unwrap(), "/a\\04");
+        assert_eq!(unescape_mountinfo("/a\\048").unwrap(), "/a\\048");
+    }
+
+    /// \400 and above cannot be a byte: a parse error naming the file, not a panic (debug)
+    /// or a wrapped byte (release) that turns into another path.
+    #[test]
+    fn mountinfo_escapes_above_377_are_refused() {
+        let d = tree(&[(
+            "/proc/self/mountinfo",
+            "30 1 0:26 / /sys/fs/cg\\400roup rw - cgroup2 cgroup2 rw\n",
+        )]);
+        let e = cgroup2_mount(&SysRoot::new(d.path())).unwrap_err();
+        assert!(matches!(e, Error::Parse { .. }), "{e}");
+        let m = e.to_string();
+        assert!(
+            m.contains("proc/self/mountinfo")
+                && m.contains("octal escape \\400 is above \\377")
+                && m.contains("/sys/fs/cg\\\\400roup"),
+            "{m}"
+        );
+        let d = tree(&[(
+            "/proc/self/mountinfo",
+            "30 1 0:26 / /sys/fs/cg\\377roup rw - cgroup2 cgroup2 rw\n",
+        )]);
+        assert!(cgroup2_mount(&SysRoot::new(d.path())).unwrap().is_some());
     }
 
     #[test]

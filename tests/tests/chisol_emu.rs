@@ -459,3 +459,74 @@ fn stock_kernel_sees_no_task_isolation_prctl() {
         }
     }
 }
+
+/// A /proc that is not procfs (a tmpfs or a bind mount, as some containers have) says nothing
+/// about the running kernel: a well-formed `self/task_isolation` on it must not unlock prctl
+/// 63..67, which on this stock kernel mean PR_SME_*, PR_SET_MDWE and PR_SET_MEMORY_MERGE.
+/// chisol runs in a mount namespace of its own (unshare(1), util-linux; the host's /proc is
+/// untouched) with a tmpfs on /proc, under `isol-emu --trace-only`, which records every prctl
+/// of every task on the real kernel.
+#[test]
+fn a_fake_proc_does_not_unlock_the_prctls() {
+    assert!(
+        !Path::new("/proc/self/task_isolation").exists(),
+        "this test needs a stock host kernel"
+    );
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test mounts a tmpfs in a mount namespace of its own: run it as root (CI does)"
+    );
+    let setup = "mount -t tmpfs taskisol-fake-proc /proc && mkdir /proc/self && \
+                 printf 'Configured state: none \\nActive state: none \\nQuiescing: none \\n' \
+                 > /proc/self/task_isolation && exec \"$@\"";
+    let chisol = bin("chisol");
+    for args in [
+        &["-i"][..],
+        &["-q", "vmstat_sync", "-a", "-I", "active", "true"],
+        &["-I", "conf", "true"],
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log.jsonl");
+        let out = Command::new(bin("isol-emu"))
+            .args(["--trace-only", "--log", log.to_str().unwrap(), "--"])
+            .args(["unshare", "-m", "--propagation", "private"])
+            .args(["sh", "-c", setup, "sh"])
+            .arg(&chisol)
+            .args(args)
+            .output()
+            .unwrap();
+        let text = std::fs::read_to_string(&log).unwrap();
+        let r = Run {
+            out,
+            log: text
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect(),
+        };
+        // The tracer saw chisol start (its execve stop), so the absence of prctls below is
+        // not the absence of a trace.
+        assert!(
+            r.events("exec")
+                .iter()
+                .any(|e| e["exe"].as_str().is_some_and(|x| x.ends_with("/chisol"))),
+            "{args:?}: the tracer never saw chisol: {text}"
+        );
+        let options: Vec<i64> = r
+            .events("prctl")
+            .iter()
+            .map(|e| e["option"].as_i64().unwrap())
+            .collect();
+        assert!(
+            options.iter().all(|o| !(63..=67).contains(o)),
+            "{args:?} issued {options:?}: {}",
+            r.stderr()
+        );
+        assert_eq!(r.code(), Some(1), "{args:?}: {}", r.stderr());
+        assert!(
+            r.stderr()
+                .contains("/proc is not a procfs mount (file system magic 0x1021994)"),
+            "{args:?}: {}",
+            r.stderr()
+        );
+    }
+}
