@@ -469,5 +469,12 @@ mod tests {
             pid_view(&SysRoot::new(d.path()), 8).unwrap_err(),
             "pid 8: no such process"
         );
+        // Only ENOENT means "no such process"; other errors say what they are.
+        std::fs::create_dir_all(d.path().join("proc/9/task/x")).unwrap();
+        let e = pid_view(&SysRoot::new(d.path()), 9).unwrap_err();
+        assert!(
+            e.contains("/proc/9/task") && e.contains("entry is not a thread id"),
+            "{e}"
+        );
     }
 }
