@@ -28,10 +28,10 @@ pub fn get_affinity(tid: i32) -> Result<CpuSet> {
                 buf.as_mut_ptr(),
             )
         };
-        if ret < 0 {
-            Err(Errno::last())
-        } else {
-            Ok(ret as usize)
+        // -1 and errno on failure, else the bytes written (never 0: at least one long).
+        match ret {
+            -1 => Err(Errno::last()),
+            n => Ok(n as usize),
         }
     })
 }
