@@ -436,6 +436,39 @@ mod tests {
             KernelVersion::new(7, 0, 0)
         );
         assert!(KernelVersion::parse("garbage").is_none());
+        assert_eq!(v.to_string(), "6.12.57");
+    }
+
+    #[test]
+    fn cpu_files_are_read_where_the_kernel_keeps_them() {
+        let d = tree(&[
+            ("/sys/devices/system/cpu/online", "0-1\n"),
+            ("/sys/devices/system/cpu/present", "0-3\n"),
+            ("/sys/devices/system/cpu/possible", "0-7\n"),
+            ("/sys/devices/system/cpu/nohz_full", "(null)\n"),
+            ("/proc/irq/default_smp_affinity", "0c\n"),
+        ]);
+        let root = SysRoot::new(d.path());
+        assert_eq!(online_cpus(&root).unwrap().to_string(), "0-1");
+        assert_eq!(present_cpus(&root).unwrap().to_string(), "0-3");
+        assert_eq!(possible_cpus(&root).unwrap().to_string(), "0-7");
+        assert_eq!(
+            read_cpu_mask(&root, "/proc/irq/default_smp_affinity")
+                .unwrap()
+                .to_string(),
+            "2-3"
+        );
+        let e = read_cpu_mask(&root, "/sys/devices/system/cpu/online").unwrap_err();
+        assert!(matches!(e, Error::Parse { .. }), "{e}");
+        assert_eq!(
+            read_cpu_list_opt(&root, "/sys/devices/system/cpu/nohz_full").unwrap(),
+            Some(CpuSet::new()),
+            "(null) is the empty set"
+        );
+        assert_eq!(
+            read_cpu_list_opt(&root, "/sys/devices/system/cpu/isolated").unwrap(),
+            None
+        );
     }
 
     #[test]
