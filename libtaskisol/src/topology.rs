@@ -144,16 +144,13 @@ fn mounts_of(root: &SysRoot, fstype: &str, option: Option<&str>) -> Result<Vec<P
 /// controller is not enabled in `dir`. `None` when no level has the file (cpuset is bound
 /// to cgroup v1, or not built).
 pub fn cgroup_cpuset_cpus(root: &SysRoot, mount: &Path, dir: &Path) -> Result<Option<CpuSet>> {
-    let mut d = dir.to_path_buf();
-    loop {
+    for d in dir.ancestors().take_while(|d| d.starts_with(mount)) {
         let f = d.join("cpuset.cpus.effective");
         if let Some(c) = read_cpu_list_opt(root, &f.to_string_lossy())? {
             return Ok(Some(c));
         }
-        if d == mount || !d.pop() || !d.starts_with(mount) {
-            return Ok(None);
-        }
     }
+    Ok(None)
 }
 
 /// The CPUs the cpusets of task `pid` ("self" or a number) allow: the cgroup v2 cpuset of its
@@ -576,6 +573,61 @@ mod tests {
             task_cpuset_cpus(&SysRoot::new(none.path()), "self").unwrap(),
             None
         );
+    }
+
+    #[test]
+    fn cgroup_cpuset_is_the_nearest_level_with_the_file_within_the_mount() {
+        let d = tree(&[
+            ("/sys/fs/cgroup/cpuset.cpus.effective", "0-3\n"),
+            ("/sys/fs/cgroup/a/cpuset.cpus.effective", "1-3\n"),
+            ("/sys/fs/cgroup/a/b/c/cgroup.procs", ""),
+            ("/sys/fs/cpuset.cpus.effective", "7\n"),
+            ("/etc/x/cgroup.procs", ""),
+        ]);
+        let root = SysRoot::new(d.path());
+        let m = Path::new("/sys/fs/cgroup");
+        let cpus = |dir: &str| {
+            cgroup_cpuset_cpus(&root, m, Path::new(dir))
+                .unwrap()
+                .map(|c| c.to_string())
+        };
+        assert_eq!(cpus("/sys/fs/cgroup/a").as_deref(), Some("1-3"));
+        assert_eq!(cpus("/sys/fs/cgroup/a/b/c").as_deref(), Some("1-3"));
+        assert_eq!(cpus("/sys/fs/cgroup/z").as_deref(), Some("0-3"));
+        assert_eq!(cpus("/sys/fs/cgroup").as_deref(), Some("0-3"));
+        // Never above the mount: /sys/fs has a file, but it is no cgroup's.
+        std::fs::remove_file(d.path().join("sys/fs/cgroup/cpuset.cpus.effective")).unwrap();
+        assert_eq!(cpus("/sys/fs/cgroup/z"), None);
+        assert_eq!(cpus("/etc/x"), None);
+    }
+
+    #[test]
+    fn mounts_are_found_by_type_and_super_option() {
+        let d = tree(&[(
+            "/proc/self/mountinfo",
+            "22 1 0:20 / /proc rw - proc proc rw\n\
+             30 1 0:26 / /sys/fs/cgroup/uni\\040fied rw - cgroup2 cgroup2 rw,nsdelegate\n\
+             31 1 0:27 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n\
+             32 1 0:28 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n\
+             33 1 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n\
+             a line without the separator\n",
+        )]);
+        let root = SysRoot::new(d.path());
+        assert_eq!(
+            mounts_of(&root, "cgroup", Some("cpuset")).unwrap(),
+            [PathBuf::from("/sys/fs/cgroup/cpuset")]
+        );
+        assert_eq!(mounts_of(&root, "cgroup", None).unwrap().len(), 3);
+        assert_eq!(
+            cgroup2_mount(&root).unwrap(),
+            Some(PathBuf::from("/sys/fs/cgroup/uni fied"))
+        );
+        // No mountinfo: nothing mounted. Any other error is one.
+        let none = tree(&[("/proc/self/cgroup", "0::/\n")]);
+        assert_eq!(cgroup2_mount(&SysRoot::new(none.path())).unwrap(), None);
+        let bad = tree(&[("/proc/self/mountinfo/x", "")]);
+        let e = cgroup2_mount(&SysRoot::new(bad.path())).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EISDIR));
     }
 
     #[test]
