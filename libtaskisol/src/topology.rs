@@ -177,7 +177,7 @@ pub fn task_cpuset_cpus(root: &SysRoot, pid: &str) -> Result<Option<CpuSet>> {
             continue;
         };
         let rel = path.trim_start_matches('/');
-        if id == "0" && ctrls.is_empty() {
+        if (id, ctrls) == ("0", "") {
             if let Some(mount) = cgroup2_mount(root)? {
                 if let Some(c) = cgroup_cpuset_cpus(root, &mount, &mount.join(rel))? {
                     narrow(c);
@@ -573,6 +573,11 @@ mod tests {
             task_cpuset_cpus(&SysRoot::new(none.path()), "self").unwrap(),
             None
         );
+        // No such task: no cpuset; a cgroup file that cannot be read is an error.
+        assert_eq!(task_cpuset_cpus(&root, "4242").unwrap(), None);
+        let bad = tree(&[("/proc/self/cgroup/x", "")]);
+        let e = task_cpuset_cpus(&SysRoot::new(bad.path()), "self").unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EISDIR));
     }
 
     #[test]
