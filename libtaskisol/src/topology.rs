@@ -241,14 +241,24 @@ const MAX_CGROUP_DIRS: usize = 100_000;
 
 /// Every valid isolated partition below the cgroup v2 mount `mount` (a kernel path).
 pub fn isolated_partitions(root: &SysRoot, mount: &Path) -> Result<Vec<IsolatedPartition>> {
+    walk_partitions(root, mount, MAX_CGROUP_DEPTH, MAX_CGROUP_DIRS)
+}
+
+/// [`isolated_partitions`] with its limits as arguments, so tests can reach them.
+fn walk_partitions(
+    root: &SysRoot,
+    mount: &Path,
+    max_depth: usize,
+    max_dirs: usize,
+) -> Result<Vec<IsolatedPartition>> {
     let mut out = Vec::new();
     let mut stack = vec![(mount.to_path_buf(), 0usize)];
     let mut seen = 0usize;
     while let Some((dir, depth)) = stack.pop() {
         seen += 1;
-        if seen > MAX_CGROUP_DIRS {
+        if seen > max_dirs {
             return Err(Error::Invalid(format!(
-                "more than {MAX_CGROUP_DIRS} cgroups below {}; not walking further",
+                "more than {max_dirs} cgroups below {}; not walking further",
                 mount.display()
             )));
         }
@@ -266,7 +276,7 @@ pub fn isolated_partitions(root: &SysRoot, mount: &Path) -> Result<Vec<IsolatedP
                 }
             }
         }
-        if depth >= MAX_CGROUP_DEPTH {
+        if depth >= max_depth {
             continue;
         }
         let names = match root.read_dir_names(&dir) {
@@ -633,6 +643,50 @@ mod tests {
         let bad = tree(&[("/proc/self/mountinfo/x", "")]);
         let e = cgroup2_mount(&SysRoot::new(bad.path())).unwrap_err();
         assert_eq!(e.errno(), Some(libc::EISDIR));
+    }
+
+    #[test]
+    fn the_partition_walk_is_bounded() {
+        let d = tree(&[
+            ("/sys/fs/cgroup/a/cpuset.cpus.partition", "isolated\n"),
+            ("/sys/fs/cgroup/a/cpuset.cpus.effective", "1\n"),
+            ("/sys/fs/cgroup/a/b/cpuset.cpus.partition", "isolated\n"),
+            ("/sys/fs/cgroup/a/b/cpuset.cpus.effective", "2\n"),
+            ("/sys/fs/cgroup/a/b/c/cpuset.cpus.partition", "isolated\n"),
+            ("/sys/fs/cgroup/a/b/c/cpuset.cpus.effective", "3\n"),
+        ]);
+        let root = SysRoot::new(d.path());
+        let m = Path::new("/sys/fs/cgroup");
+        let cpus = |depth, dirs| -> Vec<String> {
+            walk_partitions(&root, m, depth, dirs)
+                .unwrap()
+                .iter()
+                .map(|p| p.cpus.to_string())
+                .collect()
+        };
+        assert_eq!(
+            cpus(16, 4),
+            ["1", "2", "3"],
+            "the mount and 3 levels: 4 dirs"
+        );
+        assert_eq!(
+            cpus(2, 100),
+            ["1", "2"],
+            "a/b is at depth 2: its children are not read"
+        );
+        assert_eq!(cpus(1, 100), ["1"]);
+        let e = walk_partitions(&root, m, 16, 3).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "more than 3 cgroups below /sys/fs/cgroup; not walking further"
+        );
+        // A mount point that is gone: nothing; one that is not a directory: an error.
+        assert!(isolated_partitions(&root, Path::new("/sys/fs/none"))
+            .unwrap()
+            .is_empty());
+        let e = isolated_partitions(&root, Path::new("/sys/fs/cgroup/a/cpuset.cpus.effective"))
+            .unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ENOTDIR));
     }
 
     #[test]
