@@ -543,6 +543,16 @@ mod tests {
         let mut c = l("64");
         c.remove(64);
         assert_eq!(c, CpuSet::new(), "removing the top CPU trims storage");
+        // Removing a CPU beyond the storage (the first word past it, or farther) is a no-op.
+        c.remove(3);
+        let mut d = l("0,63");
+        d.remove(64);
+        d.remove(127);
+        d.remove(5000);
+        assert_eq!(
+            (c.to_string(), d.to_string()),
+            (String::new(), "0,63".to_string())
+        );
         assert!(l("0-1") < l("0-2"));
     }
 
