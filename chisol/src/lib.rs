@@ -141,16 +141,24 @@ fn info() -> i32 {
         Ok(t) => t,
         Err(why) => return fail(why),
     };
-    let features = match ti.features() {
-        Ok(f) => f,
-        Err(e) => return fail(e),
-    };
+    let text = ti
+        .features()
+        .and_then(|features| info_text(features, || ti.supported_quiesce()));
+    match text {
+        Ok(t) => print_out(&t),
+        Err(e) => fail(e),
+    }
+}
+
+/// The `-i` text for a kernel's feature mask; the supported quiesce bits are asked for only
+/// when it has ISOL_F_QUIESCE (FEAT_GET(ISOL_F_QUIESCE) is invalid otherwise).
+fn info_text(
+    features: u64,
+    supported_quiesce: impl FnOnce() -> Result<u64, Error>,
+) -> Result<String, Error> {
     let mut text = String::new();
     if features & abi::ISOL_F_QUIESCE != 0 {
-        let bits = match ti.supported_quiesce() {
-            Ok(b) => b,
-            Err(e) => return fail(e),
-        };
+        let bits = supported_quiesce()?;
         text.push_str("quiesce: ");
         for (bit, name) in abi::QUIESCE_NAMES {
             if bits & bit != 0 {
@@ -160,7 +168,7 @@ fn info() -> i32 {
         }
         text.push('\n');
     }
-    print_out(&text)
+    Ok(text)
 }
 
 /// `-p PID`: one line per thread. Works on stock kernels too: the isolation columns then
@@ -411,6 +419,33 @@ mod tests {
     }
 
     #[test]
+    fn info_lists_what_the_kernel_reports() {
+        let vmstat = abi::ISOL_F_QUIESCE_VMSTATS;
+        assert_eq!(
+            info_text(abi::ISOL_F_QUIESCE, || Ok(vmstat)).unwrap(),
+            "quiesce: vmstat_sync \n"
+        );
+        // The quiesce feature without any quiesce bit this tool knows.
+        assert_eq!(
+            info_text(abi::ISOL_F_QUIESCE, || Ok(2)).unwrap(),
+            "quiesce: \n"
+        );
+        // No quiesce feature: nothing to list, and FEAT_GET(ISOL_F_QUIESCE) is not issued.
+        let text = info_text(2, || -> Result<u64, Error> {
+            panic!("FEAT_GET(ISOL_F_QUIESCE) without the feature")
+        });
+        assert_eq!(text.unwrap(), "");
+        let e = info_text(abi::ISOL_F_QUIESCE, || {
+            Err(Error::Prctl {
+                op: "PR_ISOL_FEAT_GET(ISOL_F_QUIESCE)".into(),
+                errno: nix::errno::Errno::EOPNOTSUPP,
+            })
+        })
+        .unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EOPNOTSUPP));
+    }
+
+    #[test]
     fn pid_view_without_the_interface_says_so() {
         let files: Vec<(String, String)> = vec![
             ("/proc/7/task/7/stat".into(), stat(7, "sleep", 0, 0)),
@@ -433,6 +468,13 @@ mod tests {
         assert_eq!(
             pid_view(&SysRoot::new(d.path()), 8).unwrap_err(),
             "pid 8: no such process"
+        );
+        // Only ENOENT means "no such process"; other errors say what they are.
+        std::fs::create_dir_all(d.path().join("proc/9/task/x")).unwrap();
+        let e = pid_view(&SysRoot::new(d.path()), 9).unwrap_err();
+        assert!(
+            e.contains("/proc/9/task") && e.contains("entry is not a thread id"),
+            "{e}"
         );
     }
 }

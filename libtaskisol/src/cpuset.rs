@@ -543,6 +543,16 @@ mod tests {
         let mut c = l("64");
         c.remove(64);
         assert_eq!(c, CpuSet::new(), "removing the top CPU trims storage");
+        // Removing a CPU beyond the storage (the first word past it, or farther) is a no-op.
+        c.remove(3);
+        let mut d = l("0,63");
+        d.remove(64);
+        d.remove(127);
+        d.remove(5000);
+        assert_eq!(
+            (c.to_string(), d.to_string()),
+            (String::new(), "0,63".to_string())
+        );
         assert!(l("0-1") < l("0-2"));
     }
 
@@ -605,6 +615,39 @@ mod tests {
             prop_assert_eq!(a.difference(&b).iter().collect::<BTreeSet<_>>(), &sa - &sb);
             prop_assert_eq!(a.is_subset(&b), sa.is_subset(&sb));
             prop_assert_eq!(a.len(), sa.len());
+        }
+
+        /// Every point operation against BTreeSet, so the public API that no caller uses yet
+        /// (first_n, insert_range, remove, first) is as tested as the parsers.
+        #[test]
+        fn point_operations_agree_with_btreeset(
+            start in arb_set(),
+            ops in prop::collection::vec((0u8..3, 0usize..300, 0usize..70), 0..40),
+        ) {
+            use std::collections::BTreeSet;
+            let mut s = start.clone();
+            let mut model: BTreeSet<usize> = start.iter().collect();
+            for (op, cpu, n) in ops {
+                match op {
+                    0 => { s.insert(cpu); model.insert(cpu); }
+                    1 => { s.remove(cpu); model.remove(&cpu); }
+                    _ => { s.insert_range(cpu, cpu + n); model.extend(cpu..cpu + n); }
+                }
+                prop_assert_eq!(s.iter().collect::<BTreeSet<_>>(), model.clone());
+                prop_assert_eq!(s.first(), model.first().copied());
+                prop_assert_eq!(s.last(), model.last().copied());
+                prop_assert_eq!(s.len(), model.len());
+                prop_assert_eq!(s.is_empty(), model.is_empty());
+                prop_assert_eq!(s.contains(cpu), model.contains(&cpu));
+                // Storage stays trimmed: equal to the same set built afresh.
+                prop_assert_eq!(&s, &model.iter().copied().collect::<CpuSet>());
+            }
+        }
+
+        #[test]
+        fn first_n_is_0_to_n(n in 0usize..300) {
+            let s = CpuSet::first_n(n);
+            prop_assert_eq!(s.iter().collect::<Vec<_>>(), (0..n).collect::<Vec<_>>());
         }
 
         #[test]

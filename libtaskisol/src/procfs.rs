@@ -54,9 +54,9 @@ fn mask_to_names(mask: u64, table: &[(u64, &str)]) -> String {
             s.push(' ');
         }
     }
-    let known: u64 = table.iter().map(|(b, _)| b).fold(0, |a, b| a | b);
-    if mask & !known != 0 {
-        s.push_str(&format!("0x{:x} ", mask & !known));
+    let unknown = table.iter().fold(mask, |m, (bit, _)| m & !bit);
+    if unknown != 0 {
+        s.push_str(&format!("0x{unknown:x} "));
     }
     if s.is_empty() {
         s.push_str("none ");
@@ -283,6 +283,15 @@ mod tests {
         assert_eq!(none, TaskIsolationState::default());
         assert_eq!(none.configured_names(), "none");
         assert_eq!(s.quiescing_names(), "vmstat_sync");
+        // Bits this library has no name for are shown, not dropped.
+        let odd = TaskIsolationState {
+            configured: 1 | 4,
+            active: 8,
+            quiescing: 0,
+        };
+        assert_eq!(odd.configured_names(), "quiesce 0x4");
+        assert_eq!(odd.active_names(), "0x8");
+        assert_eq!(odd.quiescing_names(), "none");
     }
 
     #[test]
@@ -332,6 +341,11 @@ mod tests {
         assert_eq!(st.starttime, 100);
         assert_eq!((st.processor, st.rt_priority, st.policy), (3, 10, 1));
         assert!(!st.is_kthread());
+        let kthread = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0 \
+                       18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 0 1 0 0 0 0 0";
+        let st = TaskStat::parse(kthread).unwrap();
+        assert_eq!(st.flags, 0x208040);
+        assert!(st.is_kthread(), "PF_KTHREAD (0x200000) is set");
         assert!(
             TaskStat::parse("42 (x) S 1 2").is_err(),
             "a truncated stat is an error"

@@ -28,10 +28,10 @@ pub fn get_affinity(tid: i32) -> Result<CpuSet> {
                 buf.as_mut_ptr(),
             )
         };
-        if ret < 0 {
-            Err(Errno::last())
-        } else {
-            Ok(ret as usize)
+        // -1 and errno on failure, else the bytes written (never 0: at least one long).
+        match ret {
+            -1 => Err(Errno::last()),
+            n => Ok(n as usize),
         }
     })
 }
@@ -144,19 +144,28 @@ impl SchedPolicy {
         }
         let pol = self.policy_number();
         // SAFETY: plain syscalls without pointer arguments.
-        let (min, max) = unsafe {
-            (
-                libc::sched_get_priority_min(pol),
-                libc::sched_get_priority_max(pol),
-            )
-        };
+        let min = priority_bound(unsafe { libc::sched_get_priority_min(pol) }, "min", self)?;
+        // SAFETY: as above.
+        let max = priority_bound(unsafe { libc::sched_get_priority_max(pol) }, "max", self)?;
         let p = self.priority() as i32;
-        if min < 0 || max < 0 || p < min || p > max {
+        if p < min || p > max {
             return Err(Error::Invalid(format!(
                 "priority {p} is out of range for {self} (valid: {min}..{max})"
             )));
         }
         Ok(())
+    }
+}
+
+/// The answer of `sched_get_priority_{min,max}`: -1 (EINVAL) only for a policy the kernel
+/// does not know.
+fn priority_bound(ret: libc::c_int, which: &str, policy: &SchedPolicy) -> Result<i32> {
+    match ret {
+        -1 => Err(Error::syscall(
+            format!("sched_get_priority_{which}({policy})"),
+            Errno::last(),
+        )),
+        v => Ok(v),
     }
 }
 
@@ -209,7 +218,7 @@ pub fn set_scheduler(tid: i32, policy: SchedPolicy) -> Result<()> {
     };
     // SAFETY: param is a valid sched_param that lives across the call.
     let ret = unsafe { libc::sched_setscheduler(tid, policy.policy_number(), &param) };
-    if ret < 0 {
+    if ret == -1 {
         return Err(Error::syscall(
             format!("sched_setscheduler(pid {tid}, {policy})"),
             Errno::last(),
@@ -224,7 +233,9 @@ pub fn set_scheduler(tid: i32, policy: SchedPolicy) -> Result<()> {
 pub fn set_thp_disable() -> Result<()> {
     // SAFETY: PR_SET_THP_DISABLE takes integer arguments only.
     let ret = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1 as libc::c_ulong, 0, 0, 0) };
-    if ret < 0 {
+    // 0 on success. It cannot fail with these arguments, so a test cannot tell "-1" from
+    // "1" or "< 0" from "> 0"; "!= 0" has no such twin.
+    if ret != 0 {
         return Err(Error::syscall(
             "prctl(PR_SET_THP_DISABLE, 1)",
             Errno::last(),
@@ -359,6 +370,31 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "priority 100 is out of range for SCHED_RR priority 100 (valid: 1..99)"
+        );
+    }
+
+    #[test]
+    fn scheduler_errors_name_the_call_and_errno() {
+        // This thread's own policy, unchanged: succeeds without any privilege.
+        set_scheduler(0, SchedPolicy::Other).unwrap();
+        let e = set_scheduler(i32::MAX, SchedPolicy::Other).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ESRCH));
+        assert!(
+            e.to_string().starts_with(&format!(
+                "sched_setscheduler(pid {}, SCHED_OTHER) failed with ESRCH",
+                i32::MAX
+            )),
+            "{e}"
+        );
+        let e = priority_bound(-1, "max", &SchedPolicy::Fifo(1)).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("sched_get_priority_max(SCHED_FIFO priority 1) failed"),
+            "{e}"
+        );
+        assert_eq!(
+            priority_bound(99, "max", &SchedPolicy::Fifo(1)).unwrap(),
+            99
         );
     }
 

@@ -181,6 +181,50 @@ mod tests {
     }
 
     #[test]
+    fn the_host_is_slash() {
+        assert_eq!(SysRoot::default(), SysRoot::host());
+        assert!(SysRoot::host().is_host());
+        assert_eq!(SysRoot::host().root(), Path::new("/"));
+        let r = SysRoot::new("/tmp/fixture");
+        assert!(!r.is_host());
+        assert_eq!(r.root(), Path::new("/tmp/fixture"));
+        assert_eq!(r.path("/"), Path::new("/tmp/fixture"));
+    }
+
+    #[test]
+    fn reads_writes_and_lists_below_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = SysRoot::new(dir.path());
+        std::fs::create_dir_all(dir.path().join("proc/42/task/43")).unwrap();
+        std::fs::create_dir_all(dir.path().join("proc/42/task/42")).unwrap();
+        std::fs::write(dir.path().join("proc/f"), [0xff, b'a', b'\n']).unwrap();
+        assert!(r.exists("/proc/f"));
+        assert!(!r.exists("/proc/g"));
+        assert_eq!(r.read("/proc/f").unwrap(), [0xff, b'a', b'\n']);
+        assert_eq!(r.read("/proc/g").unwrap_err().errno(), Some(libc::ENOENT));
+        let mut names = r.read_dir_names("/proc/42/task").unwrap();
+        names.sort();
+        assert_eq!(names, ["42", "43"]);
+        let e = r.read_dir_names("/proc/7/task").unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ENOENT));
+        assert!(e.to_string().contains("proc/7/task"), "{e}");
+        // A fixture file is replaced, as a sysfs attribute's value is.
+        r.write("/proc/f", "1\n").unwrap();
+        assert_eq!(r.read("/proc/f").unwrap(), b"1\n");
+        let e = r.write("/proc/none/x", "5\n").unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ENOENT));
+        assert!(
+            e.to_string().starts_with("failed to write '5' to ")
+                && e.to_string().contains("proc/none/x"),
+            "{e}"
+        );
+        // Only a missing file is "absent"; any other error is one.
+        let e = r.read_value_opt("/proc/f/x").unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ENOTDIR));
+        assert_eq!(r.read_value_opt("/proc/f").unwrap().as_deref(), Some("1"));
+    }
+
+    #[test]
     fn read_value_strips_newlines_only() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("proc")).unwrap();

@@ -144,16 +144,13 @@ fn mounts_of(root: &SysRoot, fstype: &str, option: Option<&str>) -> Result<Vec<P
 /// controller is not enabled in `dir`. `None` when no level has the file (cpuset is bound
 /// to cgroup v1, or not built).
 pub fn cgroup_cpuset_cpus(root: &SysRoot, mount: &Path, dir: &Path) -> Result<Option<CpuSet>> {
-    let mut d = dir.to_path_buf();
-    loop {
+    for d in dir.ancestors().take_while(|d| d.starts_with(mount)) {
         let f = d.join("cpuset.cpus.effective");
         if let Some(c) = read_cpu_list_opt(root, &f.to_string_lossy())? {
             return Ok(Some(c));
         }
-        if d == mount || !d.pop() || !d.starts_with(mount) {
-            return Ok(None);
-        }
     }
+    Ok(None)
 }
 
 /// The CPUs the cpusets of task `pid` ("self" or a number) allow: the cgroup v2 cpuset of its
@@ -180,7 +177,7 @@ pub fn task_cpuset_cpus(root: &SysRoot, pid: &str) -> Result<Option<CpuSet>> {
             continue;
         };
         let rel = path.trim_start_matches('/');
-        if id == "0" && ctrls.is_empty() {
+        if (id, ctrls) == ("0", "") {
             if let Some(mount) = cgroup2_mount(root)? {
                 if let Some(c) = cgroup_cpuset_cpus(root, &mount, &mount.join(rel))? {
                     narrow(c);
@@ -244,14 +241,24 @@ const MAX_CGROUP_DIRS: usize = 100_000;
 
 /// Every valid isolated partition below the cgroup v2 mount `mount` (a kernel path).
 pub fn isolated_partitions(root: &SysRoot, mount: &Path) -> Result<Vec<IsolatedPartition>> {
+    walk_partitions(root, mount, MAX_CGROUP_DEPTH, MAX_CGROUP_DIRS)
+}
+
+/// [`isolated_partitions`] with its limits as arguments, so tests can reach them.
+fn walk_partitions(
+    root: &SysRoot,
+    mount: &Path,
+    max_depth: usize,
+    max_dirs: usize,
+) -> Result<Vec<IsolatedPartition>> {
     let mut out = Vec::new();
     let mut stack = vec![(mount.to_path_buf(), 0usize)];
     let mut seen = 0usize;
     while let Some((dir, depth)) = stack.pop() {
         seen += 1;
-        if seen > MAX_CGROUP_DIRS {
+        if seen > max_dirs {
             return Err(Error::Invalid(format!(
-                "more than {MAX_CGROUP_DIRS} cgroups below {}; not walking further",
+                "more than {max_dirs} cgroups below {}; not walking further",
                 mount.display()
             )));
         }
@@ -269,7 +276,7 @@ pub fn isolated_partitions(root: &SysRoot, mount: &Path) -> Result<Vec<IsolatedP
                 }
             }
         }
-        if depth >= MAX_CGROUP_DEPTH {
+        if depth >= max_depth {
             continue;
         }
         let names = match root.read_dir_names(&dir) {
@@ -436,6 +443,39 @@ mod tests {
             KernelVersion::new(7, 0, 0)
         );
         assert!(KernelVersion::parse("garbage").is_none());
+        assert_eq!(v.to_string(), "6.12.57");
+    }
+
+    #[test]
+    fn cpu_files_are_read_where_the_kernel_keeps_them() {
+        let d = tree(&[
+            ("/sys/devices/system/cpu/online", "0-1\n"),
+            ("/sys/devices/system/cpu/present", "0-3\n"),
+            ("/sys/devices/system/cpu/possible", "0-7\n"),
+            ("/sys/devices/system/cpu/nohz_full", "(null)\n"),
+            ("/proc/irq/default_smp_affinity", "0c\n"),
+        ]);
+        let root = SysRoot::new(d.path());
+        assert_eq!(online_cpus(&root).unwrap().to_string(), "0-1");
+        assert_eq!(present_cpus(&root).unwrap().to_string(), "0-3");
+        assert_eq!(possible_cpus(&root).unwrap().to_string(), "0-7");
+        assert_eq!(
+            read_cpu_mask(&root, "/proc/irq/default_smp_affinity")
+                .unwrap()
+                .to_string(),
+            "2-3"
+        );
+        let e = read_cpu_mask(&root, "/sys/devices/system/cpu/online").unwrap_err();
+        assert!(matches!(e, Error::Parse { .. }), "{e}");
+        assert_eq!(
+            read_cpu_list_opt(&root, "/sys/devices/system/cpu/nohz_full").unwrap(),
+            Some(CpuSet::new()),
+            "(null) is the empty set"
+        );
+        assert_eq!(
+            read_cpu_list_opt(&root, "/sys/devices/system/cpu/isolated").unwrap(),
+            None
+        );
     }
 
     #[test]
@@ -543,6 +583,110 @@ mod tests {
             task_cpuset_cpus(&SysRoot::new(none.path()), "self").unwrap(),
             None
         );
+        // No such task: no cpuset; a cgroup file that cannot be read is an error.
+        assert_eq!(task_cpuset_cpus(&root, "4242").unwrap(), None);
+        let bad = tree(&[("/proc/self/cgroup/x", "")]);
+        let e = task_cpuset_cpus(&SysRoot::new(bad.path()), "self").unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EISDIR));
+    }
+
+    #[test]
+    fn cgroup_cpuset_is_the_nearest_level_with_the_file_within_the_mount() {
+        let d = tree(&[
+            ("/sys/fs/cgroup/cpuset.cpus.effective", "0-3\n"),
+            ("/sys/fs/cgroup/a/cpuset.cpus.effective", "1-3\n"),
+            ("/sys/fs/cgroup/a/b/c/cgroup.procs", ""),
+            ("/sys/fs/cpuset.cpus.effective", "7\n"),
+            ("/etc/x/cgroup.procs", ""),
+        ]);
+        let root = SysRoot::new(d.path());
+        let m = Path::new("/sys/fs/cgroup");
+        let cpus = |dir: &str| {
+            cgroup_cpuset_cpus(&root, m, Path::new(dir))
+                .unwrap()
+                .map(|c| c.to_string())
+        };
+        assert_eq!(cpus("/sys/fs/cgroup/a").as_deref(), Some("1-3"));
+        assert_eq!(cpus("/sys/fs/cgroup/a/b/c").as_deref(), Some("1-3"));
+        assert_eq!(cpus("/sys/fs/cgroup/z").as_deref(), Some("0-3"));
+        assert_eq!(cpus("/sys/fs/cgroup").as_deref(), Some("0-3"));
+        // Never above the mount: /sys/fs has a file, but it is no cgroup's.
+        std::fs::remove_file(d.path().join("sys/fs/cgroup/cpuset.cpus.effective")).unwrap();
+        assert_eq!(cpus("/sys/fs/cgroup/z"), None);
+        assert_eq!(cpus("/etc/x"), None);
+    }
+
+    #[test]
+    fn mounts_are_found_by_type_and_super_option() {
+        let d = tree(&[(
+            "/proc/self/mountinfo",
+            "22 1 0:20 / /proc rw - proc proc rw\n\
+             30 1 0:26 / /sys/fs/cgroup/uni\\040fied rw - cgroup2 cgroup2 rw,nsdelegate\n\
+             31 1 0:27 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n\
+             32 1 0:28 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n\
+             33 1 0:29 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n\
+             a line without the separator\n",
+        )]);
+        let root = SysRoot::new(d.path());
+        assert_eq!(
+            mounts_of(&root, "cgroup", Some("cpuset")).unwrap(),
+            [PathBuf::from("/sys/fs/cgroup/cpuset")]
+        );
+        assert_eq!(mounts_of(&root, "cgroup", None).unwrap().len(), 3);
+        assert_eq!(
+            cgroup2_mount(&root).unwrap(),
+            Some(PathBuf::from("/sys/fs/cgroup/uni fied"))
+        );
+        // No mountinfo: nothing mounted. Any other error is one.
+        let none = tree(&[("/proc/self/cgroup", "0::/\n")]);
+        assert_eq!(cgroup2_mount(&SysRoot::new(none.path())).unwrap(), None);
+        let bad = tree(&[("/proc/self/mountinfo/x", "")]);
+        let e = cgroup2_mount(&SysRoot::new(bad.path())).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EISDIR));
+    }
+
+    #[test]
+    fn the_partition_walk_is_bounded() {
+        let d = tree(&[
+            ("/sys/fs/cgroup/a/cpuset.cpus.partition", "isolated\n"),
+            ("/sys/fs/cgroup/a/cpuset.cpus.effective", "1\n"),
+            ("/sys/fs/cgroup/a/b/cpuset.cpus.partition", "isolated\n"),
+            ("/sys/fs/cgroup/a/b/cpuset.cpus.effective", "2\n"),
+            ("/sys/fs/cgroup/a/b/c/cpuset.cpus.partition", "isolated\n"),
+            ("/sys/fs/cgroup/a/b/c/cpuset.cpus.effective", "3\n"),
+        ]);
+        let root = SysRoot::new(d.path());
+        let m = Path::new("/sys/fs/cgroup");
+        let cpus = |depth, dirs| -> Vec<String> {
+            walk_partitions(&root, m, depth, dirs)
+                .unwrap()
+                .iter()
+                .map(|p| p.cpus.to_string())
+                .collect()
+        };
+        assert_eq!(
+            cpus(16, 4),
+            ["1", "2", "3"],
+            "the mount and 3 levels: 4 dirs"
+        );
+        assert_eq!(
+            cpus(2, 100),
+            ["1", "2"],
+            "a/b is at depth 2: its children are not read"
+        );
+        assert_eq!(cpus(1, 100), ["1"]);
+        let e = walk_partitions(&root, m, 16, 3).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "more than 3 cgroups below /sys/fs/cgroup; not walking further"
+        );
+        // A mount point that is gone: nothing; one that is not a directory: an error.
+        assert!(isolated_partitions(&root, Path::new("/sys/fs/none"))
+            .unwrap()
+            .is_empty());
+        let e = isolated_partitions(&root, Path::new("/sys/fs/cgroup/a/cpuset.cpus.effective"))
+            .unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ENOTDIR));
     }
 
     #[test]
