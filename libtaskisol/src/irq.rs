@@ -9,13 +9,7 @@ use crate::topology::{read_cpu_list, read_cpu_list_opt, read_cpu_mask};
 
 /// The numbers of every IRQ under `/proc/irq`, ascending.
 pub fn irq_numbers(root: &SysRoot) -> Result<Vec<u32>> {
-    let mut v: Vec<u32> = root
-        .read_dir_names("/proc/irq")?
-        .into_iter()
-        .filter_map(|n| n.parse().ok())
-        .collect();
-    v.sort_unstable();
-    Ok(v)
+    root.read_dir_numbers("/proc/irq")
 }
 
 /// The kernel path of a file of IRQ `irq` (`smp_affinity_list`, `effective_affinity_list`).
@@ -37,13 +31,7 @@ pub fn effective_affinity(root: &SysRoot, irq: u32) -> Result<Option<CpuSet>> {
 /// Set the affinity of IRQ `irq`. Managed IRQs and some legacy ones (the x86 timer and
 /// cascade) refuse with EIO (older kernels) or EPERM: see [`is_unmovable_errno`].
 pub fn set_affinity(root: &SysRoot, irq: u32, cpus: &CpuSet) -> Result<()> {
-    let text = cpus.to_list_string();
-    if root.is_host() {
-        root.write(irq_file(irq, "smp_affinity_list"), text)
-    } else {
-        // A captured tree: store it as the kernel prints it.
-        root.write(irq_file(irq, "smp_affinity_list"), format!("{text}\n"))
-    }
+    root.write_attr(irq_file(irq, "smp_affinity_list"), &cpus.to_list_string())
 }
 
 /// Whether an affinity write failed because the kernel does not let this IRQ move (as

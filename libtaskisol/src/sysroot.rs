@@ -127,6 +127,32 @@ impl SysRoot {
         })
     }
 
+    /// Write a kernel attribute (sysctl, sysfs, `/proc/irq`) as [`SysRoot::write`] does. A
+    /// captured tree also gets the trailing newline the kernel adds when it prints the value,
+    /// so that reading it back behaves as on the running system.
+    pub fn write_attr(&self, abs: impl AsRef<Path>, text: &str) -> Result<()> {
+        if self.is_host() {
+            self.write(abs, text)
+        } else {
+            self.write(abs, format!("{text}\n"))
+        }
+    }
+
+    /// The numeric entry names of a directory, ascending: pids under `/proc`, IRQs under
+    /// `/proc/irq`.
+    pub fn read_dir_numbers<T: std::str::FromStr + Ord>(
+        &self,
+        abs: impl AsRef<Path>,
+    ) -> Result<Vec<T>> {
+        let mut v: Vec<T> = self
+            .read_dir_names(abs)?
+            .into_iter()
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        v.sort_unstable();
+        Ok(v)
+    }
+
     /// The entry names of a directory (unsorted), e.g. the tids in `/proc/<pid>/task`.
     pub fn read_dir_names(&self, abs: impl AsRef<Path>) -> Result<Vec<String>> {
         let path = self.path(abs);

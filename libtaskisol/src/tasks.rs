@@ -55,13 +55,7 @@ fn gone(e: &Error) -> bool {
 
 /// The numeric entries of `/proc`: every process (thread group), ascending.
 pub fn pids(root: &SysRoot) -> Result<Vec<i32>> {
-    let mut v: Vec<i32> = root
-        .read_dir_names("/proc")?
-        .into_iter()
-        .filter_map(|n| n.parse().ok())
-        .collect();
-    v.sort_unstable();
-    Ok(v)
+    root.read_dir_numbers("/proc")
 }
 
 /// Read thread `tid` of process `pid`. `Ok(None)` when it exited meanwhile.

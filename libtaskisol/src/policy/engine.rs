@@ -10,7 +10,6 @@
 //! fixtures.
 
 use std::fs;
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use super::plan::{plan, Op, Target};
@@ -159,16 +158,6 @@ fn want_shown(t: &Target) -> String {
     }
 }
 
-/// Write a kernel attribute. A captured tree gets the trailing newline the kernel adds when
-/// it prints the value, so that reading back behaves as on the running system.
-fn write_attr(root: &SysRoot, abs: &str, text: &str) -> Result<()> {
-    if root.is_host() {
-        root.write(abs, text)
-    } else {
-        root.write(abs, format!("{text}\n"))
-    }
-}
-
 /// Write a whole file atomically (temporary file and rename), creating its directory.
 fn write_file(root: &SysRoot, abs: &str, content: &str) -> Result<()> {
     let path = root.path(abs);
@@ -257,7 +246,7 @@ fn change(root: &SysRoot, policy: &Policy, t: &Target, from: String) -> Status {
                 Err(e) => return failed(e),
             };
             let text = want.write_text(&raw);
-            if let Err(e) = write_attr(root, path, &text) {
+            if let Err(e) = root.write_attr(path, &text) {
                 return failed(e);
             }
             match root.read_to_string(path) {
@@ -364,7 +353,6 @@ pub fn lock(state_path: &Path) -> Result<StateLock> {
         .write(true)
         .open(&lock_path)
         .map_err(|e| werr(&lock_path, e))?;
-    let _ = f.as_fd();
     let lock = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, errno)| Error::syscall(format!("flock({})", lock_path.display()), errno))?;
     Ok(StateLock { _lock: lock })
@@ -541,7 +529,7 @@ fn restore_one(root: &SysRoot, o: &Original) -> Status {
             content,
             restore,
         } => {
-            if let Err(e) = write_attr(root, path, restore) {
+            if let Err(e) = root.write_attr(path, restore) {
                 return failed(e);
             }
             match root.read_to_string(path) {
