@@ -1,8 +1,15 @@
 # Helpers for step scripts (every step script starts by sourcing this file).
 RESULTS=/dev/ttyS1
 
-# emit JSON: one line on the results port.
-emit() { printf '%s\n' "$*" >"$RESULTS"; }
+# emit JSON: one line on the results port. Through a file and cat, not printf straight to the
+# port: printf's stdio gives up on a write cut by a signal (EINTR), and init takes SIGCHLD
+# whenever an orphan exits (busybox timeout's watchdog does after every step), which cut long
+# results at 4096 bytes. cat retries the write until every byte is out.
+emit() {
+    printf '%s\n' "$*" >/tmp/.emit.$$
+    cat /tmp/.emit.$$ >"$RESULTS"
+    rm -f /tmp/.emit.$$
+}
 
 # host_request NAME: ask the host to act (e.g. hot-plug a device through QMP). The host does
 # not answer on the port; the caller polls for the effect (see wait_for).

@@ -576,6 +576,27 @@ fn rt612_harness_timeouts_are_failures() {
         "echo alive",
         vec![Expect::stdout("alive")],
     );
+    // Large results, written by init to the serial port while orphans exit and signal init
+    // (SIGCHLD), as busybox timeout's watchdog does after every step: a write cut by that
+    // signal once lost a whole result. Every byte of each must arrive.
+    for i in 0..3 {
+        s.step(
+            &format!("large_output_{i}"),
+            "i=0; while [ $i -lt 4000 ]; do echo \"line $i of a large result, padded to sixty bytes...\"; i=$((i+1)); done\n\
+             i=1; while [ $i -le 60 ]; do setsid usleep $((i * 50000)) </dev/null >/dev/null 2>&1 & i=$((i+1)); done",
+            vec![Expect::that("all 4000 lines, in order", |o: &StepOutput| {
+                let lines: Vec<&str> = o.stdout.lines().collect();
+                let bad = lines
+                    .iter()
+                    .enumerate()
+                    .find(|(n, l)| !l.starts_with(&format!("line {n} of a large result")));
+                match (lines.len(), bad) {
+                    (4000, None) => Ok(()),
+                    (n, b) => Err(format!("{n} lines, first wrong: {b:?}")),
+                }
+            })],
+        );
+    }
     let out = run(&s).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(out.failures.len(), 1, "{:?}", out.failures);
     assert_eq!(out.failures[0].check, "hangs");

@@ -260,6 +260,33 @@ impl Tail {
     }
 }
 
+/// The whole event at the end of a line that is not one: a line whose end was lost glues
+/// itself to the next event, and that next event is kept.
+fn recover_event(line: &str) -> Option<Value> {
+    let i = line.rfind("{\"ev\":")?;
+    if i == 0 {
+        return None;
+    }
+    serde_json::from_str::<Value>(&line[i..])
+        .ok()
+        .filter(Value::is_object)
+}
+
+/// The step a cut line was the event of: its start is intact even when its end is lost.
+fn step_of_cut_line(line: &str) -> Option<String> {
+    let rest = &line[line.find("\"step\":\"")? + 8..];
+    Some(rest[..rest.find('"')?].to_string())
+}
+
+fn describe_garbage(line: &str) -> String {
+    let head: String = line.chars().take(100).collect();
+    let tail: String = {
+        let v: Vec<char> = line.chars().collect();
+        v[v.len().saturating_sub(60)..].iter().collect()
+    };
+    format!("{} bytes: {head:?} ... {tail:?}", line.len())
+}
+
 fn b64(v: Option<&Value>) -> Vec<u8> {
     v.and_then(Value::as_str)
         .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
@@ -413,6 +440,10 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
     let mut boot_time = None;
     let mut done = false;
     let mut last_started = String::from("(none: init never reported)");
+    let mut started = std::collections::BTreeSet::new();
+    // Lines on the results port that are not one of our events: named when a step's result
+    // is missing, so a lost or cut line explains itself instead of a bare "no result".
+    let mut garbage: Vec<(Option<String>, String)> = Vec::new();
     let mut outputs = BTreeMap::new();
     let mut files = BTreeMap::new();
     let mut timed_out = false;
@@ -421,12 +452,22 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
         // Reading after try_wait: lines written just before exit are still picked up.
         exited = exited || matches!(child.0.try_wait(), Ok(Some(_)));
         for line in tail.lines() {
-            let Ok(ev) = serde_json::from_str::<Value>(&line) else {
-                continue; // e.g. a line cut by a kill; only JSON objects are ours
+            let ev = match serde_json::from_str::<Value>(&line) {
+                Ok(v) if v.is_object() => v,
+                _ => {
+                    garbage.push((step_of_cut_line(&line), describe_garbage(&line)));
+                    match recover_event(&line) {
+                        Some(v) => v,
+                        None => continue,
+                    }
+                }
             };
             match ev.get("ev").and_then(Value::as_str) {
                 Some("boot") => boot_time = Some(start.elapsed()),
-                Some("start") => last_started = ev["step"].as_str().unwrap_or("?").to_string(),
+                Some("start") => {
+                    last_started = ev["step"].as_str().unwrap_or("?").to_string();
+                    started.insert(last_started.clone());
+                }
                 Some("result") => {
                     let name = ev["step"].as_str().unwrap_or("?").to_string();
                     outputs.insert(
@@ -509,7 +550,32 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
             None => failures.push(Failure {
                 check: step.name.clone(),
                 expected: "the step runs".into(),
-                actual: "no result from the guest".into(),
+                actual: format!(
+                    "no result from the guest (its start was {}reported){}",
+                    if started.contains(&step.name) {
+                        ""
+                    } else {
+                        "not "
+                    },
+                    {
+                        let mine: Vec<&String> = garbage
+                            .iter()
+                            .filter(|(s, _)| s.as_deref() == Some(step.name.as_str()))
+                            .map(|(_, d)| d)
+                            .collect();
+                        match (mine.is_empty(), garbage.len()) {
+                            (_, 0) => String::new(),
+                            (true, n) => format!("; {n} unreadable line(s) on the results port"),
+                            (false, _) => format!(
+                                "; its unreadable line(s) on the results port:\n    {}",
+                                mine.iter()
+                                    .map(|g| g.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join("\n    ")
+                            ),
+                        }
+                    }
+                ),
             }),
             Some(out) => {
                 for e in &step.expects {
@@ -588,5 +654,27 @@ mod freshness_tests {
             e.contains("older than its source") && e.contains("a b.rs"),
             "{e}"
         );
+    }
+}
+
+#[cfg(test)]
+mod results_port_tests {
+    use super::*;
+
+    #[test]
+    fn an_event_glued_to_a_cut_line_is_kept_and_the_cut_line_is_named() {
+        let cut = r#"{"ev":"result","step":"a","rc":0,"stdout":"QUJD"#;
+        let next = r#"{"ev":"start","step":"b"}"#;
+        let glued = format!("{cut}{next}");
+        assert!(serde_json::from_str::<Value>(&glued).is_err());
+        assert_eq!(recover_event(&glued).unwrap()["step"], "b");
+        // A line that is only a cut event, or no event at all, gives nothing back.
+        assert!(recover_event(cut).is_none());
+        assert!(recover_event("random console noise").is_none());
+        assert_eq!(step_of_cut_line(&glued).as_deref(), Some("a"));
+        assert_eq!(step_of_cut_line("random console noise"), None);
+        let d = describe_garbage(&glued);
+        assert!(d.starts_with(&format!("{} bytes: ", glued.len())), "{d}");
+        assert!(d.contains("\"step\\\":\\\"b\\\"}"), "{d}");
     }
 }
