@@ -245,3 +245,100 @@ fn auto_takes_the_kernels_isolated_cpus() {
         "{out}"
     );
 }
+
+/// cgroup_partition: the directory is made an isolated partition of the isolated CPUs, the
+/// workload pinned inside them moves in (and keeps its CPU), and restore removes the
+/// directory, moves the workload back and takes `cpuset` out of the subtree again.
+#[test]
+fn cgroup_partition_moves_the_workload_in_and_restore_takes_it_all_back() {
+    let t = tree();
+    let r = t.path();
+    put(
+        r,
+        "etc/isold/isold.toml",
+        "isolated_cpus = \"2-3\"\n[items]\ncgroup_partition = true\n",
+    );
+    let before = snapshot(r);
+    let (rc, out, err) = isold(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(
+        out.contains(
+            "changed           isolated partition /sys/fs/cgroup/isolated: changed: absent, 1 workload(s) to move in: 301 (workload) -> isolated partition of CPUs 2-3, 1 workload(s) moved in"
+        ),
+        "{out}"
+    );
+    assert_eq!(read(r, "sys/fs/cgroup/cgroup.subtree_control"), "+cpuset\n");
+    assert_eq!(read(r, "sys/fs/cgroup/isolated/cpuset.cpus"), "2-3\n");
+    assert_eq!(
+        read(r, "sys/fs/cgroup/isolated/cpuset.cpus.partition"),
+        "isolated\n"
+    );
+    assert_eq!(read(r, "proc/301/cgroup"), "0::/isolated\n");
+    assert!(read(r, "proc/301/task/301/status").contains("Cpus_allowed_list:\t3\n"));
+    // The other tasks stay where they were (moved off 2-3 by the tasks item, not into it).
+    assert_eq!(read(r, "proc/300/cgroup"), "0::/\n");
+
+    let (rc, out, _) = isold(r, &["verify", "-v"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains("already right     isolated partition /sys/fs/cgroup/isolated"),
+        "{out}"
+    );
+
+    // A workload taken out by hand is a deviation verify names.
+    put(r, "proc/301/cgroup", "0::/\n");
+    let (rc, out, _) = isold(r, &["verify"]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(
+        out.contains("1 workload(s) outside: 301 (workload)"),
+        "{out}"
+    );
+    put(r, "proc/301/cgroup", "0::/isolated\n");
+
+    let (rc, out, err) = isold(r, &["restore"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(
+        out.contains(
+            "restored          isolated partition /sys/fs/cgroup/isolated: restored: removed"
+        ),
+        "{out}"
+    );
+    assert!(!r.join("sys/fs/cgroup/isolated").exists());
+    let after = snapshot(r);
+    let changed: std::collections::BTreeSet<_> = before
+        .keys()
+        .chain(after.keys())
+        .filter(|k| before.get(*k) != after.get(*k))
+        .collect();
+    // The fake root's subtree_control keeps the text restore wrote; the kernel's reads back
+    // the controllers left.
+    assert_eq!(
+        changed.into_iter().collect::<Vec<_>>(),
+        vec![&PathBuf::from("sys/fs/cgroup/cgroup.subtree_control")],
+        "{out}"
+    );
+    assert_eq!(read(r, "sys/fs/cgroup/cgroup.subtree_control"), "-cpuset\n");
+}
+
+/// A workload the allow-list keeps in its cgroup would lose its CPUs to the partition: the
+/// item is refused before any cgroup write, naming the workload.
+#[test]
+fn cgroup_partition_refuses_to_strand_an_allow_listed_workload() {
+    let t = tree();
+    let r = t.path();
+    put(
+        r,
+        "etc/isold/isold.toml",
+        "isolated_cpus = \"2-3\"\n[items]\ncgroup_partition = true\n[tasks]\nallow_cgroup = [\"/machine.slice\"]\n",
+    );
+    put(r, "proc/301/cgroup", "0::/machine.slice/vm1.scope\n");
+    let (rc, out, err) = isold(r, &["apply"]);
+    assert_eq!(rc, 1, "{out}{err}");
+    assert!(
+        out.contains("failed            isolated partition /sys/fs/cgroup/isolated: failed: not made: the partition would take the CPUs of allow-listed workload(s) that must stay in their cgroup: 301 (workload) in /machine.slice/vm1.scope (allow_cgroup /machine.slice)"),
+        "{out}"
+    );
+    assert!(!r.join("sys/fs/cgroup/isolated").exists());
+    assert_eq!(read(r, "sys/fs/cgroup/cgroup.subtree_control"), "");
+    assert_eq!(read(r, "proc/301/cgroup"), "0::/machine.slice/vm1.scope\n");
+}

@@ -493,6 +493,35 @@ fn rt612_isol23() {
     hotplug_checks(&mut s);
     s.capture_fixture("debian-6.12-rt-isol23", &[]);
     seed_case(&mut s);
+    // isold's cgroup_partition item meets the same refusal: it names the kernel's reason,
+    // exits 1 and leaves no cgroup behind, the pinned workload where it was.
+    s.binaries.push("isold".into());
+    s.step(
+        "isold_cgroup_partition_refused_leaves_nothing",
+        "setsid taskset -c 3 sleep 100000 </dev/null >/dev/null 2>&1 & w=$!\n\
+         printf 'isolated_cpus = \"2-3\"\n[items]\n' >/tmp/part.toml\n\
+         for i in sysctl thp workqueue machinecheck ksm irq_affinity tasks kthread_priority pm_qos cpufreq kvm irqbalance printk systemd_cpuaffinity; do echo \"$i = false\" >>/tmp/part.toml; done\n\
+         echo 'cgroup_partition = true' >>/tmp/part.toml\n\
+         sleep 0.2\n\
+         echo subtree_before=$(cat /sys/fs/cgroup/cgroup.subtree_control)\n\
+         isold --config /tmp/part.toml apply; echo apply_rc=$?\n\
+         [ -e /sys/fs/cgroup/isolated ] && echo dir=present || echo dir=absent\n\
+         echo subtree_after=$(cat /sys/fs/cgroup/cgroup.subtree_control)\n\
+         echo workload_cgroup=$(cat /proc/$w/cgroup)\n\
+         echo workload=$(grep Cpus_allowed_list /proc/$w/status | cut -f2)\n\
+         [ -e /run/isold/state.json ] && echo state=present || echo state=absent\n\
+         kill $w",
+        vec![
+            Expect::field("apply_rc", "1"),
+            Expect::output_has("failed            isolated partition /sys/fs/cgroup/isolated: failed: the kernel made /sys/fs/cgroup/isolated/cpuset.cpus.partition 'isolated invalid (partition config conflicts with housekeeping setup)'; undone, nothing left behind"),
+            Expect::field("dir", "absent"),
+            Expect::field("subtree_before", ""),
+            Expect::field("subtree_after", ""),
+            Expect::field("workload_cgroup", "0::/"),
+            Expect::field("workload", "3"),
+            Expect::field("state", "absent"),
+        ],
+    );
     // A partition on a boot-isolated CPU is refused by 6.12 with this reason; isold must show
     // it. The fixture keeps an invalid partition for the fake-root tests.
     make_partition(

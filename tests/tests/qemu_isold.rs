@@ -137,7 +137,8 @@ fn isold_scenario(s: &mut Scenario, thp_present: bool) {
     s.step(
         "isold_restore_returns_every_original",
         &format!(
-            "{PRE}isold restore; echo restore_rc=$?\n\
+            "{PRE}t0=$(cut -d' ' -f1 /proc/uptime)\nisold restore; echo restore_rc=$?\n\
+             t1=$(cut -d' ' -f1 /proc/uptime)\necho restore_seconds=$(echo \"$t1 $t0\" | awk '{{print $1 - $2}}')\n\
              isold_snapshot /tmp/snap.after\nsnapshot_diff /tmp/snap.before /tmp/snap.after\n\
              isold restore; echo second_restore_rc=$?\n\
              echo workload=$(grep Cpus_allowed_list /proc/$(cat /tmp/workload.pid)/status | cut -f2)"
@@ -179,10 +180,96 @@ fn isold_scenario(s: &mut Scenario, thp_present: bool) {
     );
 }
 
+/// `cgroup_partition = true` on a kernel without boot isolation: the partition is made and
+/// valid, the pinned workload moves in and stays on CPU 3, the root cgroup loses 2-3; restore
+/// removes it all and the workload is back in the root cgroup, still on CPU 3.
+fn partition_steps(s: &mut Scenario) {
+    s.step(
+        "isold_cgroup_partition_apply",
+        &format!(
+            "{PRE}printf 'isolated_cpus = \"2-3\"\n[items]\ncgroup_partition = true\n' >/tmp/part.toml
+             echo subtree_before=$(cat /sys/fs/cgroup/cgroup.subtree_control)
+             isold --config /tmp/part.toml apply; echo apply_rc=$?
+             w=$(cat /tmp/workload.pid)
+             echo partition=$(cat /sys/fs/cgroup/isolated/cpuset.cpus.partition)
+             echo root_effective=$(cat /sys/fs/cgroup/cpuset.cpus.effective)
+             echo workload_cgroup=$(cat /proc/$w/cgroup)
+             echo workload=$(grep Cpus_allowed_list /proc/$w/status | cut -f2)
+             isold --config /tmp/part.toml verify; echo verify_rc=$?"
+        ),
+        vec![
+            Expect::field("subtree_before", ""),
+            Expect::field("apply_rc", "0"),
+            Expect::output_has("changed           isolated partition /sys/fs/cgroup/isolated: changed: absent, "),
+            Expect::output_has("-> isolated partition of CPUs 2-3, "),
+            Expect::field("partition", "isolated"),
+            Expect::field("root_effective", "0-1"),
+            Expect::field("workload_cgroup", "0::/isolated"),
+            Expect::field("workload", "3"),
+            Expect::field("verify_rc", "0"),
+        ],
+    );
+    s.step(
+        "isold_cgroup_partition_restore",
+        &format!(
+            "{PRE}isold restore; echo restore_rc=$?
+             w=$(cat /tmp/workload.pid)
+             [ -e /sys/fs/cgroup/isolated ] && echo dir=present || echo dir=absent
+             echo subtree=$(cat /sys/fs/cgroup/cgroup.subtree_control)
+             echo root_effective=$(cat /sys/fs/cgroup/cpuset.cpus.effective)
+             echo workload_cgroup=$(cat /proc/$w/cgroup)
+             echo workload=$(grep Cpus_allowed_list /proc/$w/status | cut -f2)"
+        ),
+        vec![
+            Expect::field("restore_rc", "0"),
+            Expect::output_has(
+                "restored          isolated partition /sys/fs/cgroup/isolated: restored: removed",
+            ),
+            Expect::field("dir", "absent"),
+            Expect::field("subtree", ""),
+            Expect::field("root_effective", "0-3"),
+            Expect::field("workload_cgroup", "0::/"),
+            Expect::field("workload", "3"),
+        ],
+    );
+}
+
+/// The ~1000-task figure of BENCHMARKS.md: 650 more sleepers with affinity 0-3, then apply
+/// and restore timed in the guest.
+fn thousand_tasks_steps(s: &mut Scenario) {
+    s.step_with_timeout(
+        "isold_apply_restore_1000_tasks",
+        &format!(
+            "{PRE}i=0; while [ $i -lt 650 ]; do setsid taskset -c 0-3 sleep 100000 </dev/null >/dev/null 2>&1 & echo $! >>/tmp/more.pids; i=$((i+1)); done\n\
+             sleep 1\necho tasks=$(ls -d /proc/[0-9]*/task/[0-9]* | wc -l)\n\
+             t0=$(cut -d' ' -f1 /proc/uptime)\nisold --config /tmp/isold.toml apply >/tmp/a.out; echo apply_rc=$?\n\
+             t1=$(cut -d' ' -f1 /proc/uptime)\necho apply_seconds=$(echo \"$t1 $t0\" | awk '{{print $1 - $2}}')\n\
+             tail -n 1 /tmp/a.out\n\
+             wide=0; for p in $(cat /tmp/busy.pid /tmp/sleepers.pids /tmp/more.pids); do [ \"$(grep Cpus_allowed_list /proc/$p/status | cut -f2)\" = 0-1 ] || wide=$((wide+1)); done; echo wide_tasks=$wide\n\
+             t0=$(cut -d' ' -f1 /proc/uptime)\nisold restore >/tmp/r.out; echo restore_rc=$?\n\
+             t1=$(cut -d' ' -f1 /proc/uptime)\necho restore_seconds=$(echo \"$t1 $t0\" | awk '{{print $1 - $2}}')\n\
+             tail -n 1 /tmp/r.out\n\
+             kill $(cat /tmp/more.pids)"
+        ),
+        std::time::Duration::from_secs(180),
+        vec![
+            Expect::field("apply_rc", "0"),
+            Expect::field("wide_tasks", "0"),
+            Expect::field("restore_rc", "0"),
+            Expect::that("about 1000 tasks", |o: &StepOutput| match num(o, "tasks") {
+                Some(n) if n >= 950.0 => Ok(()),
+                other => Err(format!("tasks = {other:?}")),
+            }),
+        ],
+    );
+}
+
 #[test]
 fn rt612_isold_apply_verify_restore() {
     let mut s = Scenario::new("rt612-isold", KernelRole::Rt612, "");
     isold_scenario(&mut s, false);
+    partition_steps(&mut s);
+    thousand_tasks_steps(&mut s);
     run(&s).unwrap_or_else(|e| panic!("{e}")).assert_ok();
 }
 
@@ -190,5 +277,6 @@ fn rt612_isold_apply_verify_restore() {
 fn stock61_isold_apply_verify_restore() {
     let mut s = Scenario::new("stock61-isold", KernelRole::Stock61, "");
     isold_scenario(&mut s, true);
+    partition_steps(&mut s);
     run(&s).unwrap_or_else(|e| panic!("{e}")).assert_ok();
 }

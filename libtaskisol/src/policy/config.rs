@@ -332,10 +332,16 @@ impl Config {
                 self.cgroup_partition = match v {
                     "false" => None,
                     "true" => Some(DEFAULT_PARTITION.into()),
-                    p if p.starts_with('/') && !p.split('/').any(|c| c == "..") => Some(p.into()),
+                    p if p.starts_with(&format!("{}/", super::partition::CGROUP_MOUNT))
+                        && p.len() > super::partition::CGROUP_MOUNT.len() + 1
+                        && !p.split('/').any(|c| c == ".." || c == ".") =>
+                    {
+                        Some(p.trim_end_matches('/').into())
+                    }
                     _ => {
                         return Err(format!(
-                    "cgroup_partition takes true, false or an absolute cgroup directory, not {v:?}"
+                    "cgroup_partition takes true, false or a cgroup directory below {}/, not {v:?}",
+                    super::partition::CGROUP_MOUNT
                 ))
                     }
                 }

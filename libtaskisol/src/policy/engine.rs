@@ -12,6 +12,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use super::partition;
 use super::plan::{plan, Op, Target};
 use super::state::{self, Entry, Original, State};
 use super::{shown, Outcome, Policy, Report, Status};
@@ -47,6 +48,14 @@ fn gone(e: &Error) -> bool {
 fn evaluate(root: &SysRoot, policy: &Policy, t: &Target) -> Eval {
     match &t.op {
         Op::Known(s) => Eval::Done(s.clone()),
+        Op::Partition(p) => match partition::evaluate(root, p) {
+            Err(e) => Eval::Done(failed(e)),
+            Ok(partition::Found::Done(s)) => Eval::Done(s),
+            Ok(partition::Found::Change { original, from }) => Eval::Change {
+                from,
+                original: Original::Partition(original),
+            },
+        },
         Op::Attr { path, want } => match root.read_to_string(path) {
             Err(e) if e.errno() == Some(libc::ENOENT) => Eval::Done(Status::NotPresent {
                 reason: format!("this kernel has no {path}"),
@@ -155,6 +164,7 @@ fn want_shown(t: &Target) -> String {
         Op::File { .. } => "isold's content".into(),
         Op::Sched { want, .. } => want.to_string(),
         Op::Known(s) => s.to_string(),
+        Op::Partition(p) => format!("isolated partition of CPUs {}, workloads in it", p.cpus),
     }
 }
 
@@ -190,7 +200,7 @@ fn remove_file(root: &SysRoot, abs: &str) -> Result<()> {
 }
 
 /// Thread changes: system calls on the running system, file edits in a captured tree.
-fn set_thread_affinity(root: &SysRoot, pid: i32, tid: i32, cpus: &CpuSet) -> Result<()> {
+pub(super) fn set_thread_affinity(root: &SysRoot, pid: i32, tid: i32, cpus: &CpuSet) -> Result<()> {
     if root.is_host() {
         return sched::set_affinity(tid, cpus);
     }
@@ -237,9 +247,19 @@ fn edit_tree_file(root: &SysRoot, abs: &str, edit: impl FnOnce(&str) -> String) 
 }
 
 /// Make the change `t` asks for, and read it back.
-fn change(root: &SysRoot, policy: &Policy, t: &Target, from: String) -> Status {
+fn change(
+    root: &SysRoot,
+    policy: &Policy,
+    t: &Target,
+    original: &Original,
+    from: String,
+) -> Status {
     match &t.op {
         Op::Known(s) => s.clone(),
+        Op::Partition(p) => match original {
+            Original::Partition(o) => partition::change(root, o, &p.cpus, from),
+            _ => failed(format!("{}: no partition original", t.id)),
+        },
         Op::Attr { path, want } => {
             let raw = match root.read_to_string(path) {
                 Ok(r) => r,
@@ -421,11 +441,11 @@ pub fn apply(root: &SysRoot, policy: &Policy, state_path: &Path) -> Result<Repor
                     id: t.id.clone(),
                     item: t.item.into(),
                     label: t.label.clone(),
-                    original,
+                    original: original.clone(),
                 }) {
                     new_ids.push(t.id.clone());
                 }
-                pending.push((i, from));
+                pending.push((i, original, from));
                 statuses.push(None);
             }
         }
@@ -434,8 +454,8 @@ pub fn apply(root: &SysRoot, policy: &Policy, state_path: &Path) -> Result<Repor
         // The originals are on disk before the first write.
         state.save(state_path)?;
     }
-    for (i, from) in pending {
-        statuses[i] = Some(change(root, policy, &targets[i], from));
+    for (i, original, from) in pending {
+        statuses[i] = Some(change(root, policy, &targets[i], &original, from));
     }
     let mut dirty = false;
     for (t, s) in targets.iter().zip(&statuses) {
@@ -524,6 +544,7 @@ pub fn verify(root: &SysRoot, policy: &Policy, state_path: &Path) -> Result<Repo
 
 fn restore_one(root: &SysRoot, o: &Original) -> Status {
     match o {
+        Original::Partition(p) => partition::restore(root, p),
         Original::Attr {
             path,
             content,

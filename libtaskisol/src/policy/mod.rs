@@ -23,6 +23,7 @@
 
 pub mod config;
 pub mod engine;
+pub mod partition;
 pub mod plan;
 pub mod preset;
 pub mod state;

@@ -119,6 +119,8 @@ pub enum Op {
     },
     /// Nothing to write: the planner already knows the outcome (left alone, not movable).
     Known(Status),
+    /// The cgroup v2 isolated partition and the workloads to move into it.
+    Partition(super::partition::PartitionPlan),
 }
 
 /// One thing the policy sets.
@@ -305,6 +307,43 @@ pub fn plan(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {
     if c.tasks || !c.kthread_priority.is_empty() {
         plan_threads(policy, root, &mut out)?;
     }
+    if let Some(dir) = &c.cgroup_partition {
+        // After the tasks: the workloads it moves in keep their CPUs, the rest already left.
+        let threads = tasks::all_threads(root)?;
+        let p = super::partition::plan(root, dir, iso, &threads)?;
+        let id = format!("cgroup_partition:{dir}");
+        let label = format!("isolated partition {dir}");
+        // A workload the allow-list keeps in its cgroup (a VM's vCPUs under libvirt's
+        // machine.slice) would lose its CPUs to the partition: refuse before any write.
+        let kept: Vec<String> = p
+            .workloads
+            .iter()
+            .filter_map(|(t, cg, _)| {
+                allowed_cgroup(&c.allow_cgroup, cg)
+                    .map(|a| format!("{} ({}) in {cg} (allow_cgroup {a})", t.pid, t.comm))
+            })
+            .collect();
+        if kept.is_empty() {
+            out.push(Target {
+                item: "cgroup_partition",
+                id,
+                label,
+                op: Op::Partition(p),
+            });
+        } else {
+            out.push(known(
+                "cgroup_partition",
+                id,
+                label,
+                Status::Failed {
+                    error: format!(
+                        "not made: the partition would take the CPUs of allow-listed workload(s) that must stay in their cgroup: {}; name a partition directory that holds them, or leave cgroup_partition off",
+                        kept.join(", ")
+                    ),
+                },
+            ));
+        }
+    }
     for (item, path, content) in config_files(policy, root)? {
         out.push(Target {
             item,
@@ -314,6 +353,15 @@ pub fn plan(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {
         });
     }
     Ok(out)
+}
+
+/// The `allow_cgroup` entry that holds the cgroup `cg`, if any.
+pub(super) fn allowed_cgroup<'a>(allow: &'a [String], cg: &str) -> Option<&'a String> {
+    allow.iter().find(|p| {
+        cg == p.as_str()
+            || cg.starts_with(&format!("{}/", p.trim_end_matches('/')))
+            || glob_match(p, cg)
+    })
 }
 
 fn plan_threads(policy: &Policy, root: &SysRoot, out: &mut Vec<Target>) -> Result<()> {
@@ -370,18 +418,11 @@ fn plan_threads(policy: &Policy, root: &SysRoot, out: &mut Vec<Target>) -> Resul
             let cg = cgroups
                 .entry(t.pid)
                 .or_insert_with(|| tasks::cgroup_of(root, t.pid).ok().flatten());
-            cg.as_deref().and_then(|cg| {
-                c.allow_cgroup
-                    .iter()
-                    .find(|p| {
-                        cg == p.as_str()
-                            || cg.starts_with(&format!("{}/", p.trim_end_matches('/')))
-                            || glob_match(p, cg)
-                    })
-                    .map(|p| Status::LeftAlone {
-                        reason: format!("allow-listed cgroup {p}"),
-                    })
-            })
+            cg.as_deref()
+                .and_then(|cg| allowed_cgroup(&c.allow_cgroup, cg))
+                .map(|p| Status::LeftAlone {
+                    reason: format!("allow-listed cgroup {p}"),
+                })
         } else {
             None
         };

@@ -71,6 +71,8 @@ pub enum Original {
         /// Real-time priority.
         rt_priority: u32,
     },
+    /// The `cgroup_partition` item: the cgroup directory and the workloads moved into it.
+    Partition(super::partition::PartitionOriginal),
 }
 
 impl Original {

@@ -1,0 +1,471 @@
+//! The `cgroup_partition` item: a cgroup v2 cpuset partition of type `isolated` holding the
+//! isolated CPUs, so they leave the scheduler's load balancing at run time, without a reboot.
+//!
+//! Once the partition is valid its CPUs are no longer in any other cgroup's cpuset, and the
+//! kernel moves every task outside it off them. So the workloads (user processes whose
+//! affinity lies inside the isolated CPUs) are moved into the partition first, each thread's
+//! affinity kept as it was (a 6.1 kernel resets it to the cgroup's CPUs on the move).
+//!
+//! apply, in this order: `+cpuset` in the parent's `cgroup.subtree_control` if missing, the
+//! directory, `cpuset.cpus` (and `cpuset.cpus.exclusive` where the kernel has it), the
+//! workloads, `isolated` in `cpuset.cpus.partition`. The kernel may accept the write and
+//! still read back `isolated invalid (<reason>)` (6.12 refuses CPUs of an isolcpus domain):
+//! then every step is undone, so no half-made cgroup stays behind, and the reason is
+//! reported. restore undoes the same steps from the recorded original.
+
+use serde::{Deserialize, Serialize};
+
+use super::Status;
+use crate::cpuset::CpuSet;
+use crate::error::{Error, Result};
+use crate::sysroot::SysRoot;
+use crate::tasks::{self, Thread};
+
+/// Where the cgroup v2 hierarchy is mounted (the configuration names directories below it).
+pub const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
+
+/// A workload process moved into the partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Moved {
+    /// Process id.
+    pub pid: i32,
+    /// Start time of the process: it is moved back only if it is still the same process.
+    pub starttime: u64,
+    /// Name, for messages.
+    pub comm: String,
+    /// Its cgroup before (as in `/proc/PID/cgroup`, `/` for the root).
+    pub cgroup: String,
+    /// Each thread's affinity before: `(tid, Cpus_allowed_list)`.
+    pub threads: Vec<(i32, String)>,
+}
+
+/// The partition's original state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionOriginal {
+    /// The cgroup directory (absolute, below [`CGROUP_MOUNT`]).
+    pub dir: String,
+    /// Whether apply creates it (restore then removes it).
+    pub created: bool,
+    /// Whether the parent's `cgroup.subtree_control` lacked `cpuset` (restore takes it out).
+    pub enabled_cpuset: bool,
+    /// `cpuset.cpus`, `cpuset.cpus.exclusive` and `cpuset.cpus.partition` as they were, when
+    /// the directory existed (`None` for a file the kernel lacks).
+    pub cpus: Option<String>,
+    /// See `cpus`.
+    pub exclusive: Option<String>,
+    /// See `cpus`.
+    pub partition: Option<String>,
+    /// The workloads moved in.
+    pub moved: Vec<Moved>,
+}
+
+/// The `cgroup_partition` target as planned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionPlan {
+    /// The cgroup directory.
+    pub dir: String,
+    /// The CPUs it gets.
+    pub cpus: CpuSet,
+    /// The workload processes outside it, with their threads.
+    pub workloads: Vec<(Thread, String, Vec<Thread>)>,
+}
+
+/// The cgroup path of `dir` as `/proc/PID/cgroup` shows it.
+pub fn cgroup_path(dir: &str) -> &str {
+    match dir.strip_prefix(CGROUP_MOUNT) {
+        Some("") | None => "/",
+        Some(rest) => rest,
+    }
+}
+
+fn inside(cgroup: &str, dir_cg: &str) -> bool {
+    cgroup == dir_cg || cgroup.starts_with(&format!("{}/", dir_cg.trim_end_matches('/')))
+}
+
+/// Plan the partition `dir` of `cpus`: find the workloads (user processes whose threads all
+/// run inside `cpus`) that are not in it yet.
+pub fn plan(root: &SysRoot, dir: &str, cpus: &CpuSet, threads: &[Thread]) -> Result<PartitionPlan> {
+    let dir_cg = cgroup_path(dir);
+    let mut workloads = Vec::new();
+    let me = std::process::id() as i32;
+    let mut pids: Vec<i32> = threads
+        .iter()
+        .filter(|t| !t.is_kthread() && t.pid != me)
+        .map(|t| t.pid)
+        .collect();
+    pids.dedup();
+    for pid in pids {
+        let group: Vec<Thread> = threads.iter().filter(|t| t.pid == pid).cloned().collect();
+        if group.is_empty() || !group.iter().all(|t| t.affinity.is_subset(cpus)) {
+            continue;
+        }
+        let Some(leader) = group.iter().find(|t| t.tid == pid).cloned() else {
+            continue;
+        };
+        let Some(cg) = tasks::cgroup_of(root, pid)? else {
+            continue; // exited
+        };
+        if inside(&cg, dir_cg) {
+            continue;
+        }
+        workloads.push((leader, cg, group));
+    }
+    Ok(PartitionPlan {
+        dir: dir.to_string(),
+        cpus: cpus.clone(),
+        workloads,
+    })
+}
+
+fn file(dir: &str, name: &str) -> String {
+    format!("{dir}/{name}")
+}
+
+fn parent(dir: &str) -> &str {
+    match dir.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &dir[..i],
+    }
+}
+
+fn read_opt(root: &SysRoot, path: &str) -> Result<Option<String>> {
+    match root.read_to_string(path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.errno() == Some(libc::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn has_word(text: &str, word: &str) -> bool {
+    text.split_whitespace().any(|w| w == word)
+}
+
+/// What reading the partition found: right, or its original and how it looks now.
+#[derive(Debug)]
+pub enum Found {
+    /// Nothing to do (or nothing possible).
+    Done(Status),
+    /// To change.
+    Change {
+        /// The original.
+        original: PartitionOriginal,
+        /// How it looks now.
+        from: String,
+    },
+}
+
+/// Read the partition's current state.
+pub fn evaluate(root: &SysRoot, p: &PartitionPlan) -> Result<Found> {
+    let controllers = match read_opt(root, &file(CGROUP_MOUNT, "cgroup.controllers"))? {
+        None => {
+            return Ok(Found::Done(Status::NotPresent {
+                reason: format!("no cgroup v2 hierarchy at {CGROUP_MOUNT}"),
+            }))
+        }
+        Some(c) => c,
+    };
+    if !has_word(&controllers, "cpuset") {
+        return Ok(Found::Done(Status::NotPresent {
+            reason: format!("the cgroup v2 hierarchy at {CGROUP_MOUNT} has no cpuset controller"),
+        }));
+    }
+    let subtree = read_opt(root, &file(parent(&p.dir), "cgroup.subtree_control"))?;
+    let enabled_cpuset = !subtree.as_deref().is_some_and(|s| has_word(s, "cpuset"));
+    let exists = root.exists(&p.dir);
+    let (cpus, exclusive, partition) = if exists {
+        (
+            read_opt(root, &file(&p.dir, "cpuset.cpus"))?,
+            read_opt(root, &file(&p.dir, "cpuset.cpus.exclusive"))?,
+            read_opt(root, &file(&p.dir, "cpuset.cpus.partition"))?,
+        )
+    } else {
+        (None, None, None)
+    };
+    let cpus_right = cpus
+        .as_deref()
+        .is_some_and(|c| CpuSet::parse_list(c.trim()).is_ok_and(|s| s == p.cpus));
+    let part = partition.as_deref().map(str::trim).unwrap_or("");
+    if cpus_right && part == "isolated" && p.workloads.is_empty() {
+        return Ok(Found::Done(Status::AlreadyRight));
+    }
+    let from = if !exists {
+        "absent".to_string()
+    } else {
+        let mut s = format!(
+            "{} of CPUs {}",
+            if part.is_empty() {
+                "no partition"
+            } else {
+                part
+            },
+            cpus.as_deref().map(str::trim).unwrap_or("?")
+        );
+        if !p.workloads.is_empty() {
+            s.push_str(&format!(
+                ", {} workload(s) outside: {}",
+                p.workloads.len(),
+                workload_names(&p.workloads)
+            ));
+        }
+        s
+    };
+    let from = if !exists && !p.workloads.is_empty() {
+        format!(
+            "{from}, {} workload(s) to move in: {}",
+            p.workloads.len(),
+            workload_names(&p.workloads)
+        )
+    } else {
+        from
+    };
+    Ok(Found::Change {
+        from,
+        original: PartitionOriginal {
+            dir: p.dir.clone(),
+            created: !exists,
+            enabled_cpuset,
+            cpus,
+            exclusive,
+            partition,
+            moved: p
+                .workloads
+                .iter()
+                .map(|(leader, cg, group)| Moved {
+                    pid: leader.pid,
+                    starttime: leader.starttime,
+                    comm: leader.comm.clone(),
+                    cgroup: cg.clone(),
+                    threads: group
+                        .iter()
+                        .map(|t| (t.tid, t.affinity.to_string()))
+                        .collect(),
+                })
+                .collect(),
+        },
+    })
+}
+
+fn workload_names(w: &[(Thread, String, Vec<Thread>)]) -> String {
+    w.iter()
+        .map(|(t, _, _)| format!("{} ({})", t.pid, t.comm))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn write_err(root: &SysRoot, path: &str, data: &str, source: std::io::Error) -> Error {
+    Error::Write {
+        path: root.path(path),
+        data: data.into(),
+        source,
+    }
+}
+
+/// The files the kernel (6.12) gives a new cgroup with the cpuset controller, as it reads
+/// them: a captured tree gets them on mkdir.
+const NEW_CGROUP_FILES: &[(&str, &str)] = &[
+    ("cgroup.procs", ""),
+    ("cgroup.type", "domain\n"),
+    ("cpuset.cpus", "\n"),
+    ("cpuset.cpus.effective", "\n"),
+    ("cpuset.cpus.exclusive", "\n"),
+    ("cpuset.cpus.exclusive.effective", "\n"),
+    ("cpuset.cpus.partition", "member\n"),
+];
+
+fn mkdir(root: &SysRoot, dir: &str) -> Result<()> {
+    match std::fs::create_dir(root.path(dir)) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(write_err(root, dir, "(mkdir)", e)),
+    }
+    if !root.is_host() {
+        for (name, content) in NEW_CGROUP_FILES {
+            let f = file(dir, name);
+            std::fs::write(root.path(&f), content).map_err(|e| write_err(root, &f, content, e))?;
+        }
+    }
+    Ok(())
+}
+
+fn rmdir(root: &SysRoot, dir: &str) -> Result<()> {
+    let path = root.path(dir);
+    if !root.is_host() {
+        // A captured tree's cgroup directory holds the files apply wrote.
+        return match std::fs::remove_dir_all(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(write_err(root, dir, "(rmdir)", e))
+            }
+            _ => Ok(()),
+        };
+    }
+    match std::fs::remove_dir(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(write_err(root, dir, "(rmdir)", e))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Move process `pid` into the cgroup `cg` (a `/proc/PID/cgroup` path).
+fn move_process(root: &SysRoot, pid: i32, cg: &str) -> Result<()> {
+    if root.is_host() {
+        let procs = if cg == "/" {
+            file(CGROUP_MOUNT, "cgroup.procs")
+        } else {
+            file(&format!("{CGROUP_MOUNT}{cg}"), "cgroup.procs")
+        };
+        return root.write_attr(procs, &pid.to_string());
+    }
+    root.write(format!("/proc/{pid}/cgroup"), format!("0::{cg}\n"))
+}
+
+/// Put each thread of `m` back on its recorded CPUs, where it moved.
+fn repin(root: &SysRoot, m: &Moved) -> Result<()> {
+    for (tid, cpus) in &m.threads {
+        let want = CpuSet::parse_list(cpus)?;
+        match tasks::read_thread(root, m.pid, *tid)? {
+            Some(t) if t.starttime >= m.starttime && t.affinity != want => {
+                match super::engine::set_thread_affinity(root, m.pid, *tid, &want) {
+                    Err(e) if e.errno() == Some(libc::ESRCH) => {}
+                    other => other?,
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn same_process(root: &SysRoot, m: &Moved) -> Result<bool> {
+    tasks::is_same_thread(root, m.pid, m.pid, m.starttime)
+}
+
+/// Make the partition; on any failure undo what was done and report why.
+pub fn change(root: &SysRoot, o: &PartitionOriginal, cpus: &CpuSet, from: String) -> Status {
+    match build(root, o, cpus) {
+        Ok(to) => Status::Changed { from, to },
+        Err(why) => {
+            let undo = match undo(root, o) {
+                Ok(()) => "undone, nothing left behind".to_string(),
+                Err(e) => format!("and undoing it failed too: {e}"),
+            };
+            Status::Failed {
+                error: format!("{why}; {undo}"),
+            }
+        }
+    }
+}
+
+fn build(
+    root: &SysRoot,
+    o: &PartitionOriginal,
+    cpus: &CpuSet,
+) -> std::result::Result<String, String> {
+    let dir = &o.dir;
+    if o.enabled_cpuset {
+        root.write_attr(file(parent(dir), "cgroup.subtree_control"), "+cpuset")
+            .map_err(|e| e.to_string())?;
+    }
+    mkdir(root, dir).map_err(|e| e.to_string())?;
+    let list = cpus.to_string();
+    root.write_attr(file(dir, "cpuset.cpus"), &list)
+        .map_err(|e| e.to_string())?;
+    if root.exists(file(dir, "cpuset.cpus.exclusive")) {
+        root.write_attr(file(dir, "cpuset.cpus.exclusive"), &list)
+            .map_err(|e| e.to_string())?;
+    }
+    let cg = cgroup_path(dir);
+    let mut moved = 0;
+    for m in &o.moved {
+        if !same_process(root, m).map_err(|e| e.to_string())? {
+            continue;
+        }
+        match move_process(root, m.pid, cg) {
+            Err(e) if e.errno() == Some(libc::ESRCH) => continue,
+            r => r.map_err(|e| format!("moving workload {} ({}): {e}", m.pid, m.comm))?,
+        }
+        repin(root, m).map_err(|e| e.to_string())?;
+        moved += 1;
+    }
+    let part = file(dir, "cpuset.cpus.partition");
+    root.write_attr(&part, "isolated")
+        .map_err(|e| e.to_string())?;
+    let back = root.read_to_string(&part).map_err(|e| e.to_string())?;
+    let back = back.trim();
+    if back != "isolated" {
+        return Err(format!(
+            "the kernel made {} '{back}'",
+            root.path(&part).display()
+        ));
+    }
+    Ok(format!(
+        "isolated partition of CPUs {list}, {moved} workload(s) moved in"
+    ))
+}
+
+fn undo(root: &SysRoot, o: &PartitionOriginal) -> Result<()> {
+    let dir = &o.dir;
+    let part = file(dir, "cpuset.cpus.partition");
+    if root.exists(&part) {
+        let was = o
+            .partition
+            .as_deref()
+            .and_then(|p| p.split_whitespace().next())
+            .unwrap_or("member");
+        root.write_attr(&part, was)?;
+    }
+    for m in o.moved.iter().rev() {
+        if !same_process(root, m)? {
+            continue;
+        }
+        if tasks::cgroup_of(root, m.pid)?.is_some_and(|cg| inside(&cg, cgroup_path(dir))) {
+            match move_process(root, m.pid, &m.cgroup) {
+                Err(e) if e.errno() == Some(libc::ESRCH) => continue,
+                r => r?,
+            }
+        }
+        repin(root, m)?;
+    }
+    if o.created {
+        if root.exists(dir) {
+            rmdir(root, dir)?;
+        }
+    } else {
+        if let Some(c) = &o.cpus {
+            root.write_attr(file(dir, "cpuset.cpus"), c.trim_end_matches('\n'))?;
+        }
+        if let Some(c) = &o.exclusive {
+            root.write_attr(file(dir, "cpuset.cpus.exclusive"), c.trim_end_matches('\n'))?;
+        }
+    }
+    if o.enabled_cpuset {
+        root.write_attr(file(parent(dir), "cgroup.subtree_control"), "-cpuset")?;
+    }
+    Ok(())
+}
+
+/// Restore the partition's original state (see [`undo`]), and check it.
+pub fn restore(root: &SysRoot, o: &PartitionOriginal) -> Status {
+    if let Err(e) = undo(root, o) {
+        return Status::Failed {
+            error: e.to_string(),
+        };
+    }
+    if o.created {
+        if root.exists(&o.dir) {
+            return Status::Failed {
+                error: format!("{} is still there", root.path(&o.dir).display()),
+            };
+        }
+        return Status::Restored {
+            to: "removed".into(),
+        };
+    }
+    Status::Restored {
+        to: o
+            .partition
+            .as_deref()
+            .map_or("as it was", |p| p.trim())
+            .to_string(),
+    }
+}
