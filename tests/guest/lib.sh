@@ -63,6 +63,29 @@ capture_isolation_view() {
     capture /proc/self/mountinfo /proc/self/cgroup
 }
 
+# capture_isold_view: capture_isolation_view plus every file isold's presets read or write,
+# and each task's stat, status and cgroup (the fake-root tests of isold run on this tree).
+capture_isold_view() {
+    capture_isolation_view "$@"
+    for _f in vm/swappiness vm/dirty_ratio vm/dirty_background_ratio vm/stat_interval \
+        kernel/numa_balancing kernel/hung_task_timeout_secs kernel/nmi_watchdog \
+        kernel/timer_migration kernel/sched_rt_runtime_us kernel/printk kernel/random/boot_id \
+        net/core/busy_read net/core/busy_poll net/ipv4/tcp_fastopen; do
+        capture /proc/sys/$_f
+    done
+    capture /sys/kernel/mm/transparent_hugepage/enabled /sys/kernel/mm/ksm/run
+    for _d in /sys/devices/system/machinecheck/machinecheck*; do capture "$_d/ignore_ce"; done
+    for _d in /sys/devices/system/cpu/cpu[0-9]*; do
+        capture "$_d/power/pm_qos_resume_latency_us" "$_d/cpufreq/scaling_governor" \
+            "$_d/cpufreq/scaling_available_governors"
+    done
+    for _d in /sys/devices/virtual/workqueue/*/cpumask; do capture "$_d"; done
+    for _p in /proc/[0-9]*; do
+        capture "$_p/cgroup"
+        for _t in "$_p"/task/[0-9]*; do capture "$_t/stat" "$_t/status"; done
+    done
+}
+
 # sched_of PID: "policy=P rt_priority=R" from /proc/PID/stat (fields 41 and 40; the fields
 # are counted after the last ')' because comm may contain spaces).
 sched_of() {

@@ -267,6 +267,8 @@ fn thousand_tasks_steps(s: &mut Scenario) {
 #[test]
 fn rt612_isold_apply_verify_restore() {
     let mut s = Scenario::new("rt612-isold", KernelRole::Rt612, "");
+    // The fake-root tests of isold run on this tree (isold/tests/fake_root.rs).
+    s.capture_isold_fixture("debian-6.12-rt-isold");
     isold_scenario(&mut s, false);
     partition_steps(&mut s);
     thousand_tasks_steps(&mut s);

@@ -41,6 +41,16 @@ fn comparison(path: &str) -> Comparison {
         "proc/sys/kernel/osrelease" => Comparison::Ignored,
         // Mount ids and options are not isolation state.
         "proc/self/mountinfo" => Comparison::Ignored,
+        // New every boot.
+        "proc/sys/kernel/random/boot_id" => Comparison::Ignored,
+        // Tasks: pids, start times and counters differ between boots.
+        p if p
+            .strip_prefix("proc/")
+            .and_then(|r| r.split('/').next())
+            .is_some_and(|pid| pid.chars().all(|c| c.is_ascii_digit())) =>
+        {
+            Comparison::Ignored
+        }
         _ => Comparison::Exact,
     }
 }
@@ -291,6 +301,24 @@ mod tests {
 24:          0          0          5          0   PCI-MSI 49152-edge      virtio0-req.2\n\
 LOC:        391        303         97         74   Local timer interrupts\n\
 ERR:          0\n";
+
+    #[test]
+    fn task_files_and_boot_id_are_not_compared() {
+        for p in [
+            "proc/1/cgroup",
+            "proc/812/task/812/stat",
+            "proc/sys/kernel/random/boot_id",
+        ] {
+            assert_eq!(comparison(p), Comparison::Ignored, "{p}");
+        }
+        for p in [
+            "proc/self/cgroup",
+            "proc/irq/24/smp_affinity",
+            "proc/sys/kernel/timer_migration",
+        ] {
+            assert_eq!(comparison(p), Comparison::Exact, "{p}");
+        }
+    }
 
     #[test]
     fn interrupt_layout_drops_counts_only() {

@@ -448,6 +448,14 @@ impl Scenario {
         let script = format!("capture_isolation_view {}", partitions.join(" "));
         self.step(&step, &script, vec![Expect::exit(0)])
     }
+
+    /// Like [`Scenario::capture_fixture`], plus every file isold's presets touch and each
+    /// task's `stat`, `status` and `cgroup` (`capture_isold_view` in tests/guest/lib.sh).
+    pub fn capture_isold_fixture(&mut self, name: &str) -> &mut Self {
+        let step = format!("capture_{name}");
+        self.fixtures.push((step.clone(), name.into()));
+        self.step(&step, "capture_isold_view", vec![Expect::exit(0)])
+    }
 }
 
 /// QMP commands that hot-plug a virtio-net NIC (no backend: only its IRQs matter).
