@@ -444,7 +444,7 @@ fn undo(root: &SysRoot, o: &PartitionOriginal) -> Result<()> {
     Ok(())
 }
 
-/// Restore the partition's original state (see [`undo`]), and check it.
+/// Restore the partition's original state: the steps of apply undone, newest first, and checked.
 pub fn restore(root: &SysRoot, o: &PartitionOriginal) -> Status {
     if let Err(e) = undo(root, o) {
         return Status::Failed {
