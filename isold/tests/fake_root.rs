@@ -350,3 +350,63 @@ fn cgroup_partition_refuses_to_strand_an_allow_listed_workload() {
     assert_eq!(read(r, "sys/fs/cgroup/cgroup.subtree_control"), "");
     assert_eq!(read(r, "proc/301/cgroup"), "0::/machine.slice/vm1.scope\n");
 }
+
+/// A second apply moves in a workload started since the first and records where it came
+/// from; after an interrupted apply the recorded "created" stands, so a failed second apply
+/// still removes the directory the first one made.
+#[test]
+fn cgroup_partition_second_apply_adds_workloads_and_keeps_the_first_original() {
+    let t = tree();
+    let r = t.path();
+    put(
+        r,
+        "etc/isold/isold.toml",
+        "isolated_cpus = \"2-3\"\n[items]\ncgroup_partition = true\n",
+    );
+    let before = snapshot(r);
+    assert_eq!(isold(r, &["apply"]).0, 0);
+    put(r, "proc/303/task/303/stat", "303 (late) S 1 303 303 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 1303 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 2 0 0 0 0 0\n");
+    put(
+        r,
+        "proc/303/task/303/status",
+        "Name:\tlate\nCpus_allowed_list:\t2\n",
+    );
+    put(r, "proc/303/cgroup", "0::/system.slice/late.service\n");
+    let (rc, out, err) = isold(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(out.contains("1 workload(s) moved in"), "{out}");
+    assert_eq!(read(r, "proc/303/cgroup"), "0::/isolated\n");
+    assert_eq!(isold(r, &["restore"]).0, 0);
+    assert_eq!(
+        read(r, "proc/303/cgroup"),
+        "0::/system.slice/late.service\n"
+    );
+    assert!(!r.join("sys/fs/cgroup/isolated").exists());
+    std::fs::remove_dir_all(r.join("proc/303")).unwrap();
+
+    // Killed after the directory was made, before the partition was: it exists, and this
+    // time the partition does not read back "isolated" (a file that reads empty stands in
+    // for the kernel's "isolated invalid (...)"). The undo must remove the directory, which
+    // the first apply created.
+    assert_eq!(isold(r, &["apply"]).0, 0);
+    let part = r.join("sys/fs/cgroup/isolated/cpuset.cpus.partition");
+    std::fs::remove_file(&part).unwrap();
+    std::os::unix::fs::symlink("/dev/null", &part).unwrap();
+    let (rc, out, _) = isold(r, &["apply"]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(
+        out.contains("cpuset.cpus.partition ''; undone, nothing left behind"),
+        "{out}"
+    );
+    assert!(!r.join("sys/fs/cgroup/isolated").exists(), "{out}");
+    assert_eq!(isold(r, &["restore"]).0, 0);
+    let after = snapshot(r);
+    let changed: Vec<_> = before
+        .keys()
+        .filter(|k| before.get(*k) != after.get(*k))
+        .collect();
+    assert_eq!(
+        changed,
+        vec![&PathBuf::from("sys/fs/cgroup/cgroup.subtree_control")]
+    );
+}

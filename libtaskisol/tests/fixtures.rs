@@ -71,6 +71,14 @@ const EXPECT: &[Expect] = &[
         all: "2-3",
     },
     Expect {
+        name: "debian-6.12-rt-isold",
+        kernel: (6, 12),
+        domain: "",
+        nohz_full: "",
+        partitions: &[],
+        all: "",
+    },
+    Expect {
         name: "debian-6.12-rt-isol23",
         kernel: (6, 12),
         domain: "2-3",

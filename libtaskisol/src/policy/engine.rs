@@ -444,8 +444,19 @@ pub fn apply(root: &SysRoot, policy: &Policy, state_path: &Path) -> Result<Repor
                     original: original.clone(),
                 }) {
                     new_ids.push(t.id.clone());
+                } else if let Original::Partition(p) = &original {
+                    // Workloads started since the first apply: their cgroups are originals
+                    // too, added to the recorded ones (which are never replaced).
+                    state.add_moved(&t.id, &p.moved);
                 }
-                pending.push((i, original, from));
+                // The change works from what the state file holds: after an interrupted
+                // apply, a directory that apply created is still "created".
+                let recorded = state
+                    .entries
+                    .iter()
+                    .find(|e| e.id == t.id)
+                    .map_or(original, |e| e.original.clone());
+                pending.push((i, recorded, from));
                 statuses.push(None);
             }
         }

@@ -380,6 +380,10 @@ fn build(
         if !same_process(root, m).map_err(|e| e.to_string())? {
             continue;
         }
+        let now = tasks::cgroup_of(root, m.pid).map_err(|e| e.to_string())?;
+        if now.is_some_and(|now| inside(&now, cg)) {
+            continue; // moved in by an earlier apply
+        }
         match move_process(root, m.pid, cg) {
             Err(e) if e.errno() == Some(libc::ESRCH) => continue,
             r => r.map_err(|e| format!("moving workload {} ({}): {e}", m.pid, m.comm))?,

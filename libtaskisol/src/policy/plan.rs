@@ -399,7 +399,10 @@ fn plan_threads(policy: &Policy, root: &SysRoot, out: &mut Vec<Target>) -> Resul
         }
         let status = if t.is_pinned_by_kernel() {
             Some(Status::NotChangeable {
-                reason: format!("per-CPU kthread on CPUs {}", t.affinity),
+                reason: format!(
+                    "the kernel manages its affinity (PF_NO_SETAFFINITY), CPUs {}",
+                    t.affinity
+                ),
             })
         } else if t.affinity.is_subset(iso) {
             Some(Status::LeftAlone {

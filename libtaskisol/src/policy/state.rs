@@ -122,6 +122,27 @@ pub fn boot_id(root: &SysRoot) -> Result<String> {
 }
 
 impl State {
+    /// Add the workloads of `moved` that the partition entry `id` does not list yet (same
+    /// pid and start time); the ones it lists keep their recorded cgroup.
+    pub fn add_moved(&mut self, id: &str, moved: &[super::partition::Moved]) {
+        for e in &mut self.entries {
+            if e.id != id {
+                continue;
+            }
+            if let Original::Partition(p) = &mut e.original {
+                for m in moved {
+                    if !p
+                        .moved
+                        .iter()
+                        .any(|r| r.pid == m.pid && r.starttime == m.starttime)
+                    {
+                        p.moved.push(m.clone());
+                    }
+                }
+            }
+        }
+    }
+
     /// An empty state for this boot.
     pub fn new(boot_id: String, isolated: String, config: String) -> State {
         State {
