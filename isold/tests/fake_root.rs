@@ -410,3 +410,82 @@ fn cgroup_partition_second_apply_adds_workloads_and_keeps_the_first_original() {
         vec![&PathBuf::from("sys/fs/cgroup/cgroup.subtree_control")]
     );
 }
+
+const IRQBALANCE_DEBIAN: &str = include_str!("data/irqbalance-1.9.2-1-debian12");
+
+/// The configuration-file items: the KVM modprobe.d file (only parameters the module has),
+/// irqbalance's banned CPUs in Debian's own defaults file (from the irqbalance 1.9.2-1
+/// package), and, for cpu-partitioning, systemd's CPUAffinity drop-in. restore removes the
+/// files isold created and puts back the defaults file byte for byte.
+#[test]
+fn config_file_items_are_written_and_restored_byte_for_byte() {
+    let t = tree();
+    let r = t.path();
+    put(r, "etc/default/irqbalance", IRQBALANCE_DEBIAN);
+    // kvm is loaded (kvm_intel is not: its ple_gap option must not be written).
+    put(r, "sys/module/kvm/parameters/nx_huge_pages", "auto\n");
+    put(r, "sys/module/kvm/parameters/kvmclock_periodic_sync", "Y\n");
+    let before = snapshot(r);
+    let (rc, out, err) = isold(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert_eq!(
+        read(r, "etc/modprobe.d/isold-kvm.conf"),
+        "# Written by isold (realtime KVM options); removed by `isold restore`.\noptions kvm kvmclock_periodic_sync=0 nx_huge_pages=0\n"
+    );
+    let irqb = read(r, "etc/default/irqbalance");
+    assert_eq!(
+        irqb,
+        format!("{IRQBALANCE_DEBIAN}IRQBALANCE_BANNED_CPULIST=2-3\n"),
+        "the commented example stays, the setting is appended"
+    );
+    assert!(
+        out.contains("kvm: the module options take effect when the kvm modules are next loaded"),
+        "{out}"
+    );
+    assert!(
+        out.contains("irqbalance: restart it (systemctl try-restart irqbalance)"),
+        "{out}"
+    );
+    assert!(!r.join("etc/systemd/system.conf.d").exists());
+    let (rc, out, _) = isold(r, &["verify"]);
+    assert_eq!(rc, 0, "{out}");
+
+    // Edited by hand after apply: a deviation.
+    put(r, "etc/default/irqbalance", IRQBALANCE_DEBIAN);
+    let (rc, out, _) = isold(r, &["verify"]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(
+        out.contains("deviates          /etc/default/irqbalance: is other content"),
+        "{out}"
+    );
+    put(r, "etc/default/irqbalance", &irqb);
+
+    let (rc, out, err) = isold(r, &["restore"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert_eq!(snapshot(r), before, "{out}");
+    assert!(!r.join("etc/modprobe.d").exists());
+
+    // cpu-partitioning: systemd and its services on the housekeeping CPUs.
+    put(
+        r,
+        "etc/isold/isold.toml",
+        "isolated_cpus = \"2-3\"\npreset = \"cpu-partitioning\"\n",
+    );
+    let before = snapshot(r);
+    let (rc, out, err) = isold(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert_eq!(
+        read(r, "etc/systemd/system.conf.d/isold-cpuaffinity.conf"),
+        "# Written by isold: systemd and its services on the housekeeping CPUs.\n[Manager]\nCPUAffinity=0-1\n"
+    );
+    assert!(
+        out.contains("systemd CPUAffinity: takes effect after `systemctl daemon-reexec`"),
+        "{out}"
+    );
+    assert_eq!(isold(r, &["restore"]).0, 0);
+    assert!(
+        !r.join("etc/systemd").exists(),
+        "the directories apply made are gone too"
+    );
+    assert_eq!(snapshot(r), before);
+}

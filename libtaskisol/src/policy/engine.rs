@@ -100,6 +100,11 @@ fn evaluate(root: &SysRoot, policy: &Policy, t: &Target) -> Eval {
                     "absent".into()
                 },
                 original: Original::File {
+                    created_dir: if cur.is_none() {
+                        first_missing_dir(root, path)
+                    } else {
+                        None
+                    },
                     path: path.clone(),
                     content: cur,
                 },
@@ -197,6 +202,49 @@ fn remove_file(root: &SysRoot, abs: &str) -> Result<()> {
             source,
         }),
     }
+}
+
+/// The outermost ancestor of `abs` that does not exist (what `create_dir_all` would make).
+fn first_missing_dir(root: &SysRoot, abs: &str) -> Option<String> {
+    let mut missing = None;
+    let mut dir = Path::new(abs).parent();
+    while let Some(d) = dir {
+        if d.as_os_str().is_empty() || d == Path::new("/") || root.exists(d) {
+            break;
+        }
+        missing = Some(d.to_string_lossy().into_owned());
+        dir = d.parent();
+    }
+    missing
+}
+
+/// Remove the directories between `abs` and `created` (inclusive) that are empty: the ones
+/// apply made for the file. A directory something else has filled since stays.
+fn remove_created_dirs(root: &SysRoot, abs: &str, created: Option<&str>) -> Result<()> {
+    let Some(created) = created else {
+        return Ok(());
+    };
+    let mut dir = Path::new(abs).parent();
+    while let Some(d) = dir {
+        if !d.starts_with(created) {
+            break;
+        }
+        let path = root.path(d);
+        match fs::remove_dir(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => break,
+            Err(source) => {
+                return Err(Error::Write {
+                    path,
+                    data: "(rmdir)".into(),
+                    source,
+                })
+            }
+        }
+        dir = d.parent();
+    }
+    Ok(())
 }
 
 /// Thread changes: system calls on the running system, file edits in a captured tree.
@@ -575,13 +623,19 @@ fn restore_one(root: &SysRoot, o: &Original) -> Status {
                 Err(e) => failed(e),
             }
         }
-        Original::File { path, content } => match content {
+        Original::File {
+            path,
+            content,
+            created_dir,
+        } => match content {
             Some(c) => write_file(root, path, c).map(|()| Status::Restored {
                 to: "original content".into(),
             }),
-            None => remove_file(root, path).map(|()| Status::Restored {
-                to: "removed".into(),
-            }),
+            None => remove_file(root, path)
+                .and_then(|()| remove_created_dirs(root, path, created_dir.as_deref()))
+                .map(|()| Status::Restored {
+                    to: "removed".into(),
+                }),
         }
         .unwrap_or_else(failed),
         Original::Affinity {

@@ -42,6 +42,10 @@ pub enum Original {
         path: String,
         /// The original content.
         content: Option<String>,
+        /// The outermost directory apply creates for it, removed again by restore (when
+        /// empty).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        created_dir: Option<String>,
     },
     /// A thread's CPU affinity.
     Affinity {
