@@ -1,0 +1,86 @@
+//! isold's command line: the refusals a user meets before anything is read or written.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+
+/// Run isold as an unprivileged user (nobody, when the tests run as root).
+fn isold_unprivileged(args: &[&str]) -> (i32, String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_isold"));
+    c.args(args);
+    if nix::unistd::geteuid().is_root() {
+        c.uid(65534).gid(65534);
+    }
+    let out = c.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn no_command_is_one_line_and_a_hint() {
+    let (rc, out, err) = isold_unprivileged(&[]);
+    assert_eq!(rc, 1);
+    assert_eq!(out, "");
+    assert_eq!(
+        err,
+        "isold: no command given (apply, verify, restore, check)\nTry 'isold --help' for more information.\n"
+    );
+    let (rc, _, err) = isold_unprivileged(&["frobnicate"]);
+    assert_eq!(rc, 1);
+    assert!(
+        err.starts_with("isold: unrecognized subcommand 'frobnicate'\n"),
+        "{err}"
+    );
+}
+
+/// On the running system apply and restore write kernel files and other tasks' affinity: a
+/// user without root gets one line, before any file is read.
+#[test]
+fn apply_and_restore_on_the_host_need_root() {
+    for cmd in ["apply", "restore"] {
+        let (rc, out, err) = isold_unprivileged(&[cmd]);
+        assert_eq!(rc, 1, "{cmd}: {out}{err}");
+        assert_eq!(
+            err,
+            format!("isold: {cmd} needs root privileges: it writes /proc/sys, /sys, /proc/irq and other tasks' CPU affinity\n")
+        );
+    }
+}
+
+/// Reading needs no privilege, and neither does a fake root (`--root`).
+#[test]
+fn check_of_a_captured_tree_needs_no_root() {
+    let t = tempfile::tempdir().unwrap();
+    let r = t.path();
+    std::fs::set_permissions(r, std::fs::Permissions::from_mode(0o755)).unwrap();
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/debian-6.12-rt-isold"),
+        r,
+    );
+    std::fs::create_dir_all(r.join("etc/isold")).unwrap();
+    std::fs::write(r.join("etc/isold/isold.toml"), "isolated_cpus = \"2-3\"\n").unwrap();
+    let (rc, out, err) = isold_unprivileged(&["--root", r.to_str().unwrap(), "check"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(
+        out.contains("isolated CPUs 2-3, housekeeping CPUs 0-1"),
+        "{out}"
+    );
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), &dst).unwrap();
+            std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+    }
+}
