@@ -123,6 +123,10 @@ fn apply_verify_restore_on_a_captured_tree() {
     let (rc, out, err) = isold(r, &["apply"]);
     assert_eq!(rc, 0, "{out}{err}");
     assert!(
+        out.starts_with("isold apply: isolated CPUs 2-3, housekeeping CPUs 0-1\n"),
+        "{out}"
+    );
+    assert!(
         out.contains("changed           sysctl kernel.timer_migration: changed: 1 -> 0"),
         "{out}"
     );
@@ -177,11 +181,18 @@ fn apply_verify_restore_on_a_captured_tree() {
 
     let (rc, out, err) = isold(r, &["restore"]);
     assert_eq!(rc, 0, "{out}{err}");
+    assert!(
+        out.starts_with("isold restore: isolated CPUs 2-3\n"),
+        "restore names the CPUs of the state file: {out}"
+    );
     assert_eq!(snapshot(r), before, "restore puts back every byte");
     assert!(!r.join("run/isold/state.json").exists());
     let (rc, out, _) = isold(r, &["restore"]);
     assert_eq!(rc, 0);
-    assert!(out.contains("nothing to restore"), "{out}");
+    assert!(
+        out.starts_with("note: no state file at ") && out.contains("nothing to restore"),
+        "no header without a state file: {out}"
+    );
 }
 
 #[test]
