@@ -248,3 +248,120 @@ fn print_out(text: &str) -> i32 {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use libtaskisol::policy::Outcome;
+
+    fn o(item: &str, label: &str, status: Status) -> Outcome {
+        Outcome {
+            item: item.into(),
+            id: label.into(),
+            label: label.into(),
+            status,
+        }
+    }
+
+    fn absent() -> Status {
+        Status::NotPresent {
+            reason: "this kernel has no file".into(),
+        }
+    }
+
+    fn changed() -> Status {
+        Status::Changed {
+            from: "0-3".into(),
+            to: "0-1".into(),
+        }
+    }
+
+    fn report(command: &str) -> Report {
+        Report {
+            command: command.into(),
+            isolated: "2-3".into(),
+            housekeeping: "0-1".into(),
+            outcomes: vec![
+                o("sysctl", "sysctl a", absent()),
+                o("thp", "thp", absent()),
+                o("sysctl", "sysctl b", absent()),
+                o("sysctl", "sysctl c", Status::AlreadyRight),
+                o("tasks", "task 1 (init)", changed()),
+                o("tasks", "task 2 (sh)", changed()),
+                o("tasks", "task 3 (sleep)", Status::Gone),
+                o(
+                    "tasks",
+                    "task 4 (workload)",
+                    Status::LeftAlone {
+                        reason: "workload".into(),
+                    },
+                ),
+                o("irq_affinity", "IRQ 4 (ttyS0)", changed()),
+                o("irq_affinity", "IRQ 5 (gone)", Status::Gone),
+            ],
+            notes: vec!["kvm: later".into()],
+        }
+    }
+
+    /// Thread moves, "already right" and "left alone" are summed up; "not present" is one
+    /// line per item with counts; other outcomes are listed, the summary counts them all.
+    #[test]
+    fn the_human_report_sums_up_the_many_and_lists_the_rest() {
+        assert_eq!(
+            human(&report("apply"), false),
+            "isold apply: isolated CPUs 2-3, housekeeping CPUs 0-1\n\
+             \x20 changed           IRQ 4 (ttyS0): changed: 0-3 -> 0-1\n\
+             \x20 gone              IRQ 5 (gone): gone\n\
+             \x20 tasks: 2 thread affinities moved (-v lists them)\n\
+             \x20 not present on this kernel, nothing to do: sysctl (2), thp (-v lists them)\n\
+             note: kvm: later\n\
+             apply: 3 changed, 1 already right, 1 left alone, 3 not present, 2 gone\n"
+        );
+    }
+
+    #[test]
+    fn verbose_lists_every_outcome() {
+        let text = human(&report("apply"), true);
+        assert_eq!(text.lines().count(), 1 + 10 + 2, "{text}");
+        assert!(text.contains("  already right     sysctl c: already right\n"));
+        assert!(text.contains("  changed           task 2 (sh): changed: 0-3 -> 0-1\n"));
+        assert!(text.contains("  not present       thp: not present: this kernel has no file\n"));
+        assert!(!text.contains("(-v lists them)"), "{text}");
+    }
+
+    #[test]
+    fn restore_says_restored_and_verify_says_clean_or_not() {
+        let mut rep = report("restore");
+        rep.housekeeping.clear();
+        for o in &mut rep.outcomes {
+            if matches!(o.status, Status::Changed { .. }) {
+                o.status = Status::Restored { to: "0-3".into() };
+            }
+        }
+        let text = human(&rep, false);
+        assert!(
+            text.starts_with("isold restore: isolated CPUs 2-3\n"),
+            "{text}"
+        );
+        assert!(text.contains("  tasks: 2 thread affinities restored (-v lists them)\n"));
+        assert!(!text.contains("verify"), "{text}");
+
+        let mut rep = report("verify");
+        rep.outcomes.truncate(4);
+        assert!(human(&rep, false).ends_with("verify: 1 already right, 3 not present (clean)\n"));
+        rep.outcomes.push(o(
+            "sysctl",
+            "sysctl d",
+            Status::Deviates {
+                current: "1".into(),
+                want: "0".into(),
+            },
+        ));
+        let text = human(&rep, false);
+        assert!(
+            text.contains("  deviates          sysctl d: is 1, policy wants 0\n"),
+            "{text}"
+        );
+        assert!(text.ends_with(" (deviations found)\n"), "{text}");
+    }
+}
