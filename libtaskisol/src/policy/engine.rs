@@ -734,3 +734,76 @@ pub fn restore(root: &SysRoot, state_path: &Path) -> Result<Report> {
     }
     Ok(rep)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::config::{Config, CpuSpec};
+    use crate::policy::plan::Want;
+    use crate::policy::preset::Preset;
+
+    fn policy() -> Policy {
+        let iso: CpuSet = "2-3".parse().unwrap();
+        Policy {
+            config: Config::defaults(Preset::RealtimeVirtualHost, CpuSpec::List(iso.clone())),
+            online: "0-3".parse().unwrap(),
+            isolated: iso,
+            housekeeping: "0-1".parse().unwrap(),
+        }
+    }
+
+    fn target(op: Op) -> Target {
+        Target {
+            item: "test",
+            id: "test".into(),
+            label: "test".into(),
+            op,
+        }
+    }
+
+    fn status(root: &SysRoot, op: Op) -> Status {
+        match evaluate(root, &policy(), &target(op)) {
+            Eval::Done(s) => s,
+            Eval::Change { from, .. } => Status::Deviates {
+                current: from,
+                want: String::new(),
+            },
+        }
+    }
+
+    /// An IRQ that went away between planning and reading is gone, not a failure; a file
+    /// that cannot be read for another reason is a failure naming it.
+    #[test]
+    fn vanished_targets_are_gone_and_unreadable_ones_fail() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = SysRoot::new(dir.path());
+        let irq = |n| Op::Irq {
+            irq: n,
+            want: "0-1".parse().unwrap(),
+        };
+        assert_eq!(status(&root, irq(99)), Status::Gone);
+        std::fs::create_dir_all(dir.path().join("proc/irq/98/smp_affinity_list")).unwrap();
+        assert!(
+            matches!(status(&root, irq(98)), Status::Failed { ref error } if error.contains("proc/irq/98/smp_affinity_list")),
+            "{:?}",
+            status(&root, irq(98))
+        );
+
+        let attr = |p: &str| Op::Attr {
+            path: p.into(),
+            want: Want::Text("0".into()),
+        };
+        assert!(matches!(
+            status(&root, attr("/proc/sys/kernel/absent")),
+            Status::NotPresent { .. }
+        ));
+        std::fs::create_dir_all(dir.path().join("proc/sys/kernel/a_directory")).unwrap();
+        assert!(
+            matches!(
+                status(&root, attr("/proc/sys/kernel/a_directory")),
+                Status::Failed { .. }
+            ),
+            "a read error other than ENOENT is not 'not present'"
+        );
+    }
+}
