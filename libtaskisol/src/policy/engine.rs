@@ -806,4 +806,95 @@ mod tests {
             "a read error other than ENOENT is not 'not present'"
         );
     }
+
+    fn thread(policy: u32, rt_priority: u32) -> tasks::Thread {
+        tasks::Thread {
+            pid: 21,
+            tid: 21,
+            comm: "rcu_preempt".into(),
+            flags: 0x0020_8040,
+            starttime: 5,
+            affinity: "0-3".parse().unwrap(),
+            policy,
+            rt_priority,
+        }
+    }
+
+    /// A kthread with the right policy but another priority must change, and the report
+    /// shows the policy it had.
+    #[test]
+    fn a_priority_alone_is_a_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = SysRoot::new(dir.path());
+        let sched = |policy, prio| Op::Sched {
+            thread: thread(policy, prio),
+            want: SchedPolicy::Fifo(2),
+        };
+        assert_eq!(
+            status(&root, sched(1, 1)),
+            Status::Deviates {
+                current: "SCHED_FIFO priority 1".into(),
+                want: String::new()
+            }
+        );
+        assert_eq!(
+            status(&root, sched(0, 0)),
+            Status::Deviates {
+                current: "SCHED_OTHER".into(),
+                want: String::new()
+            }
+        );
+        assert_eq!(status(&root, sched(1, 2)), Status::AlreadyRight);
+    }
+
+    /// restore of a file apply created: removed, also when it is gone already; a path that
+    /// cannot be removed is a failure.
+    #[test]
+    fn restoring_a_created_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = SysRoot::new(dir.path());
+        std::fs::create_dir_all(dir.path().join("etc")).unwrap();
+        assert_eq!(
+            first_missing_dir(&root, "/etc/a/b/f.conf").as_deref(),
+            Some("/etc/a")
+        );
+        assert_eq!(first_missing_dir(&root, "/etc/f.conf"), None);
+        assert_eq!(first_missing_dir(&root, "/x/f.conf").as_deref(), Some("/x"));
+        assert_eq!(first_missing_dir(&root, "f.conf"), None);
+
+        let created = |path: &str| Original::File {
+            path: path.into(),
+            content: None,
+            created_dir: first_missing_dir(&root, path),
+        };
+        let o = created("/etc/a/b/f.conf");
+        write_file(&root, "/etc/a/b/f.conf", "x").unwrap();
+        assert_eq!(
+            restore_one(&root, &o),
+            Status::Restored {
+                to: "removed".into()
+            }
+        );
+        assert!(!dir.path().join("etc/a").exists());
+        assert!(dir.path().join("etc").exists());
+        // Already gone: nothing to do, not a failure.
+        assert_eq!(
+            restore_one(&root, &o),
+            Status::Restored {
+                to: "removed".into()
+            }
+        );
+        // Something else put a file next to it: the directory stays.
+        write_file(&root, "/etc/a/b/f.conf", "x").unwrap();
+        std::fs::write(dir.path().join("etc/a/other"), "").unwrap();
+        assert!(matches!(restore_one(&root, &o), Status::Restored { .. }));
+        assert!(dir.path().join("etc/a/other").exists());
+        assert!(!dir.path().join("etc/a/b").exists());
+        // A directory where the file was cannot be removed as a file.
+        std::fs::create_dir_all(dir.path().join("etc/d.conf/x")).unwrap();
+        assert!(matches!(
+            restore_one(&root, &created("/etc/d.conf")),
+            Status::Failed { .. }
+        ));
+    }
 }
