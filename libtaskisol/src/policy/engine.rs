@@ -897,4 +897,62 @@ mod tests {
             Status::Failed { .. }
         ));
     }
+
+    fn changed(root: &SysRoot, op: Op) -> Status {
+        change(
+            root,
+            &policy(),
+            &target(op),
+            &Original::File {
+                path: String::new(),
+                content: None,
+                created_dir: None,
+            },
+            "before".into(),
+        )
+    }
+
+    /// What a write can meet: the target vanished (gone), a refusal (failed, naming the
+    /// file), a value that does not read back (failed).
+    #[test]
+    fn a_change_that_does_not_happen_is_never_reported_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = SysRoot::new(dir.path());
+        let irq = |n| Op::Irq {
+            irq: n,
+            want: "0-1".parse().unwrap(),
+        };
+        assert_eq!(changed(&root, irq(99)), Status::Gone);
+        std::fs::create_dir_all(dir.path().join("proc/irq/98/smp_affinity_list")).unwrap();
+        assert!(
+            matches!(changed(&root, irq(98)), Status::Failed { ref error } if error.contains("proc/irq/98/smp_affinity_list")),
+            "{:?}",
+            changed(&root, irq(98))
+        );
+        // A thread whose files are gone from the tree exited.
+        assert_eq!(
+            changed(
+                &root,
+                Op::Affinity {
+                    thread: thread(0, 0),
+                    want: "0-1".parse().unwrap()
+                }
+            ),
+            Status::Gone
+        );
+        // The kernel takes the write but keeps its value: /dev/null reads back nothing.
+        std::fs::create_dir_all(dir.path().join("proc/sys/kernel")).unwrap();
+        std::os::unix::fs::symlink("/dev/null", dir.path().join("proc/sys/kernel/stubborn"))
+            .unwrap();
+        assert!(matches!(
+            changed(
+                &root,
+                Op::Attr {
+                    path: "/proc/sys/kernel/stubborn".into(),
+                    want: Want::Text("0".into())
+                }
+            ),
+            Status::Failed { ref error } if error.contains("but it reads back ''")
+        ),);
+    }
 }
