@@ -500,3 +500,102 @@ fn config_file_items_are_written_and_restored_byte_for_byte() {
     );
     assert_eq!(snapshot(r), before);
 }
+
+/// Only the sysctl items, so nothing is "not changeable": one sysctl the kernel takes but
+/// does not keep (it reads back empty) fails, keeps no original, and the others are still
+/// applied and restored.
+#[test]
+fn a_failed_target_keeps_no_original_and_the_rest_are_restored() {
+    let t = tree();
+    let r = t.path();
+    let mut cfg = String::from("isolated_cpus = \"2-3\"\n[items]\n");
+    for i in [
+        "thp",
+        "workqueue",
+        "machinecheck",
+        "ksm",
+        "irq_affinity",
+        "tasks",
+        "kthread_priority",
+        "pm_qos",
+        "cpufreq",
+        "kvm",
+        "irqbalance",
+        "printk",
+    ] {
+        cfg.push_str(&format!("{i} = false\n"));
+    }
+    put(r, "etc/isold/isold.toml", &cfg);
+    let stubborn = r.join("proc/sys/kernel/timer_migration");
+    std::fs::remove_file(&stubborn).unwrap();
+    std::os::unix::fs::symlink("/dev/null", &stubborn).unwrap();
+    let before = snapshot(r);
+    let (rc, out, _) = isold(r, &["apply"]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(
+        out.contains("failed            sysctl kernel.timer_migration: failed: wrote '0' to "),
+        "{out}"
+    );
+    assert!(
+        out.contains("changed           sysctl vm.stat_interval: changed: 1 -> 10"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("note:"),
+        "no item that needs a note changed: {out}"
+    );
+    let state = read(r, "run/isold/state.json");
+    assert!(state.contains("vm.stat_interval"), "{state}");
+    assert!(!state.contains("timer_migration"), "{state}");
+    let (rc, out, err) = isold(r, &["restore"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert_eq!(snapshot(r), before, "{out}");
+}
+
+/// A state file from an earlier boot: its kernel values mean nothing now (the reboot reset
+/// them), only the files on disk are restored, and a new apply records fresh originals.
+#[test]
+fn a_state_file_from_an_earlier_boot_keeps_only_the_files() {
+    let t = tree();
+    let r = t.path();
+    put(r, "etc/default/irqbalance", IRQBALANCE_DEBIAN);
+    let before = read(r, "etc/default/irqbalance");
+    assert_eq!(isold(r, &["apply"]).0, 0);
+    put(
+        r,
+        "proc/sys/kernel/random/boot_id",
+        "00000000-0000-4000-8000-000000000002\n",
+    );
+    // "After the reboot" the kernel is back at its defaults.
+    put(r, "proc/sys/vm/stat_interval", "1\n");
+    let (rc, out, _) = isold(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains("recorded in an earlier boot; kept only its on-disk files' originals"),
+        "{out}"
+    );
+    let state = read(r, "run/isold/state.json");
+    assert!(
+        state.contains("00000000-0000-4000-8000-000000000002"),
+        "{state}"
+    );
+    // stat_interval's original is the value of this boot, recorded afresh.
+    assert!(state.contains("\"content\": \"1\\n\""), "{state}");
+    put(
+        r,
+        "proc/sys/kernel/random/boot_id",
+        "00000000-0000-4000-8000-000000000003\n",
+    );
+    let (rc, out, _) = isold(r, &["restore"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains("the state file is from an earlier boot: runtime values were reset by the reboot; only files were restored"),
+        "{out}"
+    );
+    assert_eq!(read(r, "etc/default/irqbalance"), before);
+    assert_eq!(
+        read(r, "proc/sys/vm/stat_interval"),
+        "10\n",
+        "a runtime value of another boot is not written"
+    );
+}

@@ -955,4 +955,158 @@ mod tests {
             Status::Failed { ref error } if error.contains("but it reads back ''")
         ),);
     }
+
+    /// A stat line of the kernel's format for thread `tid`, started at `start`.
+    fn stat_line(tid: i32, start: u64) -> String {
+        format!(
+            "{tid} (t) S 1 {tid} {tid} 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n"
+        )
+    }
+
+    /// Thread 21 in a tree: its stat, and its status unless `status` is None (a directory
+    /// stands in for a file the kernel refuses to give).
+    fn thread_tree(status: Option<&str>) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().join("proc/21/task/21");
+        std::fs::create_dir_all(&t).unwrap();
+        std::fs::write(t.join("stat"), stat_line(21, 5)).unwrap();
+        match status {
+            Some("dir") => std::fs::create_dir(t.join("status")).unwrap(),
+            Some(text) => std::fs::write(t.join("status"), text).unwrap(),
+            None => {}
+        }
+        dir
+    }
+
+    /// Thread changes and restores on a tree: a vanished file means the thread exited
+    /// (gone); any other error is a failure, never "gone" or "not changeable".
+    #[test]
+    fn thread_changes_tell_gone_from_failed() {
+        let aff = Op::Affinity {
+            thread: thread(0, 0),
+            want: "0-1".parse().unwrap(),
+        };
+        let sched = Op::Sched {
+            thread: thread(0, 0),
+            want: SchedPolicy::Fifo(2),
+        };
+        let orig_aff = Original::Affinity {
+            pid: 21,
+            tid: 21,
+            starttime: 5,
+            comm: "t".into(),
+            cpus: "0-3".into(),
+        };
+        let orig_sched = Original::Sched {
+            pid: 21,
+            tid: 21,
+            starttime: 5,
+            comm: "t".into(),
+            policy: 0,
+            rt_priority: 0,
+        };
+        let t = thread_tree(Some("dir"));
+        let root = SysRoot::new(t.path());
+        assert!(matches!(changed(&root, aff.clone()), Status::Failed { .. }));
+        assert!(matches!(
+            restore_one(&root, &orig_aff),
+            Status::Failed { .. }
+        ));
+        let t = thread_tree(None);
+        let root = SysRoot::new(t.path());
+        assert_eq!(restore_one(&root, &orig_aff), Status::Gone);
+        std::fs::remove_file(t.path().join("proc/21/task/21/stat")).unwrap();
+        assert_eq!(changed(&root, sched.clone()), Status::Gone);
+        std::fs::create_dir(t.path().join("proc/21/task/21/stat")).unwrap();
+        assert!(matches!(
+            changed(&root, sched.clone()),
+            Status::Failed { .. }
+        ));
+
+        // restore of a priority: the stat file is the thread's identity and its policy; one
+        // that vanishes between the two reads is gone, one that cannot be edited failed.
+        let t = thread_tree(Some("Name:\tt\nCpus_allowed_list:\t0-1\n"));
+        let root = SysRoot::new(t.path());
+        assert_eq!(
+            restore_one(&root, &orig_sched),
+            Status::Restored {
+                to: "SCHED_OTHER".into()
+            }
+        );
+        assert_eq!(
+            restore_one(&root, &orig_aff),
+            Status::Restored { to: "0-3".into() }
+        );
+        assert!(
+            std::fs::read_to_string(t.path().join("proc/21/task/21/status"))
+                .unwrap()
+                .contains("Cpus_allowed_list:\t0-3\n")
+        );
+    }
+
+    /// On the running system, with a child of this test as the thread: an affinity the
+    /// kernel rejects (no CPU of it exists) is "not changeable"; one it narrows (an extra CPU
+    /// that does not exist) is a failure naming what it left, never "changed".
+    #[test]
+    fn the_kernels_answers_on_a_child_of_this_test() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let root = SysRoot::host();
+        let me = tasks::read_thread(&root, pid, pid).unwrap().unwrap();
+        let first = me.affinity.iter().next().unwrap();
+        let op = |want: &str| Op::Affinity {
+            thread: me.clone(),
+            want: want.parse().unwrap(),
+        };
+        let rejected = changed(&root, op("4095"));
+        let narrowed = changed(&root, op(&format!("{first},4095")));
+        let after = tasks::read_thread(&root, pid, pid).unwrap().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            matches!(rejected, Status::NotChangeable { ref reason } if reason.contains("EINVAL")),
+            "{rejected:?}"
+        );
+        assert_eq!(
+            narrowed,
+            Status::Failed {
+                error: format!(
+                    "sched_setaffinity({pid}, {first},4095) left CPUs {first} (its cpuset narrows it)"
+                )
+            }
+        );
+        assert_eq!(after.affinity.to_string(), first.to_string());
+    }
+
+    #[test]
+    fn a_restore_that_does_not_read_back_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = SysRoot::new(dir.path());
+        std::fs::create_dir_all(dir.path().join("proc/sys/kernel")).unwrap();
+        std::os::unix::fs::symlink("/dev/null", dir.path().join("proc/sys/kernel/stubborn"))
+            .unwrap();
+        let st = restore_one(
+            &root,
+            &Original::Attr {
+                path: "/proc/sys/kernel/stubborn".into(),
+                content: "1\n".into(),
+                restore: "1".into(),
+            },
+        );
+        assert!(
+            matches!(st, Status::Failed { ref error } if error.contains("reads back '' instead of '1'")),
+            "{st:?}"
+        );
+    }
+
+    #[test]
+    fn the_lock_shows_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = lock(&dir.path().join("state.json")).unwrap();
+        assert_eq!(format!("{l:?}"), "StateLock");
+        assert!(dir.path().join(".isold.lock").exists());
+    }
 }
