@@ -282,7 +282,7 @@ fn cgroup_partition_moves_the_workload_in_and_restore_takes_it_all_back() {
     assert_eq!(rc, 0, "{out}{err}");
     assert!(
         out.contains(
-            "changed           isolated partition /sys/fs/cgroup/isolated: changed: absent, 1 workload(s) to move in: 301 (workload) -> isolated partition of CPUs 2-3, 1 workload(s) moved in"
+            "changed           isolated partition /sys/fs/cgroup/isolated: changed: absent, 1 workload(s) outside: 301 (workload) -> isolated partition of CPUs 2-3, 1 workload(s) moved in"
         ),
         "{out}"
     );

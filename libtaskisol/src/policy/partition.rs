@@ -35,8 +35,8 @@ pub struct Moved {
     pub comm: String,
     /// Its cgroup before (as in `/proc/PID/cgroup`, `/` for the root).
     pub cgroup: String,
-    /// Each thread's affinity before: `(tid, Cpus_allowed_list)`.
-    pub threads: Vec<(i32, String)>,
+    /// Each thread's affinity before: `(tid, start time, Cpus_allowed_list)`.
+    pub threads: Vec<(i32, u64, String)>,
 }
 
 /// The partition's original state.
@@ -188,10 +188,8 @@ pub fn evaluate(root: &SysRoot, p: &PartitionPlan) -> Result<Found> {
     if cpus_right && part == "isolated" && p.workloads.is_empty() {
         return Ok(Found::Done(Status::AlreadyRight));
     }
-    let from = if !exists {
-        "absent".to_string()
-    } else {
-        let mut s = format!(
+    let mut from = if exists {
+        format!(
             "{} of CPUs {}",
             if part.is_empty() {
                 "no partition"
@@ -199,25 +197,17 @@ pub fn evaluate(root: &SysRoot, p: &PartitionPlan) -> Result<Found> {
                 part
             },
             cpus.as_deref().map(str::trim).unwrap_or("?")
-        );
-        if !p.workloads.is_empty() {
-            s.push_str(&format!(
-                ", {} workload(s) outside: {}",
-                p.workloads.len(),
-                workload_names(&p.workloads)
-            ));
-        }
-        s
-    };
-    let from = if !exists && !p.workloads.is_empty() {
-        format!(
-            "{from}, {} workload(s) to move in: {}",
-            p.workloads.len(),
-            workload_names(&p.workloads)
         )
     } else {
-        from
+        "absent".to_string()
     };
+    if !p.workloads.is_empty() {
+        from.push_str(&format!(
+            ", {} workload(s) outside: {}",
+            p.workloads.len(),
+            workload_names(&p.workloads)
+        ));
+    }
     Ok(Found::Change {
         from,
         original: PartitionOriginal {
@@ -237,7 +227,7 @@ pub fn evaluate(root: &SysRoot, p: &PartitionPlan) -> Result<Found> {
                     cgroup: cg.clone(),
                     threads: group
                         .iter()
-                        .map(|t| (t.tid, t.affinity.to_string()))
+                        .map(|t| (t.tid, t.starttime, t.affinity.to_string()))
                         .collect(),
                 })
                 .collect(),
@@ -273,11 +263,7 @@ const NEW_CGROUP_FILES: &[(&str, &str)] = &[
 ];
 
 fn mkdir(root: &SysRoot, dir: &str) -> Result<()> {
-    match std::fs::create_dir(root.path(dir)) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
-        Err(e) => return Err(write_err(root, dir, "(mkdir)", e)),
-    }
+    std::fs::create_dir(root.path(dir)).map_err(|e| write_err(root, dir, "(mkdir)", e))?;
     if !root.is_host() {
         for (name, content) in NEW_CGROUP_FILES {
             let f = file(dir, name);
@@ -287,16 +273,14 @@ fn mkdir(root: &SysRoot, dir: &str) -> Result<()> {
     Ok(())
 }
 
+/// Remove a cgroup directory; one already gone is fine. The kernel removes an empty
+/// cgroup's files with it: in a captured tree they are removed first.
 fn rmdir(root: &SysRoot, dir: &str) -> Result<()> {
     let path = root.path(dir);
     if !root.is_host() {
-        // A captured tree's cgroup directory holds the files apply wrote.
-        return match std::fs::remove_dir_all(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(write_err(root, dir, "(rmdir)", e))
-            }
-            _ => Ok(()),
-        };
+        for (name, _) in NEW_CGROUP_FILES {
+            let _ = std::fs::remove_file(path.join(name));
+        }
     }
     match std::fs::remove_dir(&path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -306,31 +290,39 @@ fn rmdir(root: &SysRoot, dir: &str) -> Result<()> {
     }
 }
 
-/// Move process `pid` into the cgroup `cg` (a `/proc/PID/cgroup` path).
+/// Move process `pid` into the cgroup `cg` (a `/proc/PID/cgroup` path). In a captured tree
+/// its threads also get the cgroup's CPUs, as 6.1 does on a move (6.2 and later keep an
+/// affinity the task asked for when it fits).
 fn move_process(root: &SysRoot, pid: i32, cg: &str) -> Result<()> {
+    let dir = format!("{CGROUP_MOUNT}{}", cg.trim_end_matches('/'));
     if root.is_host() {
-        let procs = if cg == "/" {
-            file(CGROUP_MOUNT, "cgroup.procs")
-        } else {
-            file(&format!("{CGROUP_MOUNT}{cg}"), "cgroup.procs")
-        };
-        return root.write_attr(procs, &pid.to_string());
+        return root.write_attr(file(&dir, "cgroup.procs"), &pid.to_string());
     }
-    root.write(format!("/proc/{pid}/cgroup"), format!("0::{cg}\n"))
+    root.write(format!("/proc/{pid}/cgroup"), format!("0::{cg}\n"))?;
+    let cpus = match read_opt(root, &file(&dir, "cpuset.cpus.effective"))? {
+        Some(c) if !c.trim().is_empty() => c,
+        _ => match read_opt(root, &file(&dir, "cpuset.cpus"))? {
+            Some(c) if !c.trim().is_empty() => c,
+            _ => return Ok(()),
+        },
+    };
+    let cpus = CpuSet::parse_list(cpus.trim())?;
+    for t in tasks::threads_of(root, pid)? {
+        super::engine::set_thread_affinity(root, pid, t.tid, &cpus)?;
+    }
+    Ok(())
 }
 
-/// Put each thread of `m` back on its recorded CPUs, where it moved.
+/// Put each thread of `m` back on its recorded CPUs (a thread that exited is skipped).
 fn repin(root: &SysRoot, m: &Moved) -> Result<()> {
-    for (tid, cpus) in &m.threads {
+    for (tid, starttime, cpus) in &m.threads {
         let want = CpuSet::parse_list(cpus)?;
-        match tasks::read_thread(root, m.pid, *tid)? {
-            Some(t) if t.starttime >= m.starttime && t.affinity != want => {
-                match super::engine::set_thread_affinity(root, m.pid, *tid, &want) {
-                    Err(e) if e.errno() == Some(libc::ESRCH) => {}
-                    other => other?,
-                }
-            }
-            _ => {}
+        if !tasks::is_same_thread(root, m.pid, *tid, *starttime)? {
+            continue;
+        }
+        match super::engine::set_thread_affinity(root, m.pid, *tid, &want) {
+            Err(e) if e.errno() == Some(libc::ESRCH) => {}
+            other => other?,
         }
     }
     Ok(())
@@ -366,7 +358,9 @@ fn build(
         root.write_attr(file(parent(dir), "cgroup.subtree_control"), "+cpuset")
             .map_err(|e| e.to_string())?;
     }
-    mkdir(root, dir).map_err(|e| e.to_string())?;
+    if !root.exists(dir) {
+        mkdir(root, dir).map_err(|e| e.to_string())?;
+    }
     let list = cpus.to_string();
     root.write_attr(file(dir, "cpuset.cpus"), &list)
         .map_err(|e| e.to_string())?;
@@ -471,5 +465,235 @@ pub fn restore(root: &SysRoot, o: &PartitionOriginal) -> Status {
             .as_deref()
             .map_or("as it was", |p| p.trim())
             .to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(root: &std::path::Path, rel: &str, content: &str) {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+
+    /// A tree with a cgroup v2 root, and process `pid` (one thread per entry of `threads`:
+    /// tid, affinity, kthread) in cgroup `cg`.
+    fn task(root: &std::path::Path, pid: i32, cg: &str, threads: &[(i32, &str, bool)]) {
+        put(root, &format!("proc/{pid}/cgroup"), &format!("0::{cg}\n"));
+        for (tid, aff, kthread) in threads {
+            let flags = if *kthread { 0x0020_8040 } else { 0x0040_0000 };
+            put(
+                root,
+                &format!("proc/{pid}/task/{tid}/stat"),
+                &format!("{tid} (w{tid}) S 1 {pid} {pid} 0 -1 {flags} 0 0 0 0 0 0 0 0 20 0 1 0 {} 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n", 100 + tid),
+            );
+            put(
+                root,
+                &format!("proc/{pid}/task/{tid}/status"),
+                &format!("Name:\tw{tid}\nCpus_allowed_list:\t{aff}\n"),
+            );
+        }
+    }
+
+    fn tree() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        put(
+            r,
+            "sys/fs/cgroup/cgroup.controllers",
+            "cpuset cpu io memory pids\n",
+        );
+        put(r, "sys/fs/cgroup/cgroup.subtree_control", "\n");
+        put(r, "sys/fs/cgroup/cpuset.cpus.effective", "0-3\n");
+        std::fs::create_dir_all(r.join("proc")).unwrap();
+        d
+    }
+
+    fn planned(root: &SysRoot) -> PartitionPlan {
+        let threads = tasks::all_threads(root).unwrap();
+        plan(
+            root,
+            "/sys/fs/cgroup/iso",
+            &"2-3".parse().unwrap(),
+            &threads,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn paths() {
+        assert_eq!(cgroup_path("/sys/fs/cgroup/iso"), "/iso");
+        assert_eq!(cgroup_path("/sys/fs/cgroup"), "/");
+        assert_eq!(parent("/sys/fs/cgroup/iso"), "/sys/fs/cgroup");
+        assert_eq!(parent("/iso"), "/");
+        assert!(inside("/iso", "/iso") && inside("/iso/a", "/iso") && inside("/iso/a", "/iso/"));
+        assert!(!inside("/isolated", "/iso") && !inside("/", "/iso"));
+        assert!(has_word("cpuset cpu", "cpu") && !has_word("cpuset", "cpu"));
+    }
+
+    /// Workloads are user processes with every thread inside the CPUs, outside the
+    /// partition; kthreads, a process with one thread outside and one already in are not.
+    #[test]
+    fn the_workloads_to_move() {
+        let t = tree();
+        let r = t.path();
+        task(r, 10, "/", &[(10, "3", false), (11, "2", false)]);
+        task(r, 20, "/", &[(20, "3", false), (21, "0-3", false)]);
+        task(r, 30, "/", &[(30, "2", true)]);
+        task(r, 40, "/iso/sub", &[(40, "3", false)]);
+        task(r, 50, "/system.slice/x.service", &[(50, "2-3", false)]);
+        let root = SysRoot::new(r);
+        let p = planned(&root);
+        let got: Vec<(i32, &str, usize)> = p
+            .workloads
+            .iter()
+            .map(|(t, cg, g)| (t.pid, cg.as_str(), g.len()))
+            .collect();
+        assert_eq!(got, vec![(10, "/", 2), (50, "/system.slice/x.service", 1)]);
+    }
+
+    #[test]
+    fn what_is_right_and_what_is_not_there() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("proc")).unwrap();
+        let root = SysRoot::new(t.path());
+        let p = planned(&root);
+        assert!(matches!(
+            evaluate(&root, &p),
+            Ok(Found::Done(Status::NotPresent { reason })) if reason == "no cgroup v2 hierarchy at /sys/fs/cgroup"
+        ));
+        put(
+            t.path(),
+            "sys/fs/cgroup/cgroup.controllers",
+            "cpu io memory pids\n",
+        );
+        assert!(matches!(
+            evaluate(&root, &p),
+            Ok(Found::Done(Status::NotPresent { reason })) if reason.contains("has no cpuset controller")
+        ));
+        std::fs::remove_file(t.path().join("sys/fs/cgroup/cgroup.controllers")).unwrap();
+        std::fs::create_dir(t.path().join("sys/fs/cgroup/cgroup.controllers")).unwrap();
+        assert!(
+            evaluate(&root, &p).is_err(),
+            "a read error is not 'not present'"
+        );
+
+        let t = tree();
+        let r = t.path();
+        let root = SysRoot::new(r);
+        let from = |root: &SysRoot| match evaluate(root, &planned(root)).unwrap() {
+            Found::Done(s) => format!("{s:?}"),
+            Found::Change { from, original } => {
+                assert_eq!(
+                    original.enabled_cpuset,
+                    !has_word(
+                        &std::fs::read_to_string(r.join("sys/fs/cgroup/cgroup.subtree_control"))
+                            .unwrap(),
+                        "cpuset"
+                    )
+                );
+                from
+            }
+        };
+        assert_eq!(from(&root), "absent");
+        put(r, "sys/fs/cgroup/cgroup.subtree_control", "cpuset cpu\n");
+        put(r, "sys/fs/cgroup/iso/cpuset.cpus", "2-3\n");
+        put(r, "sys/fs/cgroup/iso/cpuset.cpus.partition", "member\n");
+        assert_eq!(from(&root), "member of CPUs 2-3");
+        put(r, "sys/fs/cgroup/iso/cpuset.cpus.partition", "isolated\n");
+        assert_eq!(from(&root), "AlreadyRight");
+        put(r, "sys/fs/cgroup/iso/cpuset.cpus", "3\n");
+        assert_eq!(from(&root), "isolated of CPUs 3");
+        put(r, "sys/fs/cgroup/iso/cpuset.cpus", "2-3\n");
+        task(r, 10, "/", &[(10, "3", false)]);
+        assert_eq!(
+            from(&root),
+            "isolated of CPUs 2-3, 1 workload(s) outside: 10 (w10)"
+        );
+        std::fs::remove_file(r.join("sys/fs/cgroup/iso/cpuset.cpus.partition")).unwrap();
+        assert_eq!(
+            from(&root),
+            "no partition of CPUs 2-3, 1 workload(s) outside: 10 (w10)"
+        );
+    }
+
+    /// A directory that existed keeps existing: restore writes back its CPUs and type, and
+    /// leaves the parent's controllers alone when cpuset was already on.
+    #[test]
+    fn a_directory_that_existed_is_put_back_not_removed() {
+        let t = tree();
+        let r = t.path();
+        put(r, "sys/fs/cgroup/cgroup.subtree_control", "cpuset\n");
+        put(r, "sys/fs/cgroup/iso/cpuset.cpus", "1-3\n");
+        put(r, "sys/fs/cgroup/iso/cpuset.cpus.exclusive", "\n");
+        put(r, "sys/fs/cgroup/iso/cpuset.cpus.partition", "member\n");
+        let root = SysRoot::new(r);
+        let Found::Change { original, from } = evaluate(&root, &planned(&root)).unwrap() else {
+            panic!("a member partition must change")
+        };
+        assert!(!original.created && !original.enabled_cpuset);
+        let st = change(&root, &original, &"2-3".parse().unwrap(), from);
+        assert!(matches!(st, Status::Changed { .. }), "{st:?}");
+        assert_eq!(
+            std::fs::read_to_string(r.join("sys/fs/cgroup/iso/cpuset.cpus.exclusive")).unwrap(),
+            "2-3\n"
+        );
+        assert_eq!(
+            restore(&root, &original),
+            Status::Restored {
+                to: "member".into()
+            }
+        );
+        for (f, want) in [
+            ("iso/cpuset.cpus", "1-3\n"),
+            ("iso/cpuset.cpus.exclusive", "\n"),
+            ("iso/cpuset.cpus.partition", "member\n"),
+            ("cgroup.subtree_control", "cpuset\n"),
+        ] {
+            assert_eq!(
+                std::fs::read_to_string(r.join("sys/fs/cgroup").join(f)).unwrap(),
+                want,
+                "{f}"
+            );
+        }
+    }
+
+    /// restore of a directory apply made: gone already is fine; one that holds something
+    /// else by now cannot be removed, and that is a failure naming it.
+    #[test]
+    fn removing_the_directory_apply_made() {
+        let t = tree();
+        let r = t.path();
+        let root = SysRoot::new(r);
+        let Found::Change { original, from } = evaluate(&root, &planned(&root)).unwrap() else {
+            panic!("absent must change")
+        };
+        assert!(original.created && original.enabled_cpuset);
+        assert!(matches!(
+            change(&root, &original, &"2-3".parse().unwrap(), from),
+            Status::Changed { .. }
+        ));
+        std::fs::create_dir(r.join("sys/fs/cgroup/iso/child")).unwrap();
+        let st = restore(&root, &original);
+        assert!(
+            matches!(st, Status::Failed { ref error } if error.contains("sys/fs/cgroup/iso")),
+            "{st:?}"
+        );
+        std::fs::remove_dir(r.join("sys/fs/cgroup/iso/child")).unwrap();
+        assert_eq!(
+            restore(&root, &original),
+            Status::Restored {
+                to: "removed".into()
+            }
+        );
+        assert_eq!(
+            restore(&root, &original),
+            Status::Restored {
+                to: "removed".into()
+            }
+        );
+        assert!(!r.join("sys/fs/cgroup/iso").exists());
     }
 }
