@@ -696,4 +696,42 @@ mod tests {
         );
         assert!(!r.join("sys/fs/cgroup/iso").exists());
     }
+
+    /// Restore moves back only the processes it moved: a pid reused by a new process (another
+    /// start time) is not touched.
+    #[test]
+    fn a_reused_pid_is_not_moved_back() {
+        let t = tree();
+        let r = t.path();
+        task(r, 10, "/", &[(10, "3", false)]);
+        let root = SysRoot::new(r);
+        let Found::Change { original, from } = evaluate(&root, &planned(&root)).unwrap() else {
+            panic!("absent must change")
+        };
+        assert!(matches!(
+            change(&root, &original, &"2-3".parse().unwrap(), from),
+            Status::Changed { .. }
+        ));
+        assert_eq!(
+            std::fs::read_to_string(r.join("proc/10/cgroup")).unwrap(),
+            "0::/iso\n"
+        );
+        // Process 10 exits; a new one gets pid 10 and is started in /iso.
+        let stat = std::fs::read_to_string(r.join("proc/10/task/10/stat")).unwrap();
+        put(
+            r,
+            "proc/10/task/10/stat",
+            &stat.replace(" 110 0 0 ", " 999 0 0 "),
+        );
+        assert_eq!(
+            restore(&root, &original),
+            Status::Restored {
+                to: "removed".into()
+            }
+        );
+        assert_eq!(
+            std::fs::read_to_string(r.join("proc/10/cgroup")).unwrap(),
+            "0::/iso\n"
+        );
+    }
 }
