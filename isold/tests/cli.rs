@@ -5,6 +5,9 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
+mod common;
+use common::copy_dir;
+
 /// Run isold as an unprivileged user (nobody, when the tests run as root).
 fn isold_unprivileged(args: &[&str]) -> (i32, String, String) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_isold"));
@@ -69,18 +72,4 @@ fn check_of_a_captured_tree_needs_no_root() {
         out.contains("isolated CPUs 2-3, housekeeping CPUs 0-1"),
         "{out}"
     );
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), &dst).unwrap();
-            std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o644)).unwrap();
-        }
-    }
 }

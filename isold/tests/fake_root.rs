@@ -9,6 +9,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod common;
+use common::copy_dir;
+
 const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../tests/fixtures/debian-6.12-rt-isold"
@@ -22,19 +25,6 @@ const FIXTURE_ISOL23: &str = concat!(
 
 /// ksoftirqd/2 in the captured tree.
 const KSOFTIRQD2: u32 = 43;
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), dst).unwrap();
-        }
-    }
-}
 
 fn put(root: &Path, rel: &str, content: &str) {
     let p = root.join(rel);
@@ -65,6 +55,25 @@ fn tree() -> tempfile::TempDir {
     }
     put(r, "etc/isold/isold.toml", "isolated_cpus = \"2-3\"\n");
     dir
+}
+
+/// The captured tree with `config` as /etc/isold/isold.toml.
+fn tree_with(config: &str) -> tempfile::TempDir {
+    let t = tree();
+    put(t.path(), "etc/isold/isold.toml", config);
+    t
+}
+
+/// The files whose content differs between two snapshots (or that only one has).
+fn changed_paths(
+    before: &BTreeMap<PathBuf, Vec<u8>>,
+    after: &BTreeMap<PathBuf, Vec<u8>>,
+) -> Vec<PathBuf> {
+    let keys: std::collections::BTreeSet<&PathBuf> = before.keys().chain(after.keys()).collect();
+    keys.into_iter()
+        .filter(|k| before.get(*k) != after.get(*k))
+        .cloned()
+        .collect()
 }
 
 /// Fields 40 and 41 of a stat line (rt_priority, policy).
@@ -270,13 +279,8 @@ fn auto_takes_the_kernels_isolated_cpus() {
 /// directory, moves the workload back and takes `cpuset` out of the subtree again.
 #[test]
 fn cgroup_partition_moves_the_workload_in_and_restore_takes_it_all_back() {
-    let t = tree();
+    let t = tree_with("isolated_cpus = \"2-3\"\n[items]\ncgroup_partition = true\n");
     let r = t.path();
-    put(
-        r,
-        "etc/isold/isold.toml",
-        "isolated_cpus = \"2-3\"\n[items]\ncgroup_partition = true\n",
-    );
     let before = snapshot(r);
     let (rc, out, err) = isold(r, &["apply"]);
     assert_eq!(rc, 0, "{out}{err}");
@@ -323,17 +327,11 @@ fn cgroup_partition_moves_the_workload_in_and_restore_takes_it_all_back() {
         "{out}"
     );
     assert!(!r.join("sys/fs/cgroup/isolated").exists());
-    let after = snapshot(r);
-    let changed: std::collections::BTreeSet<_> = before
-        .keys()
-        .chain(after.keys())
-        .filter(|k| before.get(*k) != after.get(*k))
-        .collect();
     // The fake root's subtree_control keeps the text restore wrote; the kernel's reads back
     // the controllers left.
     assert_eq!(
-        changed.into_iter().collect::<Vec<_>>(),
-        vec![&PathBuf::from("sys/fs/cgroup/cgroup.subtree_control")],
+        changed_paths(&before, &snapshot(r)),
+        vec![PathBuf::from("sys/fs/cgroup/cgroup.subtree_control")],
         "{out}"
     );
     assert_eq!(read(r, "sys/fs/cgroup/cgroup.subtree_control"), "-cpuset\n");
@@ -343,13 +341,8 @@ fn cgroup_partition_moves_the_workload_in_and_restore_takes_it_all_back() {
 /// item is refused before any cgroup write, naming the workload.
 #[test]
 fn cgroup_partition_refuses_to_strand_an_allow_listed_workload() {
-    let t = tree();
+    let t = tree_with("isolated_cpus = \"2-3\"\n[items]\ncgroup_partition = true\n[tasks]\nallow_cgroup = [\"/machine.slice\"]\n");
     let r = t.path();
-    put(
-        r,
-        "etc/isold/isold.toml",
-        "isolated_cpus = \"2-3\"\n[items]\ncgroup_partition = true\n[tasks]\nallow_cgroup = [\"/machine.slice\"]\n",
-    );
     put(r, "proc/301/cgroup", "0::/machine.slice/vm1.scope\n");
     let (rc, out, err) = isold(r, &["apply"]);
     assert_eq!(rc, 1, "{out}{err}");
@@ -367,13 +360,8 @@ fn cgroup_partition_refuses_to_strand_an_allow_listed_workload() {
 /// still removes the directory the first one made.
 #[test]
 fn cgroup_partition_second_apply_adds_workloads_and_keeps_the_first_original() {
-    let t = tree();
+    let t = tree_with("isolated_cpus = \"2-3\"\n[items]\ncgroup_partition = true\n");
     let r = t.path();
-    put(
-        r,
-        "etc/isold/isold.toml",
-        "isolated_cpus = \"2-3\"\n[items]\ncgroup_partition = true\n",
-    );
     let before = snapshot(r);
     assert_eq!(isold(r, &["apply"]).0, 0);
     put(r, "proc/303/task/303/stat", "303 (late) S 1 303 303 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 1303 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 2 0 0 0 0 0\n");
@@ -411,14 +399,9 @@ fn cgroup_partition_second_apply_adds_workloads_and_keeps_the_first_original() {
     );
     assert!(!r.join("sys/fs/cgroup/isolated").exists(), "{out}");
     assert_eq!(isold(r, &["restore"]).0, 0);
-    let after = snapshot(r);
-    let changed: Vec<_> = before
-        .keys()
-        .filter(|k| before.get(*k) != after.get(*k))
-        .collect();
     assert_eq!(
-        changed,
-        vec![&PathBuf::from("sys/fs/cgroup/cgroup.subtree_control")]
+        changed_paths(&before, &snapshot(r)),
+        vec![PathBuf::from("sys/fs/cgroup/cgroup.subtree_control")]
     );
 }
 
