@@ -209,7 +209,8 @@ fn first_missing_dir(root: &SysRoot, abs: &str) -> Option<String> {
     let mut missing = None;
     let mut dir = Path::new(abs).parent();
     while let Some(d) = dir {
-        if d.as_os_str().is_empty() || d == Path::new("/") || root.exists(d) {
+        // The root directory always exists.
+        if d.as_os_str().is_empty() || root.exists(d) {
             break;
         }
         missing = Some(d.to_string_lossy().into_owned());
@@ -219,32 +220,19 @@ fn first_missing_dir(root: &SysRoot, abs: &str) -> Option<String> {
 }
 
 /// Remove the directories between `abs` and `created` (inclusive) that are empty: the ones
-/// apply made for the file. A directory something else has filled since stays.
-fn remove_created_dirs(root: &SysRoot, abs: &str, created: Option<&str>) -> Result<()> {
+/// apply made for the file. A directory something else has filled since stays (removing it
+/// fails, and so does removing any directory above it).
+fn remove_created_dirs(root: &SysRoot, abs: &str, created: Option<&str>) {
     let Some(created) = created else {
-        return Ok(());
+        return;
     };
-    let mut dir = Path::new(abs).parent();
-    while let Some(d) = dir {
-        if !d.starts_with(created) {
-            break;
-        }
-        let path = root.path(d);
-        match fs::remove_dir(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => break,
-            Err(source) => {
-                return Err(Error::Write {
-                    path,
-                    data: "(rmdir)".into(),
-                    source,
-                })
-            }
-        }
-        dir = d.parent();
+    for d in Path::new(abs)
+        .ancestors()
+        .skip(1)
+        .take_while(|d| d.starts_with(created))
+    {
+        let _ = fs::remove_dir(root.path(d));
     }
-    Ok(())
 }
 
 /// Thread changes: system calls on the running system, file edits in a captured tree.
@@ -631,11 +619,12 @@ fn restore_one(root: &SysRoot, o: &Original) -> Status {
             Some(c) => write_file(root, path, c).map(|()| Status::Restored {
                 to: "original content".into(),
             }),
-            None => remove_file(root, path)
-                .and_then(|()| remove_created_dirs(root, path, created_dir.as_deref()))
-                .map(|()| Status::Restored {
+            None => remove_file(root, path).map(|()| {
+                remove_created_dirs(root, path, created_dir.as_deref());
+                Status::Restored {
                     to: "removed".into(),
-                }),
+                }
+            }),
         }
         .unwrap_or_else(failed),
         Original::Affinity {
@@ -884,6 +873,10 @@ mod tests {
                 to: "removed".into()
             }
         );
+        // The inner directory is gone already, the outer one is empty: it goes too.
+        std::fs::create_dir_all(dir.path().join("etc/a")).unwrap();
+        assert!(matches!(restore_one(&root, &o), Status::Restored { .. }));
+        assert!(!dir.path().join("etc/a").exists());
         // Something else put a file next to it: the directory stays.
         write_file(&root, "/etc/a/b/f.conf", "x").unwrap();
         std::fs::write(dir.path().join("etc/a/other"), "").unwrap();
