@@ -163,6 +163,15 @@ fn apply_verify_restore_on_a_captured_tree() {
         ("2".into(), "1".into())
     );
 
+    // What the kernel refused is recorded, so verify reports it as such and not as a
+    // deviation.
+    let state: serde_json::Value = serde_json::from_str(&read(r, "run/isold/state.json")).unwrap();
+    assert_eq!(
+        state["unchangeable"][format!("task:{KSOFTIRQD2}:76")],
+        "the kernel manages its affinity (PF_NO_SETAFFINITY), CPUs 2",
+        "{state}"
+    );
+
     let (rc, out, _) = isold(r, &["verify"]);
     assert_eq!(rc, 0, "{out}");
     assert!(out.contains("(clean)"), "{out}");

@@ -318,27 +318,14 @@ fn change(
                 Err(e) => failed(e),
             }
         }
-        Op::Irq { irq: n, want } => match irq::set_affinity(root, *n, want) {
-            Err(e) if irq::is_unmovable_errno(e.errno()) => Status::NotChangeable {
-                reason: format!(
-                    "the kernel refuses affinity changes of this IRQ ({})",
-                    nix::errno::Errno::from_raw(e.errno().unwrap_or(0))
-                ),
-            },
-            Err(e) if gone(&e) => Status::Gone,
-            Err(e) => failed(e),
-            Ok(()) => match irq::affinity(root, *n) {
-                Ok(cur) if &cur == want => match irq_settled(root, policy, *n) {
-                    Status::AlreadyRight => Status::Changed {
-                        from,
-                        to: cur.to_string(),
-                    },
-                    pending => pending,
-                },
-                Ok(cur) => failed(format!("IRQ {n}: wrote {want}, reads back {cur}")),
-                Err(e) => failed(e),
-            },
-        },
+        Op::Irq { irq: n, want } => irq_written(
+            *n,
+            want,
+            from,
+            irq::set_affinity(root, *n, want),
+            || irq::affinity(root, *n),
+            || irq_settled(root, policy, *n),
+        ),
         Op::File { path, content } => match write_file(root, path, content) {
             Ok(()) => Status::Changed {
                 from,
@@ -378,6 +365,40 @@ fn change(
                 },
                 Err(e) => failed(e),
             },
+        },
+    }
+}
+
+/// The outcome of writing IRQ `n`'s affinity: the write's result, then (if it took) the
+/// affinity read back and whether delivery has moved. Apart from the kernel, so that answers
+/// the test kernels never give (a value that does not stick) are tested too.
+fn irq_written(
+    n: u32,
+    want: &CpuSet,
+    from: String,
+    written: Result<()>,
+    read_back: impl FnOnce() -> Result<CpuSet>,
+    settled: impl FnOnce() -> Status,
+) -> Status {
+    match written {
+        Err(e) if irq::is_unmovable_errno(e.errno()) => Status::NotChangeable {
+            reason: format!(
+                "the kernel refuses affinity changes of this IRQ ({})",
+                nix::errno::Errno::from_raw(e.errno().unwrap_or(0))
+            ),
+        },
+        Err(e) if gone(&e) => Status::Gone,
+        Err(e) => failed(e),
+        Ok(()) => match read_back() {
+            Ok(cur) if &cur == want => match settled() {
+                Status::AlreadyRight => Status::Changed {
+                    from,
+                    to: cur.to_string(),
+                },
+                pending => pending,
+            },
+            Ok(cur) => failed(format!("IRQ {n}: wrote {want}, reads back {cur}")),
+            Err(e) => failed(e),
         },
     }
 }
@@ -1101,5 +1122,62 @@ mod tests {
         let l = lock(&dir.path().join("state.json")).unwrap();
         assert_eq!(format!("{l:?}"), "StateLock");
         assert!(dir.path().join(".isold.lock").exists());
+    }
+
+    #[test]
+    fn what_an_irq_write_can_meet() {
+        let want: CpuSet = "0-1".parse().unwrap();
+        let werr = |errno| {
+            Err(Error::Write {
+                path: "/proc/irq/0/smp_affinity_list".into(),
+                data: "0-1".into(),
+                source: std::io::Error::from_raw_os_error(errno),
+            })
+        };
+        let out = |written, back: &str, settled: Status| {
+            irq_written(
+                7,
+                &want,
+                "0-3".into(),
+                written,
+                || Ok(back.parse().unwrap()),
+                || settled,
+            )
+        };
+        assert_eq!(
+            out(werr(libc::EIO), "0-3", Status::AlreadyRight),
+            Status::NotChangeable {
+                reason: "the kernel refuses affinity changes of this IRQ (EIO: I/O error)".into()
+            }
+        );
+        assert!(matches!(
+            out(werr(libc::EPERM), "0-3", Status::AlreadyRight),
+            Status::NotChangeable { .. }
+        ));
+        assert_eq!(
+            out(werr(libc::ENOENT), "0-3", Status::AlreadyRight),
+            Status::Gone
+        );
+        assert!(matches!(
+            out(werr(libc::EINVAL), "0-3", Status::AlreadyRight),
+            Status::Failed { .. }
+        ));
+        assert_eq!(
+            out(Ok(()), "0-3", Status::AlreadyRight),
+            Status::Failed {
+                error: "IRQ 7: wrote 0-1, reads back 0-3".into()
+            }
+        );
+        assert_eq!(
+            out(Ok(()), "0-1", Status::AlreadyRight),
+            Status::Changed {
+                from: "0-3".into(),
+                to: "0-1".into()
+            }
+        );
+        let pending = Status::MovePending {
+            effective: "3".into(),
+        };
+        assert_eq!(out(Ok(()), "0-1", pending.clone()), pending);
     }
 }
