@@ -273,7 +273,7 @@ fn mkdir(root: &SysRoot, dir: &str) -> Result<()> {
     Ok(())
 }
 
-/// Remove a cgroup directory; one already gone is fine. The kernel removes an empty
+/// Remove a cgroup directory (the caller checks it exists). The kernel removes an empty
 /// cgroup's files with it: in a captured tree they are removed first.
 fn rmdir(root: &SysRoot, dir: &str) -> Result<()> {
     let path = root.path(dir);
@@ -282,12 +282,7 @@ fn rmdir(root: &SysRoot, dir: &str) -> Result<()> {
             let _ = std::fs::remove_file(path.join(name));
         }
     }
-    match std::fs::remove_dir(&path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            Err(write_err(root, dir, "(rmdir)", e))
-        }
-        _ => Ok(()),
-    }
+    std::fs::remove_dir(&path).map_err(|e| write_err(root, dir, "(rmdir)", e))
 }
 
 /// Move process `pid` into the cgroup `cg` (a `/proc/PID/cgroup` path). In a captured tree
