@@ -296,4 +296,63 @@ mod tests {
             "{e}"
         );
     }
+
+    /// A read or remove error other than "no such file" is an error, not "no state".
+    #[test]
+    fn only_a_missing_file_means_no_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("state.json");
+        assert!(State::load(&p).unwrap().is_none());
+        State::remove(&p).unwrap();
+        std::fs::create_dir_all(p.join("x")).unwrap();
+        assert!(State::load(&p).is_err());
+        assert!(State::remove(&p).is_err());
+    }
+
+    /// Workloads added to a partition entry later: a pid it lists with the same start time
+    /// is the same process (kept as recorded); a reused pid is another one (added).
+    #[test]
+    fn later_workloads_are_added_once() {
+        use crate::policy::partition::{Moved, PartitionOriginal};
+        let moved = |pid, starttime, cgroup: &str| Moved {
+            pid,
+            starttime,
+            comm: "w".into(),
+            cgroup: cgroup.into(),
+            threads: vec![],
+        };
+        let mut st = State::new("b".into(), "2-3".into(), "c".into());
+        st.record(Entry {
+            id: "cgroup_partition:/sys/fs/cgroup/iso".into(),
+            item: "cgroup_partition".into(),
+            label: "p".into(),
+            original: Original::Partition(PartitionOriginal {
+                dir: "/sys/fs/cgroup/iso".into(),
+                created: true,
+                enabled_cpuset: true,
+                cpus: None,
+                exclusive: None,
+                partition: None,
+                moved: vec![moved(10, 100, "/")],
+            }),
+        });
+        st.add_moved(
+            "cgroup_partition:/sys/fs/cgroup/iso",
+            &[
+                moved(10, 100, "/elsewhere"),
+                moved(10, 200, "/a"),
+                moved(11, 100, "/b"),
+            ],
+        );
+        st.add_moved("other", &[moved(12, 1, "/c")]);
+        let Original::Partition(p) = &st.entries[0].original else {
+            panic!()
+        };
+        let got: Vec<(i32, u64, &str)> = p
+            .moved
+            .iter()
+            .map(|m| (m.pid, m.starttime, m.cgroup.as_str()))
+            .collect();
+        assert_eq!(got, vec![(10, 100, "/"), (10, 200, "/a"), (11, 100, "/b")]);
+    }
 }
