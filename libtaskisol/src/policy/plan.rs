@@ -304,12 +304,17 @@ pub fn plan(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {
             Want::Mask(narrowed(&def, hk)),
         ));
     }
+    // One read of every thread for the items that need it (a /proc scan: thousands of files).
+    let threads = if c.tasks || !c.kthread_priority.is_empty() || c.cgroup_partition.is_some() {
+        tasks::all_threads(root)?
+    } else {
+        Vec::new()
+    };
     if c.tasks || !c.kthread_priority.is_empty() {
-        plan_threads(policy, root, &mut out)?;
+        plan_threads(policy, root, &threads, &mut out);
     }
     if let Some(dir) = &c.cgroup_partition {
         // After the tasks: the workloads it moves in keep their CPUs, the rest already left.
-        let threads = tasks::all_threads(root)?;
         let p = super::partition::plan(root, dir, iso, &threads)?;
         let id = format!("cgroup_partition:{dir}");
         let label = format!("isolated partition {dir}");
@@ -364,12 +369,12 @@ pub(super) fn allowed_cgroup<'a>(allow: &'a [String], cg: &str) -> Option<&'a St
     })
 }
 
-fn plan_threads(policy: &Policy, root: &SysRoot, out: &mut Vec<Target>) -> Result<()> {
+fn plan_threads(policy: &Policy, root: &SysRoot, threads: &[tasks::Thread], out: &mut Vec<Target>) {
     let c = &policy.config;
     let iso = &policy.isolated;
     let me = std::process::id() as i32;
     let mut cgroups: std::collections::HashMap<i32, Option<String>> = Default::default();
-    for t in tasks::all_threads(root)? {
+    for t in threads {
         let id = format!("task:{}:{}", t.tid, t.starttime);
         let label = format!(
             "{} {} ({})",
@@ -437,12 +442,14 @@ fn plan_threads(policy: &Policy, root: &SysRoot, out: &mut Vec<Target>) -> Resul
                     item: "tasks",
                     id,
                     label,
-                    op: Op::Affinity { thread: t, want },
+                    op: Op::Affinity {
+                        thread: t.clone(),
+                        want,
+                    },
                 });
             }
         }
     }
-    Ok(())
 }
 
 /// Configuration files the policy owns: (item, path, wanted content).
