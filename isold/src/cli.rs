@@ -11,7 +11,7 @@ use clap::{ArgAction, Args, Parser, Subcommand};
     version,
     disable_version_flag = true,
     about = "Isolate CPUs for latency-critical work: apply, verify and restore an isolation policy.",
-    after_help = "Examples:\n  isold apply                       # /etc/isold/isold.toml\n  isold verify --json\n  isold --config ./isold.toml apply\n  isold restore"
+    after_help = "Examples:\n  isold apply                       # /etc/isold/isold.toml\n  isold verify --json\n  isold --config ./isold.toml apply\n  isold audit --duration 5\n  isold bootargs\n  isold restore"
 )]
 pub struct Cli {
     /// The configuration file [default: /etc/isold/isold.toml below --root].
@@ -58,4 +58,51 @@ pub enum Command {
     Restore(Output),
     /// Check the configuration file and print the resolved policy; change nothing.
     Check(Output),
+    /// Who can and who did disturb each isolated CPU, with the fix for each; change nothing.
+    Audit(AuditArgs),
+    /// The kernel arguments the policy needs and which of them the running kernel lacks.
+    Bootargs(BootargsArgs),
+}
+
+/// Options of `isold audit`.
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// The CPUs to audit [default: the configuration's isolated CPUs when the file exists,
+    /// else the CPUs the kernel isolates].
+    #[arg(long = "cpus", value_name = "LIST")]
+    pub cpus: Option<String>,
+
+    /// Seconds to watch the CPUs for the "disturbed by" part; 0 takes no window.
+    #[arg(
+        short = 'd',
+        long = "duration",
+        value_name = "SECS",
+        default_value = "2"
+    )]
+    pub duration: f64,
+
+    /// Print the audit as JSON (documented in isold(8)).
+    #[arg(long = "json")]
+    pub json: bool,
+
+    /// List every IRQ, task and kthread that can disturb each CPU.
+    #[arg(short = 'v', long = "verbose")]
+    pub verbose: bool,
+}
+
+/// Options of `isold bootargs`.
+#[derive(Debug, Args)]
+pub struct BootargsArgs {
+    /// The isolated CPUs [default: the configuration's when the file exists, else the CPUs
+    /// the kernel isolates].
+    #[arg(long = "cpus", value_name = "LIST")]
+    pub cpus: Option<String>,
+
+    /// Write the missing arguments to /etc/default/grub.d/isold.cfg (then run update-grub).
+    #[arg(long = "write-grub")]
+    pub write_grub: bool,
+
+    /// Print the arguments as JSON.
+    #[arg(long = "json")]
+    pub json: bool,
 }

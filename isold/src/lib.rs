@@ -1,6 +1,7 @@
 //! isold: apply, verify and restore an isolated-CPU policy. All kernel knowledge lives in
 //! libtaskisol (`policy`); this crate parses options, prints, and picks exit codes.
 
+pub mod audit;
 pub mod cli;
 
 use std::io::Write;
@@ -34,7 +35,7 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
             if e.kind() == ErrorKind::MissingSubcommand
                 || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
             {
-                eprintln!("isold: no command given (apply, verify, restore, check)\nTry 'isold --help' for more information.");
+                eprintln!("isold: no command given (apply, verify, restore, check, audit, bootargs)\nTry 'isold --help' for more information.");
                 return EXIT_FAILURE;
             }
             let text = e.render().to_string();
@@ -98,6 +99,30 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
                 Err(code) => return code,
             };
             check(&policy, out)
+        }
+        Command::Audit(args) => {
+            match audit::scope(
+                &root,
+                &config_path,
+                cli.config.is_some(),
+                args.cpus.as_deref(),
+                &state_path,
+            ) {
+                Ok(scope) => audit::run(&root, &scope, args),
+                Err(code) => code,
+            }
+        }
+        Command::Bootargs(args) => {
+            match audit::scope(
+                &root,
+                &config_path,
+                cli.config.is_some(),
+                args.cpus.as_deref(),
+                &state_path,
+            ) {
+                Ok(scope) => audit::bootargs(&root, &scope, args),
+                Err(code) => code,
+            }
         }
     }
 }

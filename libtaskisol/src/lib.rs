@@ -30,6 +30,7 @@
 //! # }
 //! ```
 pub mod abi;
+pub mod audit;
 pub mod cpuset;
 pub mod error;
 pub mod irq;

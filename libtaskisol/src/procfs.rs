@@ -182,6 +182,8 @@ pub struct TaskStat {
     /// Start time after boot, in clock ticks (field 22): with the pid, it tells a task from
     /// a later one that reused its pid.
     pub starttime: u64,
+    /// CPU time used so far, user and system, in clock ticks (fields 14 and 15).
+    pub cpu_ticks: u64,
     /// CPU it last ran on (field 39).
     pub processor: u32,
     /// Real-time priority (field 40).
@@ -211,6 +213,7 @@ impl TaskStat {
             state: st.state,
             flags: u64::from(st.flags),
             starttime: st.starttime,
+            cpu_ticks: st.utime + st.stime,
             processor: st.processor.ok_or_else(|| missing("processor"))? as u32,
             rt_priority: st.rt_priority.ok_or_else(|| missing("rt_priority"))?,
             policy: st.policy.ok_or_else(|| missing("policy"))?,

@@ -29,6 +29,13 @@ pub struct Thread {
     pub policy: u32,
     /// Real-time priority (field 40).
     pub rt_priority: u32,
+    /// The CPU it last ran on (field 39).
+    pub processor: u32,
+    /// CPU time used so far in clock ticks (utime + stime).
+    pub cpu_ticks: u64,
+    /// Context switches so far, voluntary and not (`/proc/<pid>/task/<tid>/status`): a
+    /// change between two reads means the thread ran in between.
+    pub switches: u64,
 }
 
 impl Thread {
@@ -78,6 +85,10 @@ pub fn read_thread(root: &SysRoot, pid: i32, tid: i32) -> Result<Option<Thread>>
         reason: "field not present".into(),
     })?;
     let affinity = CpuSet::parse_list(list)?;
+    let switches = ["voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"]
+        .iter()
+        .filter_map(|k| procfs::status_field(&status, k)?.trim().parse::<u64>().ok())
+        .sum();
     Ok(Some(Thread {
         pid,
         tid,
@@ -87,6 +98,9 @@ pub fn read_thread(root: &SysRoot, pid: i32, tid: i32) -> Result<Option<Thread>>
         affinity,
         policy: stat.policy,
         rt_priority: stat.rt_priority,
+        processor: stat.processor,
+        cpu_ticks: stat.cpu_ticks,
+        switches,
     }))
 }
 

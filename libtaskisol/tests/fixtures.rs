@@ -79,6 +79,22 @@ const EXPECT: &[Expect] = &[
         all: "",
     },
     Expect {
+        name: "debian-6.12-rt-audit",
+        kernel: (6, 12),
+        domain: "",
+        nohz_full: "",
+        partitions: &[],
+        all: "",
+    },
+    Expect {
+        name: "debian-6.12-rt-audit-end",
+        kernel: (6, 12),
+        domain: "",
+        nohz_full: "",
+        partitions: &[],
+        all: "",
+    },
+    Expect {
         name: "debian-6.12-rt-isol23",
         kernel: (6, 12),
         domain: "2-3",

@@ -86,6 +86,12 @@ capture_isold_view() {
     done
 }
 
+# capture_audit_view: capture_isold_view plus the counters and consoles isold audit reads.
+capture_audit_view() {
+    capture_isold_view
+    capture /proc/softirqs /proc/consoles
+}
+
 # sched_of PID: "policy=P rt_priority=R" from /proc/PID/stat (fields 41 and 40; the fields
 # are counted after the last ')' because comm may contain spaces).
 sched_of() {

@@ -282,3 +282,227 @@ fn stock61_isold_apply_verify_restore() {
     partition_steps(&mut s);
     run(&s).unwrap_or_else(|e| panic!("{e}")).assert_ok();
 }
+
+/// The JSON document printed between `--- json` and `--- end` by a step.
+fn json_of(o: &StepOutput) -> Result<serde_json::Value, String> {
+    let start = o.stdout.find("--- json\n").ok_or("no '--- json' line")? + 9;
+    let end = o.stdout[start..]
+        .find("--- end")
+        .ok_or("no '--- end' line")?
+        + start;
+    serde_json::from_str(&o.stdout[start..end]).map_err(|e| format!("the JSON does not parse: {e}"))
+}
+
+/// The audit's entry for `cpu`.
+fn audit_cpu(a: &serde_json::Value, cpu: u64) -> Result<&serde_json::Value, String> {
+    a["per_cpu"]
+        .as_array()
+        .and_then(|v| v.iter().find(|c| c["cpu"] == cpu))
+        .ok_or_else(|| format!("no per_cpu entry for CPU {cpu}"))
+}
+
+/// The `source` of every disturbance of `cpu` whose kind is `kind`.
+fn disturbers(a: &serde_json::Value, cpu: u64, kind: &str) -> Result<Vec<(String, u64)>, String> {
+    Ok(audit_cpu(a, cpu)?["disturbed_by"]
+        .as_array()
+        .ok_or("no disturbed_by")?
+        .iter()
+        .filter(|d| d["kind"] == kind)
+        .map(|d| {
+            (
+                d["source"].as_str().unwrap_or("").to_string(),
+                d["count"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect())
+}
+
+/// Serial console output for about `secs` seconds, in the background: the ttyS0 IRQ fires
+/// on every transmitted burst.
+fn serial_noise(secs: u32) -> String {
+    format!(
+        "( i=0; while [ $i -lt {} ]; do echo \"audit noise $i\" >/dev/ttyS0; usleep 50000; i=$((i+1)); done ) &\nnoise=$!\n",
+        secs * 20
+    )
+}
+
+/// isold audit and bootargs on 6.12-rt. First booted without isolation arguments: four busy
+/// loops with affinity 0-3 (one lands on CPU 3) and the serial console's IRQ routed to CPU 3
+/// while the guest writes to it; the audit must name a busy loop's pid and IRQ 4 (ttyS0) for
+/// CPU 3 with the counts it saw, and the missing boot arguments. Then booted again with the
+/// arguments `isold bootargs` printed, a workload alone on CPU 3: the tick has stopped there
+/// and no argument is missing. The first boot also captures the two fixture trees the
+/// fake-root tests of the audit compare (tests/fixtures/debian-6.12-rt-audit{,-end}).
+#[test]
+fn rt612_isold_audit_then_boot_with_its_arguments() {
+    let mut s = Scenario::new("rt612-audit", KernelRole::Rt612, "");
+    s.binaries.push("isold".into());
+    s.timeout = s.timeout.max(std::time::Duration::from_secs(600));
+    s.step(
+        "audit_setup",
+        "taskset -pc 0-1 $$ >/dev/null\n\
+         for i in 1 2 3 4; do setsid taskset -c 0-3 sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 & echo $! >>/tmp/busy.pids; done\n\
+         echo 3 >/proc/irq/4/smp_affinity_list\n\
+         printf 'isolated_cpus = \"2-3\"\\n' >/tmp/isold.toml\n\
+         sleep 2\n\
+         echo ttyS0_affinity=$(cat /proc/irq/4/smp_affinity_list)\n\
+         echo busy=$(tr '\\n' ' ' </tmp/busy.pids)",
+        vec![Expect::field("ttyS0_affinity", "3")],
+    );
+    s.capture_audit_fixture("debian-6.12-rt-audit");
+    s.step(
+        "audit_window_noise",
+        &format!(
+            "taskset -pc 0-1 $$ >/dev/null\n{}wait $noise\necho noise_done=1",
+            serial_noise(2)
+        ),
+        vec![Expect::field("noise_done", "1")],
+    );
+    s.capture_audit_fixture("debian-6.12-rt-audit-end");
+    s.step(
+        "isold_audit_names_the_busy_task_and_the_serial_irq",
+        &format!(
+            "taskset -pc 0-1 $$ >/dev/null\n{}\
+             isold --config /tmp/isold.toml audit --duration 3 --json >/tmp/audit.json; echo rc=$?\n\
+             wait $noise\n\
+             for p in $(cat /tmp/busy.pids); do s=$(cat /proc/$p/stat); s=${{s##*) }}; set -- $s; shift 36; echo \"cpu_of_$p=$1\"; done\n\
+             echo '--- json'; cat /tmp/audit.json; echo '--- end'",
+            serial_noise(4)
+        ),
+        vec![
+            Expect::field("rc", "0"),
+            Expect::that("IRQ 4 ttyS0 counted on CPU 3", |o: &StepOutput| {
+                let a = json_of(o)?;
+                let irqs = disturbers(&a, 3, "irq")?;
+                match irqs.iter().find(|(s, _)| s == "IRQ 4 ttyS0") {
+                    Some((_, n)) if *n > 0 => Ok(()),
+                    _ => Err(format!("CPU 3's IRQ disturbers: {irqs:?}")),
+                }
+            }),
+            Expect::that("a busy loop's pid named for CPU 3", |o: &StepOutput| {
+                let a = json_of(o)?;
+                let tasks = disturbers(&a, 3, "task")?;
+                let busy: Vec<String> = o
+                    .stdout
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("cpu_of_"))
+                    .filter_map(|l| l.split_once('='))
+                    .map(|(pid, _)| format!("task {pid} sh"))
+                    .collect();
+                if tasks.iter().any(|(s, _)| busy.contains(s)) {
+                    Ok(())
+                } else {
+                    Err(format!("busy loops {busy:?}; CPU 3's task disturbers {tasks:?}"))
+                }
+            }),
+            Expect::that("the tick runs and nohz_full is missing", |o: &StepOutput| {
+                let a = json_of(o)?;
+                let c3 = audit_cpu(&a, 3)?;
+                if c3["verdict"] != "disturbed" || c3["tick"]["stopped"] != false {
+                    return Err(format!("CPU 3: verdict {} tick {}", c3["verdict"], c3["tick"]));
+                }
+                let missing: Vec<&str> = a["boot_args"]
+                    .as_array()
+                    .ok_or("no boot_args")?
+                    .iter()
+                    .filter(|b| b["satisfied"] == false)
+                    .filter_map(|b| b["arg"].as_str())
+                    .collect();
+                for want in ["isolcpus=managed_irq,domain,2-3", "nohz_full=2-3", "rcu_nocbs=2-3"] {
+                    if !missing.contains(&want) {
+                        return Err(format!("{want} not among the missing: {missing:?}"));
+                    }
+                }
+                Ok(())
+            }),
+        ],
+    );
+    s.step(
+        "isold_audit_human_and_bootargs",
+        "taskset -pc 0-1 $$ >/dev/null\n\
+         isold --config /tmp/isold.toml audit --duration 1 >/tmp/audit.txt; echo audit_rc=$?\n\
+         cat /tmp/audit.txt\n\
+         echo widest=$(awk '{ if (length($0) > m) m = length($0) } END { print m }' /tmp/audit.txt)\n\
+         isold --config /tmp/isold.toml bootargs >/tmp/b.txt; echo bootargs_rc=$?\n\
+         isold --config /tmp/isold.toml bootargs --json >/tmp/b.json\n\
+         echo '--- json'; cat /tmp/b.json; echo '--- end'",
+        vec![
+            Expect::field("audit_rc", "0"),
+            Expect::output_has("CPU 3: DISTURBED, tick running"),
+            Expect::output_has("    IRQs: 0 timer, 1 i8042, 4 ttyS0"),
+            Expect::output_has("boot arguments missing (isold bootargs): isolcpus=managed_irq,domain,2-3"),
+            Expect::that("the human form fits 80 columns", |o: &StepOutput| {
+                match o.field("widest").and_then(|w| w.parse::<u32>().ok()) {
+                    Some(w) if w <= 80 => Ok(()),
+                    other => Err(format!("widest line {other:?}")),
+                }
+            }),
+            Expect::field("bootargs_rc", "1"),
+        ],
+    );
+    let first = run(&s).unwrap_or_else(|e| panic!("{e}"));
+    first.assert_ok();
+
+    // Boot again with exactly what `isold bootargs` said was missing.
+    let b = json_of(&first.outputs["isold_audit_human_and_bootargs"]).unwrap();
+    let missing: Vec<String> = b["missing"]
+        .as_array()
+        .expect("bootargs --json lists the missing arguments")
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert!(missing.iter().any(|a| a == "nohz_full=2-3"), "{missing:?}");
+    let mut s = Scenario::new(
+        "rt612-audit-bootargs",
+        KernelRole::Rt612,
+        &missing.join(" "),
+    );
+    s.binaries.push("isold".into());
+    s.step(
+        "isold_audit_with_the_boot_arguments",
+        "taskset -pc 0-1 $$ >/dev/null\n\
+         setsid taskset -c 3 sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 &\n\
+         echo workload=$!\n\
+         sleep 2\n\
+         isold audit --duration 3 --json >/tmp/audit.json; echo rc=$?\n\
+         isold bootargs; echo bootargs_rc=$?\n\
+         echo '--- json'; cat /tmp/audit.json; echo '--- end'",
+        vec![
+            Expect::field("rc", "0"),
+            Expect::field("bootargs_rc", "0"),
+            Expect::output_has("bootargs: the running kernel has every argument"),
+            Expect::that(
+                "the tick stopped on the busy isolated CPU",
+                |o: &StepOutput| {
+                    let a = json_of(o)?;
+                    if !a["source"]
+                        .as_str()
+                        .unwrap_or("")
+                        .starts_with("the kernel: ")
+                    {
+                        return Err(format!("CPUs from {}", a["source"]));
+                    }
+                    let c3 = audit_cpu(&a, 3)?;
+                    let t = &c3["tick"];
+                    if t["stopped"] != true || t["nohz_full"] != true {
+                        return Err(format!("CPU 3 tick {t}"));
+                    }
+                    let workload = o.field("workload").unwrap_or("?").to_string();
+                    let ran: Vec<String> = c3["workloads_ran"]
+                        .as_array()
+                        .map(|v| v.iter().map(|w| w["pid"].to_string()).collect())
+                        .unwrap_or_default();
+                    if !ran.contains(&workload) {
+                        return Err(format!("workload {workload} not among {ran:?}"));
+                    }
+                    let irqs = disturbers(&a, 3, "irq")?;
+                    if !irqs.is_empty() {
+                        return Err(format!("device IRQs on CPU 3: {irqs:?}"));
+                    }
+                    Ok(())
+                },
+            ),
+        ],
+    );
+    run(&s).unwrap_or_else(|e| panic!("{e}")).assert_ok();
+}

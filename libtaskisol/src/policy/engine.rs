@@ -827,6 +827,9 @@ mod tests {
             affinity: "0-3".parse().unwrap(),
             policy,
             rt_priority,
+            processor: 0,
+            cpu_ticks: 0,
+            switches: 0,
         }
     }
 

@@ -21,6 +21,7 @@
 //! # }
 //! ```
 
+pub mod bootargs;
 pub mod config;
 pub mod engine;
 pub mod partition;

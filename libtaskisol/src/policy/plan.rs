@@ -361,7 +361,7 @@ pub fn plan(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {
 }
 
 /// The `allow_cgroup` entry that holds the cgroup `cg`, if any.
-pub(super) fn allowed_cgroup<'a>(allow: &'a [String], cg: &str) -> Option<&'a String> {
+pub(crate) fn allowed_cgroup<'a>(allow: &'a [String], cg: &str) -> Option<&'a String> {
     allow.iter().find(|p| {
         cg == p.as_str()
             || cg.starts_with(&format!("{}/", p.trim_end_matches('/')))

@@ -36,7 +36,7 @@ enum Comparison {
 
 fn comparison(path: &str) -> Comparison {
     match path {
-        "proc/interrupts" => Comparison::InterruptLayout,
+        "proc/interrupts" | "proc/softirqs" => Comparison::InterruptLayout,
         // Changes with every Debian kernel update, which the suite picks up on its own.
         "proc/sys/kernel/osrelease" => Comparison::Ignored,
         // Mount ids and options are not isolation state.

@@ -456,6 +456,19 @@ impl Scenario {
         self.fixtures.push((step.clone(), name.into()));
         self.step(&step, "capture_isold_view", vec![Expect::exit(0)])
     }
+
+    /// Like [`Scenario::capture_isold_fixture`], plus `/proc/softirqs` and `/proc/consoles`
+    /// (`capture_audit_view`): the fake-root tests of `isold audit` compare two of them.
+    pub fn capture_audit_fixture(&mut self, name: &str) -> &mut Self {
+        let step = format!("capture_{name}");
+        self.fixtures.push((step.clone(), name.into()));
+        self.step_with_timeout(
+            &step,
+            "capture_audit_view",
+            Duration::from_secs(120),
+            vec![Expect::exit(0)],
+        )
+    }
 }
 
 /// QMP commands that hot-plug a virtio-net NIC (no backend: only its IRQs matter).

@@ -1,0 +1,432 @@
+//! `isold audit` and `isold bootargs`: which CPUs, the two samples, and the human form.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use libtaskisol::audit::{self, Audit, CpuAudit, Scope};
+use libtaskisol::policy::bootargs::{self, BootArg};
+use libtaskisol::policy::config::{Config, CpuSpec};
+use libtaskisol::policy::preset::Preset;
+use libtaskisol::policy::state::State;
+use libtaskisol::policy::Policy;
+use libtaskisol::topology::{self, IsolatedCpus};
+use libtaskisol::{CpuSet, SysRoot};
+
+use crate::cli::{AuditArgs, BootargsArgs};
+use crate::{fail, print_out, EXIT_FAILURE, EXIT_OK};
+
+/// Lines of disturbers shown per CPU without --verbose.
+const SHOWN: usize = 8;
+
+/// Which CPUs to audit and which workloads are meant to be there: `--cpus`, else the
+/// configuration file when it exists (or was named), else the CPUs the kernel isolates.
+pub fn scope(
+    root: &SysRoot,
+    config_path: &Path,
+    config_named: bool,
+    cpus: Option<&str>,
+    state_path: &Path,
+) -> Result<Scope, i32> {
+    let config = if config_named || config_path.exists() {
+        Some(Config::load(config_path).map_err(fail)?)
+    } else {
+        None
+    };
+    let base = config
+        .clone()
+        .unwrap_or_else(|| Config::defaults(Preset::default(), CpuSpec::Auto));
+    let online = topology::online_cpus(root).map_err(fail)?;
+    let (set, source) = match (cpus, &config) {
+        (Some(list), _) => {
+            let set = CpuSet::parse_list(list)
+                .map_err(|e| fail(format!("--cpus: invalid CPU list {list:?}: {e}")))?;
+            let offline = set.difference(&online);
+            if set.is_empty() || !offline.is_empty() {
+                return Err(fail(format!(
+                    "--cpus {list}: CPUs {offline} are not online (online: {online})"
+                )));
+            }
+            (set, "--cpus".to_string())
+        }
+        (None, Some(c)) => {
+            let policy = Policy::resolve(c.clone(), root).map_err(fail)?;
+            (policy.isolated, c.file.display().to_string())
+        }
+        (None, None) => {
+            let iso = IsolatedCpus::discover(root).map_err(fail)?;
+            let set = iso.all().intersection(&online);
+            if set.is_empty() {
+                return Err(fail(format!(
+                    "no isolated CPUs: the kernel isolates none (no isolcpus, nohz_full or isolated cpuset partition) and {} does not exist; name them with --cpus LIST",
+                    config_path.display()
+                )));
+            }
+            let mut how: Vec<&str> = set.iter().flat_map(|c| iso.mechanisms(c)).collect();
+            how.sort();
+            how.dedup();
+            (set, format!("the kernel: {}", how.join(", ")))
+        }
+    };
+    // What apply learnt: the IRQs it moved and those the kernel refused to move.
+    let mut irq_movable = std::collections::BTreeMap::new();
+    if let Some(st) = State::load(state_path).map_err(fail)? {
+        let irq_of = |id: &str| id.strip_prefix("irq:").and_then(|n| n.parse::<u32>().ok());
+        for e in &st.entries {
+            if let Some(n) = irq_of(&e.id) {
+                irq_movable.insert(n, true);
+            }
+        }
+        for id in st.unchangeable.keys() {
+            if let Some(n) = irq_of(id) {
+                irq_movable.insert(n, false);
+            }
+        }
+    }
+    Ok(Scope {
+        cpus: set,
+        source,
+        preset: base.preset,
+        allow_comm: base.allow_comm,
+        allow_cgroup: base.allow_cgroup,
+        irq_movable,
+    })
+}
+
+/// `isold audit`.
+pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs) -> i32 {
+    if !(args.duration >= 0.0 && args.duration <= 3600.0) {
+        return fail(format!(
+            "--duration {}: give seconds from 0 to 3600",
+            args.duration
+        ));
+    }
+    let me = std::process::id() as i32;
+    if root.is_host() {
+        // The observer stays off the CPUs it watches.
+        if let Ok(online) = topology::online_cpus(root) {
+            let hk = online.difference(&scope.cpus);
+            let _ = libtaskisol::sched::set_affinity(0, &hk);
+        }
+    }
+    let sample = || -> Result<audit::Sample, i32> {
+        let mut s = audit::Sample::read(root).map_err(fail)?;
+        if root.is_host() {
+            s.threads.retain(|t| t.pid != me);
+        }
+        Ok(s)
+    };
+    let started = Instant::now();
+    let before = match sample() {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    std::thread::sleep(Duration::from_secs_f64(args.duration));
+    let after = match sample() {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let window = if root.is_host() {
+        started.elapsed().as_secs_f64()
+    } else {
+        args.duration
+    };
+    let window = (window * 100.0).round() / 100.0;
+    let a = match audit::audit(root, scope, &before, &after, window) {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let text = if args.json {
+        let mut t = serde_json::to_string_pretty(&a).expect("audit serializes");
+        t.push('\n');
+        t
+    } else {
+        human(&a, args.verbose)
+    };
+    print_out(&text)
+}
+
+/// Wrap `text` at 79 columns, every line after the first indented by `indent` spaces.
+fn wrap(text: &str, first: usize, indent: usize) -> String {
+    let mut out = String::new();
+    let mut col = first;
+    for word in text.split(' ') {
+        if col > indent && col + 1 + word.len() > 79 {
+            out.push('\n');
+            out.push_str(&" ".repeat(indent));
+            col = indent;
+        } else if col > first || !out.is_empty() {
+            out.push(' ');
+            col += 1;
+        }
+        out.push_str(word);
+        col += word.len();
+    }
+    out
+}
+
+fn rate(r: f64) -> String {
+    if r >= 100.0 {
+        format!("{r:.0}")
+    } else {
+        format!("{r:.1}")
+    }
+}
+
+fn cpu_block(s: &mut String, c: &CpuAudit, verbose: bool) {
+    let tick = match &c.tick {
+        Some(t) if t.stopped => format!("tick stopped ({}/s)", rate(t.per_s)),
+        Some(t) => format!("tick running ({}/s)", rate(t.per_s)),
+        None => "no window".into(),
+    };
+    let by = if c.isolated_by.is_empty() {
+        "not isolated by the kernel".to_string()
+    } else {
+        c.isolated_by.join(" + ")
+    };
+    let _ = writeln!(
+        s,
+        "CPU {}: {}, {tick}; {by}",
+        c.cpu,
+        c.verdict.to_uppercase()
+    );
+    let mut fixes: Vec<&str> = Vec::new();
+    let shown = if verbose { usize::MAX } else { SHOWN };
+    for d in c.disturbed_by.iter().take(shown) {
+        let n = match fixes.iter().position(|f| *f == d.fix) {
+            Some(i) => i + 1,
+            None => {
+                fixes.push(&d.fix);
+                fixes.len()
+            }
+        };
+        let mut src = match d.cpu_ms {
+            Some(ms) if ms > 0 => format!("{} ({ms} ms CPU)", d.source),
+            _ => d.source.clone(),
+        };
+        if src.len() > 44 {
+            src.truncate(43);
+            src.push('~');
+        }
+        let _ = writeln!(
+            s,
+            "  {:>8} {:>8}/s  {:<44} [{n}]",
+            d.count,
+            rate(d.per_s),
+            src
+        );
+    }
+    if c.disturbed_by.len() > shown {
+        let _ = writeln!(
+            s,
+            "  ... and {} more (-v or --json lists them)",
+            c.disturbed_by.len() - shown
+        );
+    }
+    for (i, f) in fixes.iter().enumerate() {
+        let head = format!("  [{}] fix: ", i + 1);
+        let _ = writeln!(s, "{head}{}", wrap(f, head.len(), 6));
+    }
+    if !c.workloads_ran.is_empty() {
+        let names: Vec<String> = c
+            .workloads_ran
+            .iter()
+            .map(|w| format!("{} {}", w.tid, w.comm))
+            .collect();
+        let head = "  workloads ran (meant to be here): ";
+        let _ = writeln!(s, "{head}{}", wrap(&names.join(", "), head.len(), 4));
+    }
+    let can = &c.can_disturb;
+    let irqs: Vec<String> = can
+        .irqs
+        .iter()
+        .map(|i| {
+            let name = if i.name.is_empty() { "-" } else { &i.name };
+            match i.managed {
+                Some(true) => format!("{} {name} (managed)", i.irq),
+                _ => format!("{} {name}", i.irq),
+            }
+        })
+        .collect();
+    let mut can_line = format!(
+        "can: {} IRQs, {} tasks and movable kthreads, {} per-CPU kthreads, {} workloads",
+        can.irqs.len(),
+        can.tasks.len(),
+        can.percpu_kthreads.len(),
+        can.workloads.len()
+    );
+    for st in can.settings.iter().filter(|st| !st.ok) {
+        let _ = write!(can_line, "; {} {} ({})", st.name, st.value, st.fix);
+    }
+    let _ = writeln!(s, "  {}", wrap(&can_line, 2, 4));
+    if !irqs.is_empty() {
+        let _ = writeln!(s, "    IRQs: {}", wrap(&irqs.join(", "), 10, 6));
+    }
+    if verbose {
+        for t in &can.tasks {
+            let _ = writeln!(s, "    may run here: {} {} ({})", t.tid, t.comm, t.affinity);
+        }
+        for t in &can.percpu_kthreads {
+            let _ = writeln!(s, "    per-CPU kthread: {} {}", t.tid, t.comm);
+        }
+    } else if !can.tasks.is_empty() {
+        let names: Vec<String> = can
+            .tasks
+            .iter()
+            .take(6)
+            .map(|t| format!("{} {}", t.tid, t.comm))
+            .collect();
+        let more = if can.tasks.len() > 6 { ", ..." } else { "" };
+        let _ = writeln!(
+            s,
+            "    tasks: {}",
+            wrap(&format!("{}{more}", names.join(", ")), 11, 6)
+        );
+    }
+}
+
+/// The human form: one block per CPU, then the machine-wide settings and boot arguments
+/// that are not right.
+pub fn human(a: &Audit, verbose: bool) -> String {
+    let mut s = String::new();
+    let head = format!(
+        "isold audit: CPUs {} ({}), housekeeping {}, Linux {}, window {} s",
+        a.cpus, a.source, a.housekeeping, a.kernel, a.window_s
+    );
+    let _ = writeln!(s, "{}", wrap(&head, 0, 2));
+    for c in &a.per_cpu {
+        cpu_block(&mut s, c, verbose);
+    }
+    let bad: Vec<_> = a.settings.iter().filter(|st| !st.ok).collect();
+    if !bad.is_empty() {
+        let _ = writeln!(s, "machine-wide:");
+        for st in bad {
+            let line = format!("{} is {}: {}; fix: {}", st.name, st.value, st.why, st.fix);
+            let _ = writeln!(s, "  {}", wrap(&line, 2, 4));
+        }
+    }
+    let missing: Vec<&BootArg> = a.missing_boot_args().collect();
+    if !missing.is_empty() {
+        let words: Vec<&str> = missing.iter().map(|b| b.arg.as_str()).collect();
+        let line = format!(
+            "boot arguments missing (isold bootargs): {}",
+            words.join(" ")
+        );
+        let _ = writeln!(s, "{}", wrap(&line, 0, 2));
+    }
+    let disturbed: Vec<String> = a.disturbed().map(|c| c.cpu.to_string()).collect();
+    let _ = writeln!(
+        s,
+        "audit: {} of {} CPUs quiet{}",
+        a.per_cpu.len() - disturbed.len(),
+        a.per_cpu.len(),
+        if disturbed.is_empty() {
+            String::new()
+        } else {
+            format!(", disturbed: {}", disturbed.join(","))
+        }
+    );
+    s
+}
+
+/// `isold bootargs`: exit 0 when the running kernel has every argument, 1 when some are
+/// missing (after writing the GRUB drop-in with --write-grub, 0).
+pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs) -> i32 {
+    let online = match topology::online_cpus(root) {
+        Ok(o) => o,
+        Err(e) => return fail(e),
+    };
+    let cmdline = match root.read_value_opt("/proc/cmdline") {
+        Ok(c) => c.unwrap_or_default(),
+        Err(e) => return fail(e),
+    };
+    let all = bootargs::needed(
+        scope.preset,
+        &scope.cpus,
+        &online.difference(&scope.cpus),
+        bootargs::cpu_vendor(root).as_deref(),
+        &cmdline,
+    );
+    let missing: Vec<&BootArg> = all.iter().filter(|a| !a.satisfied).collect();
+    if args.write_grub {
+        if missing.is_empty() {
+            return print_out("bootargs: the running kernel has every argument; nothing written\n");
+        }
+        if root.is_host() && !nix::unistd::geteuid().is_root() {
+            return fail(format!(
+                "bootargs --write-grub needs root privileges: it writes {}",
+                bootargs::GRUB_DROP_IN
+            ));
+        }
+        let path = root.path(bootargs::GRUB_DROP_IN);
+        if let Some(dir) = path.parent() {
+            if let Err(e) = std::fs::create_dir_all(dir) {
+                return fail(format!(
+                    "{}: {}",
+                    dir.display(),
+                    libtaskisol::error::io_strerror(&e)
+                ));
+            }
+        }
+        let text = bootargs::grub_drop_in(&missing);
+        if let Err(e) = std::fs::write(&path, text) {
+            return fail(format!(
+                "{}: {}",
+                path.display(),
+                libtaskisol::error::io_strerror(&e)
+            ));
+        }
+        return print_out(&format!(
+            "wrote {}; run update-grub and reboot to use it\n",
+            path.display()
+        ));
+    }
+    if args.json {
+        let v = serde_json::json!({
+            "cpus": scope.cpus.to_string(),
+            "preset": scope.preset.name(),
+            "args": all,
+            "missing": missing.iter().map(|a| a.arg.as_str()).collect::<Vec<_>>(),
+        });
+        let code = print_out(&format!("{v:#}\n"));
+        return if code == EXIT_OK && missing.is_empty() {
+            EXIT_OK
+        } else {
+            EXIT_FAILURE
+        };
+    }
+    let mut s = format!(
+        "isold bootargs: CPUs {} ({}), preset {}\n",
+        scope.cpus, scope.source, scope.preset
+    );
+    for a in &all {
+        let state = if a.satisfied && a.current.is_none() {
+            "kernel default".to_string()
+        } else if a.satisfied {
+            "have".to_string()
+        } else {
+            match &a.current {
+                Some(c) => format!("MISSING (kernel has {c})"),
+                None => "MISSING".into(),
+            }
+        };
+        let _ = writeln!(s, "  {:<36} {state}", a.arg);
+        let _ = writeln!(s, "      {}", wrap(a.why, 6, 6));
+    }
+    if missing.is_empty() {
+        s.push_str("bootargs: the running kernel has every argument\n");
+    } else {
+        let words: Vec<&str> = missing.iter().map(|a| a.arg.as_str()).collect();
+        let _ = writeln!(
+            s,
+            "bootargs: {} missing; add to the kernel command line:\n{}",
+            missing.len(),
+            words.join(" ")
+        );
+        s.push_str("(isold bootargs --write-grub writes them to /etc/default/grub.d/isold.cfg)\n");
+    }
+    match print_out(&s) {
+        EXIT_OK if missing.is_empty() => EXIT_OK,
+        _ => EXIT_FAILURE,
+    }
+}

@@ -1,0 +1,387 @@
+//! `isold audit` and `isold bootargs` on trees captured from Debian's 6.12-rt in QEMU
+//! (tests/fixtures/debian-6.12-rt-audit and its -end twin, a window apart: four busy loops
+//! with affinity 0-3, the serial console's IRQ routed to CPU 3 while the guest wrote to it).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use libtaskisol::audit::{self, Sample, Scope};
+use libtaskisol::policy::preset::Preset;
+use libtaskisol::SysRoot;
+
+mod common;
+use common::copy_dir;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(name)
+}
+
+fn isold(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_isold"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn scope() -> Scope {
+    Scope {
+        cpus: "2-3".parse().unwrap(),
+        source: "--cpus".into(),
+        preset: Preset::default(),
+        allow_comm: vec!["pmd*".into()],
+        allow_cgroup: Vec::new(),
+        irq_movable: Default::default(),
+    }
+}
+
+/// The pids of the busy loops (`sh -c 'while :; do :; done'` with affinity 0-3): the `sh`
+/// processes of the tree with that affinity that used over 30 s of CPU time (the capture's own
+/// shell, the other `sh` there, used under 10 s).
+fn busy_loops(root: &SysRoot) -> Vec<i32> {
+    libtaskisol::tasks::all_threads(root)
+        .unwrap()
+        .into_iter()
+        .filter(|t| t.comm == "sh" && t.affinity.to_string() == "0-3" && t.cpu_ticks > 3000)
+        .map(|t| t.pid)
+        .collect()
+}
+
+/// What the kernel counted between the two captures, as the audit reports it: the serial
+/// IRQ on CPU 3, a busy loop that ran there, the tick running without nohz_full.
+#[test]
+fn the_window_between_two_real_captures_names_the_disturbers() {
+    let start = SysRoot::new(fixture("debian-6.12-rt-audit"));
+    let end = SysRoot::new(fixture("debian-6.12-rt-audit-end"));
+    let before = Sample::read(&start).unwrap();
+    let after = Sample::read(&end).unwrap();
+    let a = audit::audit(&end, &scope(), &before, &after, 10.0).unwrap();
+    assert_eq!(a.cpus, "2-3");
+    assert_eq!(a.housekeeping, "0-1");
+    assert!(a.kernel.contains("rt"), "{}", a.kernel);
+    let c3 = &a.per_cpu[1];
+    assert_eq!(c3.cpu, 3);
+    assert_eq!(c3.verdict, "disturbed");
+    let tty = c3
+        .disturbed_by
+        .iter()
+        .find(|d| d.source == "IRQ 4 ttyS0")
+        .expect("IRQ 4 counted on CPU 3");
+    assert_eq!(tty.kind, "irq");
+    let (b, e) = (&before.interrupts, &after.interrupts);
+    let count = |t: &libtaskisol::irq::Interrupts| t.irq(4).unwrap().counts[3];
+    assert_eq!(tty.count, count(e) - count(b), "the kernel's own delta");
+    assert!(tty.count > 0);
+    assert_eq!(tty.fix, "isold item irq_affinity");
+    let busy = busy_loops(&end);
+    assert_eq!(busy.len(), 4, "{busy:?}");
+    let named: Vec<&str> = c3
+        .disturbed_by
+        .iter()
+        .filter(|d| d.kind == "task")
+        .map(|d| d.source.as_str())
+        .collect();
+    assert!(
+        busy.iter()
+            .any(|p| named.contains(&format!("task {p} sh").as_str())),
+        "busy loops {busy:?}, CPU 3's tasks {named:?}"
+    );
+    let tick = c3.tick.as_ref().unwrap();
+    assert!(!tick.stopped && !tick.nohz_full, "{tick:?}");
+    // Sorted: most first.
+    let counts: Vec<u64> = c3.disturbed_by.iter().map(|d| d.count).collect();
+    assert!(counts.windows(2).all(|w| w[0] >= w[1]), "{counts:?}");
+    // Exposure: every IRQ with a handler may reach CPU 3 after setup routed ttyS0 there.
+    let irq4 = c3.can_disturb.irqs.iter().find(|i| i.irq == 4).unwrap();
+    assert_eq!(irq4.affinity, "3");
+    // Debian's kernels lack CONFIG_GENERIC_IRQ_DEBUGFS: whether an IRQ may move is unknown
+    // until an apply tried.
+    assert_eq!((irq4.managed, irq4.movable), (None, None));
+    let busy_exposed = c3
+        .can_disturb
+        .tasks
+        .iter()
+        .filter(|t| busy.contains(&t.pid))
+        .count();
+    assert_eq!(busy_exposed, 4);
+    assert!(c3
+        .can_disturb
+        .percpu_kthreads
+        .iter()
+        .any(|t| t.comm == "ksoftirqd/3"));
+    assert!(c3
+        .can_disturb
+        .settings
+        .iter()
+        .any(|s| s.name == "tick" && !s.ok));
+    let missing: Vec<&str> = a.missing_boot_args().map(|b| b.arg.as_str()).collect();
+    assert!(missing.contains(&"nohz_full=2-3"), "{missing:?}");
+}
+
+/// The CLI on a captured tree: JSON that parses with the documented fields, no window with
+/// `--duration 0`, and a human form that fits 80 columns.
+#[test]
+fn audit_of_a_captured_tree_from_the_command_line() {
+    let root = fixture("debian-6.12-rt-audit");
+    let root = root.to_str().unwrap();
+    let (rc, out, err) = isold(&[
+        "--root", root, "audit", "--cpus", "2-3", "-d", "0", "--json",
+    ]);
+    assert_eq!(rc, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["cpus"], "2-3");
+    assert_eq!(v["source"], "--cpus");
+    assert_eq!(v["window_s"], 0.0);
+    let cpus: Vec<u64> = v["per_cpu"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["cpu"].as_u64().unwrap())
+        .collect();
+    assert_eq!(cpus, [2, 3]);
+    for c in v["per_cpu"].as_array().unwrap() {
+        assert_eq!(c["verdict"], "unobserved");
+        assert!(c["tick"].is_null());
+        assert_eq!(c["disturbed_by"].as_array().unwrap().len(), 0);
+        for k in ["irqs", "tasks", "percpu_kthreads", "workloads", "settings"] {
+            assert!(c["can_disturb"][k].is_array(), "{k}");
+        }
+    }
+    let (rc, out, err) = isold(&["--root", root, "audit", "--cpus", "2-3", "-d", "0"]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(
+        out.starts_with("isold audit: CPUs 2-3 (--cpus), housekeeping 0-1, Linux"),
+        "{out}"
+    );
+    assert!(
+        out.contains("CPU 3: UNOBSERVED, no window; not isolated by the kernel\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("boot arguments missing (isold bootargs): isolcpus=managed_irq,domain,2-3"),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("audit: 2 of 2 CPUs quiet\n") || out.contains("audit: "),
+        "{out}"
+    );
+    let widest = out.lines().map(str::len).max().unwrap();
+    assert!(widest <= 80, "a line of {widest} columns:\n{out}");
+}
+
+#[test]
+fn audit_refuses_bad_cpus_and_durations_and_a_kernel_without_isolation() {
+    let root = fixture("debian-6.12-rt-audit");
+    let root = root.to_str().unwrap();
+    let (rc, out, err) = isold(&["--root", root, "audit", "--cpus", "2-9"]);
+    assert_eq!((rc, out.as_str()), (1, ""));
+    assert_eq!(
+        err,
+        "isold: --cpus 2-9: CPUs 4-9 are not online (online: 0-3)\n"
+    );
+    let (rc, _, err) = isold(&["--root", root, "audit", "--cpus", "x"]);
+    assert_eq!(rc, 1);
+    assert!(
+        err.starts_with("isold: --cpus: invalid CPU list \"x\": "),
+        "{err}"
+    );
+    for (d, shown) in [("-1", "-1"), ("3601", "3601"), ("nan", "NaN")] {
+        let (rc, _, err) = isold(&[
+            "--root",
+            root,
+            "audit",
+            "--cpus",
+            "3",
+            &format!("--duration={d}"),
+        ]);
+        assert_eq!(rc, 1);
+        assert_eq!(
+            err,
+            format!("isold: --duration {shown}: give seconds from 0 to 3600\n")
+        );
+    }
+    // This boot had no isolation arguments and the tree has no configuration file.
+    let (rc, _, err) = isold(&["--root", root, "audit"]);
+    assert_eq!(rc, 1);
+    assert!(
+        err.starts_with("isold: no isolated CPUs: the kernel isolates none"),
+        "{err}"
+    );
+    assert!(
+        err.ends_with("does not exist; name them with --cpus LIST\n"),
+        "{err}"
+    );
+}
+
+/// bootargs on the captured tree: everything missing (booted without arguments), exit 1;
+/// `--write-grub` writes the drop-in below the root and says what to run.
+#[test]
+fn bootargs_lists_the_missing_and_writes_the_grub_drop_in() {
+    let t = tempfile::tempdir().unwrap();
+    copy_dir(&fixture("debian-6.12-rt-audit"), t.path());
+    let root = t.path().to_str().unwrap();
+    let (rc, out, err) = isold(&["--root", root, "bootargs", "--cpus", "2-3", "--json"]);
+    assert_eq!(rc, 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let missing: Vec<&str> = v["missing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        &missing[..7],
+        [
+            "isolcpus=managed_irq,domain,2-3",
+            "nohz_full=2-3",
+            "rcu_nocbs=2-3",
+            "irqaffinity=0-1",
+            "skew_tick=1",
+            "tsc=reliable",
+            "nosoftlockup"
+        ]
+    );
+    let (rc, out, _) = isold(&["--root", root, "bootargs", "--cpus", "2-3"]);
+    assert_eq!(rc, 1);
+    assert!(
+        out.contains("  nohz_full=2-3                        MISSING\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  nohz=on                              kernel default\n"),
+        "{out}"
+    );
+    let (rc, out, err) = isold(&["--root", root, "bootargs", "--cpus", "2-3", "--write-grub"]);
+    assert_eq!(rc, 0, "{err}");
+    let path = t.path().join("etc/default/grub.d/isold.cfg");
+    assert_eq!(
+        out,
+        format!(
+            "wrote {}; run update-grub and reboot to use it\n",
+            path.display()
+        )
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains(&format!(
+            "GRUB_CMDLINE_LINUX_DEFAULT=\"$GRUB_CMDLINE_LINUX_DEFAULT {}",
+            missing.join(" ")
+        )),
+        "{text}"
+    );
+    // With the arguments on the command line, nothing is missing and nothing is written.
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(
+        t.path().join("proc/cmdline"),
+        format!("console=ttyS0 {}\n", missing.join(" ")),
+    )
+    .unwrap();
+    let (rc, out, _) = isold(&["--root", root, "bootargs", "--cpus", "2-3"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.ends_with("bootargs: the running kernel has every argument\n"),
+        "{out}"
+    );
+    let (rc, out, _) = isold(&["--root", root, "bootargs", "--cpus", "2-3", "--write-grub"]);
+    assert_eq!(rc, 0);
+    assert_eq!(
+        out,
+        "bootargs: the running kernel has every argument; nothing written\n"
+    );
+    assert!(!path.exists());
+}
+
+/// Whether an IRQ may move: from the kernel's IRQ flags in debugfs where it has them, else
+/// from what `isold apply` recorded in its state file (moved, or refused by the kernel).
+#[test]
+fn movable_irqs_are_known_from_debugfs_or_from_the_state_file() {
+    let t = tempfile::tempdir().unwrap();
+    copy_dir(&fixture("debian-6.12-rt-audit"), t.path());
+    let root = t.path().to_str().unwrap();
+    let dbg = t.path().join("sys/kernel/debug/irq/irqs");
+    std::fs::create_dir_all(&dbg).unwrap();
+    std::fs::write(dbg.join("1"), "handler:  handle_edge_irq\ndstate:   0x13408200\n            IRQD_ACTIVATED\n            IRQD_AFFINITY_MANAGED\n").unwrap();
+    std::fs::write(dbg.join("12"), "handler:  handle_edge_irq\ndstate:   0x10408200\n            IRQD_ACTIVATED\n            IRQD_NO_BALANCING\n").unwrap();
+    std::fs::write(
+        dbg.join("8"),
+        "handler:  handle_edge_irq\ndstate:   0x10408200\n            IRQD_ACTIVATED\n",
+    )
+    .unwrap();
+    let state = t.path().join("state.json");
+    use libtaskisol::policy::state::{Entry, Original, State};
+    let mut st = State::new(String::new(), "2-3".into(), "x".into());
+    st.record(Entry {
+        id: "irq:4".into(),
+        item: "irq_affinity".into(),
+        label: "IRQ 4 (ttyS0)".into(),
+        original: Original::Attr {
+            path: "/proc/irq/4/smp_affinity_list".into(),
+            content: "0-3\n".into(),
+            restore: "0-3".into(),
+        },
+    });
+    st.unchangeable
+        .insert("irq:0".into(), "the kernel refused (EIO)".into());
+    st.save(&state).unwrap();
+    let (rc, out, err) = isold(&[
+        "--root",
+        root,
+        "--state",
+        state.to_str().unwrap(),
+        "audit",
+        "--cpus",
+        "2-3",
+        "-d",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(rc, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let irqs = v["per_cpu"][1]["can_disturb"]["irqs"].as_array().unwrap();
+    let get = |n: u64| {
+        irqs.iter()
+            .find(|i| i["irq"] == n)
+            .unwrap_or_else(|| panic!("IRQ {n}: {irqs:?}"))
+    };
+    assert_eq!(
+        (get(1)["managed"].clone(), get(1)["movable"].clone()),
+        (true.into(), false.into())
+    );
+    assert!(get(1)["fix"]
+        .as_str()
+        .unwrap()
+        .starts_with("boot argument isolcpus=managed_irq"));
+    assert_eq!(
+        (get(12)["managed"].clone(), get(12)["movable"].clone()),
+        (false.into(), false.into())
+    );
+    assert!(get(12)["fix"]
+        .as_str()
+        .unwrap()
+        .starts_with("none at run time"));
+    assert_eq!(
+        (get(8)["managed"].clone(), get(8)["movable"].clone()),
+        (false.into(), true.into())
+    );
+    assert_eq!(get(8)["fix"], "isold item irq_affinity");
+    // No debugfs entry: the state file's word.
+    assert_eq!(
+        (get(0)["managed"].clone(), get(0)["movable"].clone()),
+        (serde_json::Value::Null, false.into())
+    );
+    assert!(get(0)["fix"]
+        .as_str()
+        .unwrap()
+        .starts_with("none at run time"));
+    assert_eq!(
+        (get(4)["managed"].clone(), get(4)["movable"].clone()),
+        (serde_json::Value::Null, true.into())
+    );
+    assert_eq!(get(9)["movable"], serde_json::Value::Null);
+}

@@ -1,0 +1,1080 @@
+//! Who can and who did disturb each isolated CPU: the evidence behind `isold audit`.
+//! Read-only: nothing here writes a file.
+//!
+//! - **Can disturb** (a snapshot): IRQs whose affinity or effective affinity includes the CPU,
+//!   tasks and threads allowed on it (workloads told apart), per-CPU kthreads, and the
+//!   settings that put kernel work there (tick, RCU callbacks, unbound workqueues, timer
+//!   migration, vmstat, RT throttling, THP, KSM, the NMI watchdog, consoles), plus the boot
+//!   arguments the policy needs that `/proc/cmdline` lacks.
+//! - **Did disturb** (two [`Sample`]s a window apart): the per-CPU deltas of every row of
+//!   `/proc/interrupts` and `/proc/softirqs`, and the threads that ran there (context
+//!   switches, last CPU).
+//! - A verdict per CPU: quiet, or the disturbers ranked by what they did, each with the fix.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use crate::cpuset::CpuSet;
+use crate::error::Result;
+use crate::irq::{self, Interrupts};
+use crate::policy::bootargs::{self, BootArg};
+use crate::policy::config::glob_match;
+use crate::policy::preset::Preset;
+use crate::sysroot::SysRoot;
+use crate::tasks::{self, Thread};
+use crate::topology::{self, IsolatedCpus};
+use crate::workqueue;
+
+/// A tick at this rate or below counts as stopped: with nohz_full a busy CPU keeps a
+/// residual 1 Hz tick (1.9/s measured on 6.12-rt under QEMU), a periodic one runs at
+/// CONFIG_HZ (100 to 1000; Debian: 250).
+pub const TICK_STOPPED_PER_S: f64 = 10.0;
+
+/// What to audit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// The isolated CPUs to audit.
+    pub cpus: CpuSet,
+    /// Where they come from, for the report ("--cpus", "the kernel: nohz_full").
+    pub source: String,
+    /// The preset whose boot arguments are checked.
+    pub preset: Preset,
+    /// Thread names that are workloads (the configuration's `allow_comm` and its defaults).
+    pub allow_comm: Vec<String>,
+    /// Cgroups whose tasks are workloads (`allow_cgroup`).
+    pub allow_cgroup: Vec<String>,
+    /// What `isold apply` learnt about IRQs (its state file): true for an IRQ it moved,
+    /// false for one the kernel refused to move. Used where the kernel's IRQ flags are not
+    /// readable (no CONFIG_GENERIC_IRQ_DEBUGFS, as on Debian's kernels).
+    pub irq_movable: std::collections::BTreeMap<u32, bool>,
+}
+
+/// Counters at one instant: the "did disturb" part compares two of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sample {
+    /// `/proc/interrupts`.
+    pub interrupts: Interrupts,
+    /// `/proc/softirqs` (same layout), where the kernel has it.
+    pub softirqs: Option<Interrupts>,
+    /// Every thread with its context switches and last CPU.
+    pub threads: Vec<Thread>,
+}
+
+impl Sample {
+    /// Read the counters under `root`.
+    pub fn read(root: &SysRoot) -> Result<Sample> {
+        let softirqs = match root.read_parsed("/proc/softirqs", Interrupts::parse) {
+            Ok(s) => Some(s),
+            Err(e) if e.errno() == Some(libc::ENOENT) => None,
+            Err(e) => return Err(e),
+        };
+        Ok(Sample {
+            interrupts: Interrupts::read(root)?,
+            softirqs,
+            threads: tasks::all_threads(root)?,
+        })
+    }
+}
+
+/// A thread as the audit names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TaskRef {
+    /// Process id.
+    pub pid: i32,
+    /// Thread id.
+    pub tid: i32,
+    /// Thread name.
+    pub comm: String,
+    /// Its CPU affinity.
+    pub affinity: String,
+    /// A kernel thread.
+    pub kthread: bool,
+}
+
+impl TaskRef {
+    fn of(t: &Thread) -> TaskRef {
+        TaskRef {
+            pid: t.pid,
+            tid: t.tid,
+            comm: t.comm.clone(),
+            affinity: t.affinity.to_string(),
+            kthread: t.is_kthread(),
+        }
+    }
+
+    fn name(&self) -> String {
+        let kind = if self.kthread { "kthread" } else { "task" };
+        if self.pid == self.tid {
+            format!("{kind} {} {}", self.pid, self.comm)
+        } else {
+            format!("{kind} {}/{} {}", self.pid, self.tid, self.comm)
+        }
+    }
+}
+
+/// An IRQ that may be delivered to the CPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IrqExposure {
+    /// The IRQ number.
+    pub irq: u32,
+    /// Its device (action) name; empty without a handler.
+    pub name: String,
+    /// `smp_affinity_list`.
+    pub affinity: String,
+    /// `effective_affinity_list`, where the kernel has it.
+    pub effective: Option<String>,
+    /// Whether the kernel manages its affinity (a multi-queue device's queue IRQ); `None`
+    /// when the kernel's IRQ flags are not readable (debugfs not mounted).
+    pub managed: Option<bool>,
+    /// Whether root may move it; `None` when unknown (see `managed`).
+    pub movable: Option<bool>,
+    /// What keeps it off the CPU.
+    pub fix: String,
+}
+
+/// A setting that decides whether the kernel puts work on the CPU.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Setting {
+    /// What it is (`tick`, `kernel.timer_migration`, ...).
+    pub name: String,
+    /// Its value here.
+    pub value: String,
+    /// Whether it keeps the CPU quiet.
+    pub ok: bool,
+    /// What it does to the CPU when not ok.
+    pub why: String,
+    /// What changes it (an isold item, a sysctl, a boot argument); empty when ok.
+    pub fix: String,
+}
+
+/// Who can disturb one CPU.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Exposure {
+    /// IRQs whose affinity or effective affinity includes the CPU.
+    pub irqs: Vec<IrqExposure>,
+    /// User tasks and movable kthreads allowed on it that are not workloads.
+    pub tasks: Vec<TaskRef>,
+    /// Kthreads the kernel keeps on this CPU (`PF_NO_SETAFFINITY`: ksoftirqd, kworker, ...).
+    pub percpu_kthreads: Vec<TaskRef>,
+    /// Workloads allowed on it: meant to be there.
+    pub workloads: Vec<TaskRef>,
+    /// Per-CPU settings (tick, RCU callbacks, unbound workqueues).
+    pub settings: Vec<Setting>,
+}
+
+/// Something that ran on the CPU during the window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Disturbance {
+    /// `irq`, `ipi`, `tick`, `softirq`, `task` or `kthread`.
+    pub kind: &'static str,
+    /// What it is (`IRQ 4 ttyS0`, `RES rescheduling IPIs`, `softirq TIMER`, `task 812 busy`).
+    pub source: String,
+    /// Interrupts, softirqs or context switches counted on the CPU in the window.
+    pub count: u64,
+    /// The same per second.
+    pub per_s: f64,
+    /// Tasks: the CPU time it used in the window, milliseconds (a busy loop that nothing
+    /// preempts switches rarely but uses the whole CPU).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_ms: Option<u64>,
+    /// What removes it.
+    pub fix: String,
+}
+
+/// The tick on one CPU during the window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Tick {
+    /// Local timer interrupts per second.
+    pub per_s: f64,
+    /// At most [`TICK_STOPPED_PER_S`].
+    pub stopped: bool,
+    /// The CPU is a nohz_full CPU.
+    pub nohz_full: bool,
+}
+
+/// Everything about one CPU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CpuAudit {
+    /// The CPU.
+    pub cpu: usize,
+    /// The kernel's mechanisms that isolate it (`isolcpus domain`, `nohz_full`, ...).
+    pub isolated_by: Vec<&'static str>,
+    /// `quiet`, `disturbed`, or `unobserved` (no window).
+    pub verdict: &'static str,
+    /// The tick.
+    pub tick: Option<Tick>,
+    /// Who disturbed it, most first.
+    pub disturbed_by: Vec<Disturbance>,
+    /// Workloads that ran on it (meant to be there; not disturbers).
+    pub workloads_ran: Vec<TaskRef>,
+    /// Who can disturb it.
+    pub can_disturb: Exposure,
+}
+
+/// The whole audit (`isold audit --json`; the format is documented in isold(8)).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Audit {
+    /// The running kernel's release.
+    pub kernel: String,
+    /// The audited CPUs.
+    pub cpus: String,
+    /// Where they come from.
+    pub source: String,
+    /// Online CPUs outside them.
+    pub housekeeping: String,
+    /// The window between the two samples, seconds.
+    pub window_s: f64,
+    /// Machine-wide settings that reach the audited CPUs.
+    pub settings: Vec<Setting>,
+    /// The boot arguments the preset needs, each checked against `/proc/cmdline`.
+    pub boot_args: Vec<BootArg>,
+    /// One entry per audited CPU, ascending.
+    pub per_cpu: Vec<CpuAudit>,
+}
+
+impl Audit {
+    /// The CPUs with a `disturbed` verdict.
+    pub fn disturbed(&self) -> impl Iterator<Item = &CpuAudit> {
+        self.per_cpu.iter().filter(|c| c.verdict == "disturbed")
+    }
+
+    /// The boot arguments the running kernel lacks.
+    pub fn missing_boot_args(&self) -> impl Iterator<Item = &BootArg> {
+        self.boot_args.iter().filter(|a| !a.satisfied)
+    }
+}
+
+/// Build the audit of `scope` from the files under `root` (the "can" part, read now) and two
+/// samples taken `window_s` seconds apart (the "did" part).
+pub fn audit(
+    root: &SysRoot,
+    scope: &Scope,
+    before: &Sample,
+    after: &Sample,
+    window_s: f64,
+) -> Result<Audit> {
+    let online = topology::online_cpus(root)?;
+    let housekeeping = online.difference(&scope.cpus);
+    let kernel = root
+        .read_value_opt("/proc/sys/kernel/osrelease")?
+        .unwrap_or_default();
+    let iso = IsolatedCpus::discover(root)?;
+    let cmdline = root.read_value_opt("/proc/cmdline")?.unwrap_or_default();
+    let vendor = bootargs::cpu_vendor(root);
+    let boot_args = bootargs::needed(
+        scope.preset,
+        &scope.cpus,
+        &housekeeping,
+        vendor.as_deref(),
+        &cmdline,
+    );
+    let settings = machine_settings(root)?;
+    let irqs = irq_exposures(root, &scope.irq_movable)?;
+    let unbound = workqueue::unbound_cpumask(root)?;
+    let rcu_nocbs = bootargs::last_value(&cmdline, "rcu_nocbs")
+        .and_then(|v| CpuSet::parse_list(&v).ok())
+        .unwrap_or_default();
+    let workload_of = Workloads::new(root, scope);
+    let mut per_cpu = Vec::new();
+    for cpu in scope.cpus.iter() {
+        let mut can = Exposure {
+            irqs: irqs
+                .iter()
+                .filter(|(aff, eff, _)| {
+                    aff.contains(cpu) || eff.as_ref().is_some_and(|e| e.contains(cpu))
+                })
+                .map(|(_, _, x)| x.clone())
+                .collect(),
+            ..Exposure::default()
+        };
+        for t in after.threads.iter().filter(|t| t.affinity.contains(cpu)) {
+            let r = TaskRef::of(t);
+            if t.is_pinned_by_kernel() {
+                can.percpu_kthreads.push(r);
+            } else if workload_of.is(t) {
+                can.workloads.push(r);
+            } else {
+                can.tasks.push(r);
+            }
+        }
+        let nohz_full = iso.nohz_full.contains(cpu);
+        can.settings.push(Setting {
+            name: "tick".into(),
+            value: if nohz_full { "nohz_full" } else { "periodic" }.into(),
+            ok: nohz_full,
+            why: "the scheduler tick interrupts the CPU 100-1000 times a second".into(),
+            fix: if nohz_full {
+                String::new()
+            } else {
+                format!("boot argument nohz_full={}", scope.cpus)
+            },
+        });
+        let offloaded = nohz_full || rcu_nocbs.contains(cpu);
+        can.settings.push(Setting {
+            name: "rcu callbacks".into(),
+            value: if offloaded {
+                "offloaded"
+            } else {
+                "on this CPU"
+            }
+            .into(),
+            ok: offloaded,
+            why: "RCU callbacks run in softirq context on the CPU that queued them".into(),
+            fix: if offloaded {
+                String::new()
+            } else {
+                format!("boot argument rcu_nocbs={}", scope.cpus)
+            },
+        });
+        if let Some(mask) = &unbound {
+            let ok = !mask.contains(cpu);
+            can.settings.push(Setting {
+                name: "unbound workqueues".into(),
+                value: mask.to_string(),
+                ok,
+                why: "kworkers of unbound workqueues may run here".into(),
+                fix: if ok {
+                    String::new()
+                } else {
+                    "isold item workqueue".into()
+                },
+            });
+        }
+        let tick = tick_of(before, after, cpu, window_s, nohz_full);
+        let mut did = Vec::new();
+        let at = At {
+            cpu,
+            nohz_full,
+            cpus: &scope.cpus,
+            window_s,
+        };
+        did_interrupts(&before.interrupts, &after.interrupts, &at, &irqs, &mut did);
+        if let (Some(b), Some(a)) = (&before.softirqs, &after.softirqs) {
+            did_softirqs(b, a, cpu, window_s, &mut did);
+        }
+        let mut workloads_ran = Vec::new();
+        did_threads(
+            before,
+            after,
+            cpu,
+            window_s,
+            &workload_of,
+            &mut did,
+            &mut workloads_ran,
+        );
+        did.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.source.cmp(&b.source)));
+        per_cpu.push(CpuAudit {
+            cpu,
+            isolated_by: iso.mechanisms(cpu),
+            verdict: if window_s <= 0.0 {
+                "unobserved"
+            } else if did.is_empty() {
+                "quiet"
+            } else {
+                "disturbed"
+            },
+            tick,
+            disturbed_by: did,
+            workloads_ran,
+            can_disturb: can,
+        });
+    }
+    Ok(Audit {
+        kernel,
+        cpus: scope.cpus.to_string(),
+        source: scope.source.clone(),
+        housekeeping: housekeeping.to_string(),
+        window_s,
+        settings,
+        boot_args,
+        per_cpu,
+    })
+}
+
+/// Which threads are workloads: inside the audited CPUs, or allow-listed by name or cgroup.
+struct Workloads<'a> {
+    scope: &'a Scope,
+    cgroups: std::cell::RefCell<HashMap<i32, Option<String>>>,
+    root: &'a SysRoot,
+}
+
+impl<'a> Workloads<'a> {
+    fn new(root: &'a SysRoot, scope: &'a Scope) -> Self {
+        Workloads {
+            scope,
+            cgroups: Default::default(),
+            root,
+        }
+    }
+
+    fn is(&self, t: &Thread) -> bool {
+        if t.is_kthread() {
+            return false;
+        }
+        if t.affinity.is_subset(&self.scope.cpus)
+            || self.scope.allow_comm.iter().any(|p| glob_match(p, &t.comm))
+        {
+            return true;
+        }
+        if self.scope.allow_cgroup.is_empty() {
+            return false;
+        }
+        let mut cache = self.cgroups.borrow_mut();
+        let cg = cache
+            .entry(t.pid)
+            .or_insert_with(|| tasks::cgroup_of(self.root, t.pid).ok().flatten());
+        cg.as_deref().is_some_and(|cg| {
+            crate::policy::plan::allowed_cgroup(&self.scope.allow_cgroup, cg).is_some()
+        })
+    }
+}
+
+/// Every IRQ with its affinity, effective affinity and exposure record.
+fn irq_exposures(
+    root: &SysRoot,
+    known: &std::collections::BTreeMap<u32, bool>,
+) -> Result<Vec<(CpuSet, Option<CpuSet>, IrqExposure)>> {
+    let mut out = Vec::new();
+    // An IRQ without a handler is never delivered: no device requested it.
+    for i in irq::list(root)?
+        .into_iter()
+        .filter(|i| !i.action.is_empty())
+    {
+        let flags = root
+            .read_to_string(format!("/sys/kernel/debug/irq/irqs/{}", i.irq))
+            .ok();
+        let managed = flags
+            .as_deref()
+            .map(|f| f.contains("IRQD_AFFINITY_MANAGED"));
+        let movable = flags
+            .as_deref()
+            .map(|f| {
+                !["IRQD_AFFINITY_MANAGED", "IRQD_PER_CPU", "IRQD_NO_BALANCING"]
+                    .iter()
+                    .any(|b| f.contains(b))
+            })
+            .or_else(|| known.get(&i.irq).copied());
+        let fix = match (managed, movable) {
+            (Some(true), _) => {
+                "boot argument isolcpus=managed_irq,... (the kernel places managed IRQs)"
+            }
+            (_, Some(false)) => "none at run time: the kernel does not let this IRQ move",
+            _ => "isold item irq_affinity",
+        };
+        out.push((
+            i.affinity.clone(),
+            i.effective.clone(),
+            IrqExposure {
+                irq: i.irq,
+                name: i.action.clone(),
+                affinity: i.affinity.to_string(),
+                effective: i.effective.as_ref().map(|e| e.to_string()),
+                managed,
+                movable,
+                fix: fix.into(),
+            },
+        ));
+    }
+    Ok(out)
+}
+
+/// Machine-wide settings, each with whether it keeps isolated CPUs quiet.
+fn machine_settings(root: &SysRoot) -> Result<Vec<Setting>> {
+    let mut out = Vec::new();
+    let mut add =
+        |name: &str, value: Option<String>, ok: &dyn Fn(&str) -> bool, why: &str, fix: &str| {
+            if let Some(v) = value {
+                let good = ok(&v);
+                out.push(Setting {
+                    name: name.into(),
+                    value: v,
+                    ok: good,
+                    why: why.into(),
+                    fix: if good { String::new() } else { fix.into() },
+                });
+            }
+        };
+    let sysctl = |n: &str| crate::sysctl::read(root, n).ok().flatten();
+    add(
+        "kernel.timer_migration",
+        sysctl("kernel.timer_migration"),
+        &|v| v == "0",
+        "timers armed on housekeeping CPUs may migrate to isolated ones",
+        "sysctl kernel.timer_migration = 0 (isold preset)",
+    );
+    add(
+        "vm.stat_interval",
+        sysctl("vm.stat_interval"),
+        &|v| v.parse::<u32>().is_ok_and(|s| s >= 10),
+        "vmstat work runs on every CPU that has counters to fold, each interval",
+        "sysctl vm.stat_interval = 10 (isold preset)",
+    );
+    add(
+        "kernel.sched_rt_runtime_us",
+        sysctl("kernel.sched_rt_runtime_us"),
+        &|v| v == "-1",
+        "RT throttling takes the CPU from a SCHED_FIFO workload for part of every second",
+        "sysctl kernel.sched_rt_runtime_us = -1 (isold preset, except cpu-partitioning)",
+    );
+    add(
+        "kernel.nmi_watchdog",
+        sysctl("kernel.nmi_watchdog"),
+        &|v| v == "0",
+        "the NMI watchdog's perf event interrupts every CPU periodically",
+        "sysctl kernel.nmi_watchdog = 0 (isold preset)",
+    );
+    let thp = root
+        .read_value_opt("/sys/kernel/mm/transparent_hugepage/enabled")?
+        .map(|v| selected(&v));
+    add(
+        "transparent_hugepage",
+        thp,
+        &|v| v != "always",
+        "khugepaged scans and collapses pages of every process, also on isolated CPUs",
+        "isold item thp (never)",
+    );
+    add(
+        "ksm",
+        root.read_value_opt("/sys/kernel/mm/ksm/run")?,
+        &|v| v != "1",
+        "ksmd merges pages, and its changes to mappings send TLB shootdowns",
+        "isold item ksm",
+    );
+    let level =
+        sysctl("kernel.printk").and_then(|v| v.split_whitespace().next().map(str::to_string));
+    let consoles = root.read_to_string("/proc/consoles").ok();
+    let serial: Vec<String> = consoles
+        .as_deref()
+        .unwrap_or("")
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with("ttyS") || n.starts_with("ttyAMA"))
+        .map(str::to_string)
+        .collect();
+    if let Some(level) = level {
+        let quiet_enough = level.parse::<u32>().is_ok_and(|l| l <= 4);
+        let value = if serial.is_empty() {
+            format!("console loglevel {level}")
+        } else {
+            format!(
+                "console loglevel {level}, serial console {}",
+                serial.join(", ")
+            )
+        };
+        add(
+            "printk",
+            Some(value),
+            &|_| serial.is_empty() || quiet_enough,
+            "a kernel message on a slow serial console can hold the printing CPU for over 10 ms",
+            "isold item printk (4)",
+        );
+    }
+    Ok(out)
+}
+
+/// The selected word of a sysfs choice (`always [madvise] never` -> `madvise`).
+fn selected(v: &str) -> String {
+    v.split_whitespace()
+        .find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
+        .unwrap_or(v)
+        .to_string()
+}
+
+fn column(t: &Interrupts, cpu: usize) -> Option<usize> {
+    t.cpus.iter().position(|&c| c == cpu)
+}
+
+/// `after - before` of the row `label` on `cpu` (0 when the row or column is missing, or
+/// the counter went backwards).
+fn delta(before: &Interrupts, after: &Interrupts, label: &str, cpu: usize) -> u64 {
+    let get = |t: &Interrupts| {
+        let col = column(t, cpu)?;
+        t.rows
+            .iter()
+            .find(|r| r.label == label)?
+            .counts
+            .get(col)
+            .copied()
+    };
+    match (get(before), get(after)) {
+        (Some(b), Some(a)) => a.saturating_sub(b),
+        (None, Some(a)) => a,
+        _ => 0,
+    }
+}
+
+fn per_s(count: u64, window_s: f64) -> f64 {
+    if window_s > 0.0 {
+        (count as f64 / window_s * 10.0).round() / 10.0
+    } else {
+        0.0
+    }
+}
+
+fn tick_of(
+    before: &Sample,
+    after: &Sample,
+    cpu: usize,
+    window_s: f64,
+    nohz_full: bool,
+) -> Option<Tick> {
+    if window_s <= 0.0 {
+        return None;
+    }
+    column(&after.interrupts, cpu)?;
+    after.interrupts.rows.iter().find(|r| r.label == "LOC")?;
+    let rate = per_s(
+        delta(&before.interrupts, &after.interrupts, "LOC", cpu),
+        window_s,
+    );
+    Some(Tick {
+        per_s: rate,
+        stopped: rate <= TICK_STOPPED_PER_S,
+        nohz_full,
+    })
+}
+
+/// The kind and fix of a per-CPU (non-numbered) row of /proc/interrupts.
+fn ipi_fix(label: &str, nohz_full: bool, cpus: &CpuSet) -> (&'static str, String) {
+    match label {
+        "LOC" => (
+            "tick",
+            if nohz_full {
+                "the tick runs while more than one task is runnable here: leave the workload alone on the CPU (isold item tasks)".into()
+            } else {
+                format!("boot argument nohz_full={cpus}")
+            },
+        ),
+        "RES" => (
+            "ipi",
+            "tasks woken or moved here: isold item tasks; a workload's own threads wake each other".into(),
+        ),
+        "CAL" | "TLB" => (
+            "ipi",
+            "sent by other CPUs (memory map changes, flushes): the workload's threads elsewhere, KSM, THP; no run-time lever".into(),
+        ),
+        "IWI" => ("ipi", "irq_work (perf, printk, RCU): nohz_full, rcu_nocbs, printk".into()),
+        "NMI" | "PMI" => ("ipi", "perf events and the NMI watchdog: sysctl kernel.nmi_watchdog = 0".into()),
+        "MCP" => ("ipi", "machine-check polling: isold item machinecheck".into()),
+        _ => ("ipi", "a per-CPU interrupt source of the platform".into()),
+    }
+}
+
+/// Where a disturbance happens: the CPU, whether it is nohz_full, the audited CPUs.
+struct At<'a> {
+    cpu: usize,
+    nohz_full: bool,
+    cpus: &'a CpuSet,
+    window_s: f64,
+}
+
+fn did_interrupts(
+    before: &Interrupts,
+    after: &Interrupts,
+    at: &At,
+    irqs: &[(CpuSet, Option<CpuSet>, IrqExposure)],
+    out: &mut Vec<Disturbance>,
+) {
+    let (cpu, window_s) = (at.cpu, at.window_s);
+    for row in &after.rows {
+        let n = delta(before, after, &row.label, cpu);
+        if n == 0 {
+            continue;
+        }
+        if let Some(num) = row.irq() {
+            let fix = irqs
+                .iter()
+                .find(|(_, _, x)| x.irq == num)
+                .map(|(_, _, x)| x.fix.clone())
+                .unwrap_or_else(|| "isold item irq_affinity".into());
+            let name = row.action();
+            out.push(Disturbance {
+                kind: "irq",
+                source: if name.is_empty() {
+                    format!("IRQ {num}")
+                } else {
+                    format!("IRQ {num} {name}")
+                },
+                count: n,
+                per_s: per_s(n, window_s),
+                cpu_ms: None,
+                fix,
+            });
+        } else {
+            if row.label == "LOC" && per_s(n, window_s) <= TICK_STOPPED_PER_S {
+                continue; // the residual tick of nohz_full: reported as the tick
+            }
+            let (kind, fix) = ipi_fix(&row.label, at.nohz_full, at.cpus);
+            out.push(Disturbance {
+                kind,
+                source: format!("{} {}", row.label, row.description.to_lowercase()),
+                count: n,
+                per_s: per_s(n, window_s),
+                cpu_ms: None,
+                fix,
+            });
+        }
+    }
+}
+
+fn softirq_fix(label: &str) -> &'static str {
+    match label {
+        "TIMER" | "HRTIMER" => {
+            "timers armed on this CPU: sysctl kernel.timer_migration = 0, nohz_full"
+        }
+        "RCU" => "RCU callbacks: boot argument rcu_nocbs",
+        "SCHED" => "load balancing: boot argument isolcpus=domain or an isolated cpuset partition",
+        "NET_RX" | "NET_TX" => "a NIC's IRQ or RPS on this CPU: isold item irq_affinity",
+        "BLOCK" | "IRQ_POLL" => {
+            "a disk's completions on this CPU: isold item irq_affinity, isolcpus=managed_irq"
+        }
+        _ => "a driver's IRQ on this CPU: isold item irq_affinity",
+    }
+}
+
+fn did_softirqs(
+    before: &Interrupts,
+    after: &Interrupts,
+    cpu: usize,
+    window_s: f64,
+    out: &mut Vec<Disturbance>,
+) {
+    for row in &after.rows {
+        let n = delta(before, after, &row.label, cpu);
+        if n > 0 {
+            out.push(Disturbance {
+                kind: "softirq",
+                source: format!("softirq {}", row.label),
+                count: n,
+                per_s: per_s(n, window_s),
+                cpu_ms: None,
+                fix: softirq_fix(&row.label).into(),
+            });
+        }
+    }
+}
+
+/// USER_HZ, the unit of the CPU times in `/proc/<pid>/stat` (100 on every Linux
+/// architecture in use).
+fn clock_ticks_per_s() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    match unsafe { libc::sysconf(libc::_SC_CLK_TCK) } {
+        n if n > 0 => n as u64,
+        _ => 100,
+    }
+}
+
+fn kthread_fix(comm: &str) -> &'static str {
+    let base = comm.split('/').next().unwrap_or(comm);
+    match base {
+        "kworker" => "work queued on this CPU: isold item workqueue for unbound work; per-CPU work has no run-time lever",
+        "ksoftirqd" => "softirqs deferred to a thread: see the softirq rows",
+        "rcuc" | "rcuop" | "rcuog" => "RCU: boot argument rcu_nocbs",
+        "migration" => "tasks moved to or from this CPU: isold item tasks",
+        "ktimers" => "timers: nohz_full, kernel.timer_migration = 0",
+        "cpuhp" => "CPU hotplug",
+        _ => "a per-CPU kernel thread: see its subsystem",
+    }
+}
+
+fn did_threads(
+    before: &Sample,
+    after: &Sample,
+    cpu: usize,
+    window_s: f64,
+    workloads: &Workloads,
+    out: &mut Vec<Disturbance>,
+    workloads_ran: &mut Vec<TaskRef>,
+) {
+    let earlier: HashMap<(i32, u64), &Thread> = before
+        .threads
+        .iter()
+        .map(|t| ((t.tid, t.starttime), t))
+        .collect();
+    let ms_per_tick = 1000 / clock_ticks_per_s();
+    for t in &after.threads {
+        let (count, ticks, here) = match earlier.get(&(t.tid, t.starttime)) {
+            Some(b) => (
+                t.switches.saturating_sub(b.switches),
+                t.cpu_ticks.saturating_sub(b.cpu_ticks),
+                t.processor as usize == cpu || b.processor as usize == cpu,
+            ),
+            // Started during the window.
+            None => (t.switches, t.cpu_ticks, t.processor as usize == cpu),
+        };
+        if !here || (count == 0 && ticks == 0) {
+            continue;
+        }
+        let r = TaskRef::of(t);
+        if workloads.is(t) {
+            workloads_ran.push(r);
+            continue;
+        }
+        let (kind, fix) = if t.is_pinned_by_kernel() {
+            ("kthread", kthread_fix(&t.comm).to_string())
+        } else if t.is_kthread() {
+            (
+                "kthread",
+                "isold item tasks (moves kthreads that may move)".into(),
+            )
+        } else {
+            ("task", "isold item tasks".into())
+        };
+        out.push(Disturbance {
+            kind,
+            source: r.name(),
+            count,
+            per_s: per_s(count, window_s),
+            cpu_ms: Some(ticks * ms_per_tick),
+            fix,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(text: &str) -> Interrupts {
+        Interrupts::parse(text).unwrap()
+    }
+
+    const BEFORE: &str = "           CPU0       CPU1       CPU2       CPU3\n\
+  4:          0         49          0          0   IO-APIC   4-edge      ttyS0\n\
+ 12:          0          0          3          0   IO-APIC  12-edge      i8042\n\
+LOC:        980       1001        790        812   Local timer interrupts\n\
+RES:        327        240        292        373   Rescheduling interrupts\n\
+ERR:          0\n";
+
+    const AFTER: &str = "           CPU0       CPU1       CPU2       CPU3\n\
+  4:          0         49          0        120   IO-APIC   4-edge      ttyS0\n\
+ 12:          0          0          3          0   IO-APIC  12-edge      i8042\n\
+LOC:       1480       1501        793       1312   Local timer interrupts\n\
+RES:        327        240        292        376   Rescheduling interrupts\n\
+ERR:          0\n";
+
+    fn exposure(irq: u32, fix: &str) -> (CpuSet, Option<CpuSet>, IrqExposure) {
+        (
+            "0-3".parse().unwrap(),
+            None,
+            IrqExposure {
+                irq,
+                name: "ttyS0".into(),
+                affinity: "0-3".into(),
+                effective: None,
+                managed: None,
+                movable: None,
+                fix: fix.into(),
+            },
+        )
+    }
+
+    fn did(cpu: usize, nohz_full: bool) -> Vec<Disturbance> {
+        let cpus: CpuSet = "2-3".parse().unwrap();
+        let at = At {
+            cpu,
+            nohz_full,
+            cpus: &cpus,
+            window_s: 2.0,
+        };
+        let mut out = Vec::new();
+        did_interrupts(
+            &table(BEFORE),
+            &table(AFTER),
+            &at,
+            &[exposure(4, "move it")],
+            &mut out,
+        );
+        out
+    }
+
+    /// Each row's growth on the CPU's own column, the IRQ's fix from its exposure, the tick
+    /// with the boot argument that stops it.
+    #[test]
+    fn interrupt_deltas_are_counted_per_cpu_column() {
+        let d = did(3, false);
+        let got: Vec<(&str, &str, u64, f64)> = d
+            .iter()
+            .map(|d| (d.kind, d.source.as_str(), d.count, d.per_s))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("irq", "IRQ 4 ttyS0", 120, 60.0),
+                ("tick", "LOC local timer interrupts", 500, 250.0),
+                ("ipi", "RES rescheduling interrupts", 3, 1.5),
+            ]
+        );
+        assert_eq!(d[0].fix, "move it");
+        assert_eq!(d[1].fix, "boot argument nohz_full=2-3");
+        let on_nohz = did(3, true);
+        assert!(
+            on_nohz[1].fix.contains("more than one task"),
+            "{}",
+            on_nohz[1].fix
+        );
+    }
+
+    /// A residual tick (nohz_full's 1 Hz) is no disturbance; a CPU whose counts did not move
+    /// has none.
+    #[test]
+    fn a_stopped_tick_and_still_counters_are_quiet() {
+        assert_eq!(did(2, true), []);
+        let s = |t: &str| Sample {
+            interrupts: table(t),
+            ..Sample::default()
+        };
+        let tick = tick_of(&s(BEFORE), &s(AFTER), 2, 2.0, true).unwrap();
+        assert_eq!(
+            tick,
+            Tick {
+                per_s: 1.5,
+                stopped: true,
+                nohz_full: true
+            }
+        );
+        let tick = tick_of(&s(BEFORE), &s(AFTER), 3, 2.0, false).unwrap();
+        assert!(!tick.stopped);
+        assert_eq!(
+            tick_of(&s(BEFORE), &s(AFTER), 3, 0.0, false),
+            None,
+            "no window"
+        );
+        assert_eq!(
+            tick_of(&s(BEFORE), &s(AFTER), 7, 2.0, false),
+            None,
+            "no column"
+        );
+    }
+
+    #[test]
+    fn a_row_that_appears_counts_whole_and_a_counter_never_goes_negative() {
+        let before = table("CPU0 CPU1\nLOC: 5 9 Local timer interrupts\n");
+        let after = table(
+            "CPU0 CPU1\nLOC: 7 3 Local timer interrupts\n 30: 0 4 PCI-MSI x virtio1-input.0\n",
+        );
+        assert_eq!(delta(&before, &after, "LOC", 0), 2);
+        assert_eq!(delta(&before, &after, "LOC", 1), 0);
+        assert_eq!(delta(&before, &after, "30", 1), 4);
+        assert_eq!(delta(&before, &after, "30", 5), 0);
+    }
+
+    #[test]
+    fn softirq_rows_name_their_lever() {
+        let before = table("CPU0 CPU1\nTIMER: 10 10\nRCU: 1 1\nNET_RX: 0 0\n");
+        let after = table("CPU0 CPU1\nTIMER: 10 30\nRCU: 1 2\nNET_RX: 0 0\n");
+        let mut out = Vec::new();
+        did_softirqs(&before, &after, 1, 4.0, &mut out);
+        let got: Vec<(&str, u64, f64)> = out
+            .iter()
+            .map(|d| (d.source.as_str(), d.count, d.per_s))
+            .collect();
+        assert_eq!(got, [("softirq TIMER", 20, 5.0), ("softirq RCU", 1, 0.3)]);
+        assert!(out[1].fix.contains("rcu_nocbs"));
+        assert!(out.iter().all(|d| d.kind == "softirq"));
+        assert!(softirq_fix("NET_RX").contains("irq_affinity"));
+    }
+
+    fn thread(pid: i32, comm: &str, affinity: &str, processor: u32, switches: u64) -> Thread {
+        Thread {
+            pid,
+            tid: pid,
+            comm: comm.into(),
+            flags: 0x0040_0100,
+            starttime: pid as u64 * 10,
+            affinity: affinity.parse().unwrap(),
+            policy: 0,
+            rt_priority: 0,
+            processor,
+            cpu_ticks: 0,
+            switches,
+        }
+    }
+
+    /// A thread that switched in the window and was last seen on the CPU ran there; a
+    /// workload is reported apart; a thread that did not switch, or ran elsewhere, did not.
+    #[test]
+    fn threads_that_ran_on_the_cpu_are_named() {
+        let scope = Scope {
+            cpus: "2-3".parse().unwrap(),
+            source: "--cpus".into(),
+            preset: Preset::default(),
+            allow_comm: vec!["pmd*".into()],
+            allow_cgroup: Vec::new(),
+            irq_movable: Default::default(),
+        };
+        let root = SysRoot::new("/nonexistent");
+        let w = Workloads::new(&root, &scope);
+        let mut kworker = thread(40, "kworker/3:1", "3", 3, 7);
+        kworker.flags |= crate::procfs::PF_KTHREAD | crate::procfs::PF_NO_SETAFFINITY;
+        let before = Sample {
+            threads: vec![
+                thread(100, "busy", "0-3", 1, 10),
+                thread(200, "rtapp", "3", 3, 5),
+                thread(300, "idle", "0-3", 3, 8),
+                thread(400, "elsewhere", "0-3", 0, 1),
+                thread(500, "pmd-1", "0-3", 3, 1),
+                kworker.clone(),
+            ],
+            ..Sample::default()
+        };
+        let mut before = before;
+        let mut after = before.clone();
+        after.threads[0].processor = 3;
+        after.threads[0].switches = 40;
+        after.threads[1].switches = 6;
+        after.threads[3].switches = 9;
+        after.threads[4].switches = 2;
+        after.threads[5].switches = 9;
+        after.threads.push(thread(600, "newcomer", "0-3", 3, 2));
+        // A busy loop nothing preempted: no switch, but CPU time.
+        let mut spinner = thread(700, "spinner", "0-3", 3, 4);
+        before.threads.push(spinner.clone());
+        spinner.cpu_ticks = 150;
+        after.threads.push(spinner);
+        let (mut out, mut ran) = (Vec::new(), Vec::new());
+        did_threads(&before, &after, 3, 2.0, &w, &mut out, &mut ran);
+        let got: Vec<(&str, &str, u64)> = out
+            .iter()
+            .map(|d| (d.kind, d.source.as_str(), d.count))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("task", "task 100 busy", 30),
+                ("kthread", "kthread 40 kworker/3:1", 2),
+                ("task", "task 600 newcomer", 2),
+                ("task", "task 700 spinner", 0)
+            ]
+        );
+        assert_eq!(out[3].cpu_ms, Some(150 * 1000 / clock_ticks_per_s()));
+        assert_eq!(out[0].cpu_ms, Some(0));
+        assert!(out[1].fix.contains("workqueue"), "{}", out[1].fix);
+        let names: Vec<&str> = ran.iter().map(|r| r.comm.as_str()).collect();
+        assert_eq!(names, ["rtapp", "pmd-1"]);
+        assert_eq!(
+            TaskRef {
+                pid: 7,
+                tid: 9,
+                comm: "x".into(),
+                affinity: "3".into(),
+                kthread: false
+            }
+            .name(),
+            "task 7/9 x"
+        );
+    }
+
+    #[test]
+    fn kthreads_name_their_subsystem() {
+        assert!(kthread_fix("ksoftirqd/3").contains("softirq"));
+        assert!(kthread_fix("rcuc/3").contains("rcu_nocbs"));
+        assert!(kthread_fix("migration/3").contains("tasks"));
+        assert!(kthread_fix("ktimers/3").contains("timer"));
+        assert!(kthread_fix("watchdog/3").contains("per-CPU"));
+        assert_eq!(selected("always [madvise] never"), "madvise");
+        assert_eq!(selected("2"), "2");
+        assert_eq!(per_s(3, 0.0), 0.0);
+    }
+}

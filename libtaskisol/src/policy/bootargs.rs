@@ -1,0 +1,335 @@
+//! The kernel command line a policy needs: what only a reboot can set (isolcpus, nohz_full,
+//! rcu_nocbs, irqaffinity, ...), which of it the running kernel lacks, and a GRUB drop-in that
+//! adds it. The arguments are those of tuned's realtime profiles (shared/reference), per
+//! preset; the CPU lists come from the policy.
+//!
+//! An argument is satisfied by the running command line when the kernel would do at least
+//! what it asks: `isolcpus=` with the same flags and a list that covers the isolated CPUs,
+//! `nohz_full=`/`rcu_nocbs=` covering them, `irqaffinity=` inside the housekeeping CPUs, and
+//! the other arguments verbatim. The kernel takes the last occurrence of a repeated argument.
+
+use serde::Serialize;
+
+use crate::cpuset::CpuSet;
+use crate::sysroot::SysRoot;
+
+use super::preset::Preset;
+
+/// One argument of the kernel command line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BootArg {
+    /// The whole argument as it goes on the command line (`nohz_full=2-3`, `nosoftlockup`).
+    pub arg: String,
+    /// What it does for the isolated CPUs.
+    pub why: &'static str,
+    /// Its value on the running kernel's command line (`/proc/cmdline`), if any.
+    pub current: Option<String>,
+    /// Whether the running kernel's command line does what it asks.
+    pub satisfied: bool,
+}
+
+/// The arguments `preset` needs for `isolated` CPUs, `housekeeping` taking the rest, in the
+/// order they go on the command line, each checked against `cmdline`. `vendor` is the CPU
+/// vendor (`/proc/cpuinfo`'s `vendor_id`), which picks the P-state driver to disable.
+pub fn needed(
+    preset: Preset,
+    isolated: &CpuSet,
+    housekeeping: &CpuSet,
+    vendor: Option<&str>,
+    cmdline: &str,
+) -> Vec<BootArg> {
+    let mut out: Vec<(String, &'static str)> = Vec::new();
+    if preset != Preset::CpuPartitioning {
+        out.push((
+            format!("isolcpus=managed_irq,domain,{isolated}"),
+            "keeps the scheduler's load balancing and managed IRQs (multi-queue devices) off the isolated CPUs",
+        ));
+    }
+    out.push((
+        "nohz=on".into(),
+        "lets the tick stop (needed for nohz_full)",
+    ));
+    out.push((
+        format!("nohz_full={isolated}"),
+        "stops the scheduler tick on an isolated CPU that runs one task",
+    ));
+    out.push((
+        format!("rcu_nocbs={isolated}"),
+        "runs RCU callbacks in rcuo kthreads on the housekeeping CPUs",
+    ));
+    out.push((
+        format!("irqaffinity={housekeeping}"),
+        "sends every IRQ to the housekeeping CPUs from boot",
+    ));
+    out.push((
+        "skew_tick=1".into(),
+        "offsets the CPUs' ticks so they do not contend for the same locks",
+    ));
+    out.push((
+        "tsc=reliable".into(),
+        "stops the clocksource watchdog from checking the TSC on every CPU",
+    ));
+    out.push((
+        "nosoftlockup".into(),
+        "stops the soft-lockup watchdog's per-CPU timer",
+    ));
+    match vendor {
+        Some("GenuineIntel") => out.push((
+            "intel_pstate=disable".into(),
+            "keeps intel_pstate from changing the frequency under the workload",
+        )),
+        Some("AuthenticAMD") => out.push((
+            "amd_pstate=disable".into(),
+            "keeps amd_pstate from changing the frequency under the workload",
+        )),
+        _ => {}
+    }
+    out.into_iter()
+        .map(|(arg, why)| {
+            let (name, want) = match arg.split_once('=') {
+                Some((n, v)) => (n.to_string(), Some(v.to_string())),
+                None => (arg.clone(), None),
+            };
+            let current = last_value(cmdline, &name);
+            let satisfied = match (&current, &want) {
+                (Some(have), Some(want)) => value_satisfies(&name, have, want),
+                (Some(have), None) => have.is_empty(),
+                // The tick may stop unless `nohz=off`: the kernel's default is on.
+                (None, _) => name == "nohz",
+            };
+            BootArg {
+                arg,
+                why,
+                current: current.map(|v| {
+                    if v.is_empty() {
+                        name.clone()
+                    } else {
+                        format!("{name}={v}")
+                    }
+                }),
+                satisfied,
+            }
+        })
+        .collect()
+}
+
+/// The value of the last `name` or `name=value` on `cmdline`: `Some("")` for a bare `name`.
+pub fn last_value(cmdline: &str, name: &str) -> Option<String> {
+    cmdline
+        .split_whitespace()
+        .rev()
+        .find_map(|w| match w.split_once('=') {
+            Some((n, v)) if n == name => Some(v.to_string()),
+            None if w == name => Some(String::new()),
+            _ => None,
+        })
+}
+
+/// Whether `have` (the running kernel's value of `name`) does what `want` asks.
+fn value_satisfies(name: &str, have: &str, want: &str) -> bool {
+    match name {
+        "isolcpus" => {
+            let (have_flags, have_cpus) = isolcpus_parts(have);
+            let (want_flags, want_cpus) = isolcpus_parts(want);
+            match (have_cpus, want_cpus) {
+                (Some(h), Some(w)) => {
+                    w.is_subset(&h) && want_flags.iter().all(|f| have_flags.contains(f))
+                }
+                _ => false,
+            }
+        }
+        "nohz_full" | "rcu_nocbs" => match (list(have), list(want)) {
+            (Some(h), Some(w)) => w.is_subset(&h),
+            _ => false,
+        },
+        "irqaffinity" => match (list(have), list(want)) {
+            (Some(h), Some(w)) => !h.is_empty() && h.is_subset(&w),
+            _ => false,
+        },
+        _ => have == want,
+    }
+}
+
+fn list(v: &str) -> Option<CpuSet> {
+    CpuSet::parse_list(v).ok()
+}
+
+/// `managed_irq,domain,2-3` -> (["managed_irq", "domain"], 2-3). Without flags the kernel
+/// means `domain`.
+fn isolcpus_parts(v: &str) -> (Vec<&str>, Option<CpuSet>) {
+    let mut flags = Vec::new();
+    let mut rest = v;
+    while let Some((head, tail)) = rest.split_once(',') {
+        if head.chars().next().is_some_and(|c| c.is_ascii_alphabetic()) {
+            flags.push(head);
+            rest = tail;
+        } else {
+            break;
+        }
+    }
+    if flags.is_empty() {
+        flags.push("domain");
+    }
+    (flags, list(rest))
+}
+
+/// The CPU vendor of `/proc/cpuinfo` (`GenuineIntel`, `AuthenticAMD`), if readable.
+pub fn cpu_vendor(root: &SysRoot) -> Option<String> {
+    let text = root.read_to_string("/proc/cpuinfo").ok()?;
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k.trim() == "vendor_id").then(|| v.trim().to_string())
+    })
+}
+
+/// Where `--write-grub` puts its drop-in.
+pub const GRUB_DROP_IN: &str = "/etc/default/grub.d/isold.cfg";
+
+/// The GRUB drop-in that appends `args` to the default kernel command line; `update-grub`
+/// then puts it in the boot configuration. Only the arguments the running kernel lacks
+/// need to be in it, but all of them are harmless to repeat.
+pub fn grub_drop_in(args: &[&BootArg]) -> String {
+    let line: Vec<&str> = args.iter().map(|a| a.arg.as_str()).collect();
+    format!(
+        "# Written by `isold bootargs --write-grub`: the kernel arguments of the isolation\n\
+         # policy. Run update-grub and reboot to use them; remove this file and run update-grub\n\
+         # to stop.\n\
+         GRUB_CMDLINE_LINUX_DEFAULT=\"$GRUB_CMDLINE_LINUX_DEFAULT {}\"\n",
+        line.join(" ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(s: &str) -> CpuSet {
+        s.parse().unwrap()
+    }
+
+    fn args(preset: Preset, vendor: Option<&str>, cmdline: &str) -> Vec<BootArg> {
+        needed(preset, &set("2-3"), &set("0-1"), vendor, cmdline)
+    }
+
+    #[test]
+    fn the_realtime_presets_need_tuneds_arguments() {
+        let a = args(Preset::RealtimeVirtualHost, Some("GenuineIntel"), "quiet");
+        let words: Vec<&str> = a.iter().map(|a| a.arg.as_str()).collect();
+        assert_eq!(
+            words,
+            [
+                "isolcpus=managed_irq,domain,2-3",
+                "nohz=on",
+                "nohz_full=2-3",
+                "rcu_nocbs=2-3",
+                "irqaffinity=0-1",
+                "skew_tick=1",
+                "tsc=reliable",
+                "nosoftlockup",
+                "intel_pstate=disable"
+            ]
+        );
+        assert!(a.iter().all(|a| a.current.is_none()));
+        let unmet: Vec<&str> = a
+            .iter()
+            .filter(|a| !a.satisfied)
+            .map(|a| a.arg.as_str())
+            .collect();
+        assert_eq!(
+            unmet.len(),
+            words.len() - 1,
+            "all but nohz=on, the default: {unmet:?}"
+        );
+        let amd = args(Preset::Realtime, Some("AuthenticAMD"), "");
+        assert_eq!(amd.last().unwrap().arg, "amd_pstate=disable");
+        let other = args(Preset::Realtime, None, "");
+        assert_eq!(other.last().unwrap().arg, "nosoftlockup");
+    }
+
+    #[test]
+    fn cpu_partitioning_needs_no_isolcpus() {
+        let a = args(Preset::CpuPartitioning, None, "");
+        assert_eq!(a[0].arg, "nohz=on");
+        assert!(!a.iter().any(|a| a.arg.starts_with("isolcpus")));
+    }
+
+    fn satisfied(cmdline: &str, name: &str) -> bool {
+        args(Preset::RealtimeVirtualHost, None, cmdline)
+            .into_iter()
+            .find(|a| a.arg.starts_with(name))
+            .unwrap()
+            .satisfied
+    }
+
+    #[test]
+    fn a_wider_list_satisfies_and_a_narrower_does_not() {
+        assert!(satisfied("nohz_full=1-3", "nohz_full"));
+        assert!(!satisfied("nohz_full=3", "nohz_full"));
+        assert!(satisfied("rcu_nocbs=0-3", "rcu_nocbs"));
+        assert!(!satisfied("rcu_nocbs=bogus", "rcu_nocbs"));
+        // irqaffinity: the IRQs must stay inside the housekeeping CPUs.
+        assert!(satisfied("irqaffinity=0", "irqaffinity"));
+        assert!(!satisfied("irqaffinity=0-2", "irqaffinity"));
+    }
+
+    #[test]
+    fn isolcpus_needs_its_flags_and_bare_means_domain() {
+        assert!(satisfied("isolcpus=domain,managed_irq,1-3", "isolcpus"));
+        assert!(!satisfied("isolcpus=2-3", "isolcpus"), "no managed_irq");
+        assert!(!satisfied("isolcpus=managed_irq,domain,3", "isolcpus"));
+        assert!(!satisfied("isolcpus=managed_irq,domain,", "isolcpus"));
+        assert_eq!(isolcpus_parts("2-3").0, ["domain"]);
+        assert_eq!(isolcpus_parts("nohz,2-3").0, ["nohz"]);
+    }
+
+    #[test]
+    fn the_last_occurrence_counts_and_plain_words_match_exactly() {
+        let a = args(
+            Preset::Realtime,
+            None,
+            "nohz_full=2-3 skew_tick=0 nosoftlockup tsc=unstable nohz_full=3 skew_tick=1",
+        );
+        let get = |n: &str| a.iter().find(|a| a.arg.starts_with(n)).unwrap();
+        assert!(!get("nohz_full").satisfied);
+        assert_eq!(get("nohz_full").current.as_deref(), Some("nohz_full=3"));
+        assert!(get("skew_tick").satisfied);
+        assert!(get("nosoftlockup").satisfied);
+        assert_eq!(get("nosoftlockup").current.as_deref(), Some("nosoftlockup"));
+        assert!(!get("tsc").satisfied);
+        assert!(get("nohz=").satisfied, "on by default");
+        assert!(!satisfied("nohz=off", "nohz="));
+        assert_eq!(
+            last_value("nosoftlockup=1", "nosoftlockup").as_deref(),
+            Some("1")
+        );
+        assert!(!satisfied("nosoftlockup=1", "nosoftlockup"));
+    }
+
+    #[test]
+    fn the_grub_drop_in_appends_to_the_default_line() {
+        let a = args(Preset::Realtime, None, "");
+        let refs: Vec<&BootArg> = a.iter().filter(|a| a.arg.starts_with("no")).collect();
+        let text = grub_drop_in(&refs);
+        assert!(
+            text.ends_with(
+                "GRUB_CMDLINE_LINUX_DEFAULT=\"$GRUB_CMDLINE_LINUX_DEFAULT nohz=on nohz_full=2-3 nosoftlockup\"\n"
+            ),
+            "{text}"
+        );
+        assert!(text.lines().take(3).all(|l| l.starts_with('#')));
+    }
+
+    #[test]
+    fn the_vendor_comes_from_cpuinfo() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("proc")).unwrap();
+        let root = SysRoot::new(dir.path());
+        assert_eq!(cpu_vendor(&root), None);
+        std::fs::write(
+            dir.path().join("proc/cpuinfo"),
+            "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 23\n",
+        )
+        .unwrap();
+        assert_eq!(cpu_vendor(&root).as_deref(), Some("AuthenticAMD"));
+    }
+}
