@@ -626,3 +626,64 @@ fn a_restore_that_fails_keeps_its_original_for_the_next_restore() {
     assert_eq!(snapshot(r), before);
     assert!(!r.join("run/isold/state.json").exists());
 }
+
+/// cpufreq on a machine that has it (the captured VM has none): the isolated CPUs get the
+/// governor, a CPU that does not offer it is reported and left alone, and restore puts
+/// every governor back byte for byte.
+#[test]
+fn cpufreq_governors_are_set_where_offered_and_restored() {
+    let t = tree_with("isolated_cpus = \"1-3\"\n[items]\ncpufreq = \"performance\"\n");
+    let r = t.path();
+    for cpu in 0..4 {
+        let dir = format!("sys/devices/system/cpu/cpu{cpu}/cpufreq");
+        // The kernel's formats: one name and a newline; the list ends with a space.
+        put(r, &format!("{dir}/scaling_governor"), "schedutil\n");
+        let offered = if cpu == 1 {
+            "schedutil powersave \n"
+        } else {
+            "performance schedutil powersave \n"
+        };
+        put(r, &format!("{dir}/scaling_available_governors"), offered);
+    }
+    let before = snapshot(r);
+    let (rc, out, err) = isold(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    for cpu in [2, 3] {
+        assert!(
+            out.contains(&format!(
+                "CPU {cpu} cpufreq governor: changed: schedutil -> performance"
+            )),
+            "{out}"
+        );
+        assert_eq!(
+            read(
+                r,
+                &format!("sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor")
+            )
+            .trim_end(),
+            "performance"
+        );
+    }
+    assert!(
+        out.contains("CPU 1 cpufreq governor: not changeable: governor performance not offered (available: schedutil powersave)"),
+        "{out}"
+    );
+    assert_eq!(
+        read(r, "sys/devices/system/cpu/cpu1/cpufreq/scaling_governor"),
+        "schedutil\n"
+    );
+    assert_eq!(
+        read(r, "sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
+        "schedutil\n"
+    );
+    let (rc, out, _) = isold(r, &["verify"]);
+    assert_eq!(rc, 0, "{out}");
+    let (rc, out, err) = isold(r, &["restore"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    let after = snapshot(r);
+    let changed: Vec<PathBuf> = changed_paths(&before, &after)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("cpufreq"))
+        .collect();
+    assert_eq!(changed, Vec::<PathBuf>::new());
+}

@@ -223,4 +223,51 @@ ERR:          0\n";
         assert!(!is_unmovable_errno(Some(libc::EINVAL)));
         assert!(!is_unmovable_errno(None));
     }
+
+    /// A row never has more counts than the header has CPUs, even when its description
+    /// starts with a number.
+    #[test]
+    fn counts_stop_at_the_cpu_columns() {
+        let t = Interrupts::parse("CPU0 CPU1\n 27: 1 2 3-level gpio-keys\n").unwrap();
+        assert_eq!(t.rows[0].counts, vec![1, 2]);
+        assert_eq!(t.rows[0].description, "3-level gpio-keys");
+    }
+
+    fn put(dir: &std::path::Path, rel: &str, content: &str) {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+
+    /// Every IRQ directory is listed, also without /proc/interrupts (then without names); an
+    /// IRQ freed while being read (its file gone) is left out; any other read error is one.
+    #[test]
+    fn irqs_are_listed_from_proc_irq() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let root = SysRoot::new(d);
+        put(d, "proc/irq/default_smp_affinity", "c\n");
+        assert_eq!(default_affinity(&root).unwrap(), "2-3".parse().unwrap());
+        put(d, "proc/irq/4/smp_affinity_list", "0-3\n");
+        put(d, "proc/irq/4/effective_affinity_list", "1\n");
+        std::fs::create_dir_all(d.join("proc/irq/9")).unwrap(); // freed meanwhile
+        let l = list(&root).unwrap();
+        assert_eq!(l.len(), 1);
+        assert_eq!(l[0].irq, 4);
+        assert_eq!(l[0].action, "");
+        assert_eq!(l[0].effective, Some("1".parse().unwrap()));
+        put(
+            d,
+            "proc/interrupts",
+            "CPU0 CPU1\n  4: 0 1 IO-APIC 4-edge ttyS0\n",
+        );
+        assert_eq!(list(&root).unwrap()[0].action, "ttyS0");
+        // A directory where a file should be: EISDIR, reported.
+        std::fs::create_dir_all(d.join("proc/irq/9/smp_affinity_list")).unwrap();
+        assert_eq!(list(&root).unwrap_err().errno(), Some(libc::EISDIR));
+        std::fs::remove_dir_all(d.join("proc/irq/9")).unwrap();
+        std::fs::remove_file(d.join("proc/interrupts")).unwrap();
+        std::fs::create_dir(d.join("proc/interrupts")).unwrap();
+        assert!(list(&root).is_err());
+    }
 }

@@ -48,4 +48,26 @@ mod tests {
             "/sys/devices/system/cpu/cpu2/power/pm_qos_resume_latency_us"
         );
     }
+
+    #[test]
+    fn governors_offered_or_none_without_cpufreq() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = SysRoot::new(dir.path());
+        assert_eq!(available_governors(&root, 2).unwrap(), None);
+        let d = dir.path().join("sys/devices/system/cpu/cpu2/cpufreq");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(
+            d.join("scaling_available_governors"),
+            "performance powersave \n",
+        )
+        .unwrap();
+        assert_eq!(
+            available_governors(&root, 2).unwrap(),
+            Some(vec!["performance".to_string(), "powersave".to_string()])
+        );
+        assert_eq!(
+            governor_path(2),
+            "/sys/devices/system/cpu/cpu2/cpufreq/scaling_governor"
+        );
+    }
 }

@@ -50,4 +50,23 @@ mod tests {
             assert!(path_of(bad).is_err(), "{bad}");
         }
     }
+
+    #[test]
+    fn reads_and_writes_below_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = SysRoot::new(dir.path());
+        assert_eq!(read(&root, "kernel.timer_migration").unwrap(), None);
+        std::fs::create_dir_all(dir.path().join("proc/sys/kernel")).unwrap();
+        std::fs::write(dir.path().join("proc/sys/kernel/timer_migration"), "1\n").unwrap();
+        assert_eq!(
+            read(&root, "kernel.timer_migration").unwrap().as_deref(),
+            Some("1")
+        );
+        write(&root, "kernel.timer_migration", "0").unwrap();
+        assert_eq!(
+            read(&root, "kernel/timer_migration").unwrap().as_deref(),
+            Some("0")
+        );
+        assert!(write(&root, "kernel..x", "0").is_err());
+    }
 }

@@ -183,4 +183,54 @@ mod tests {
         assert_eq!(cgroup_of(&root, 77).unwrap(), None);
         assert!(!is_same_thread(&root, 77, 77, 1).unwrap());
     }
+
+    fn put(dir: &std::path::Path, rel: &str, content: &str) {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+
+    const STAT: &str = "7 (sh) S 1 7 7 0 -1 4194560 0 0 0 0 12 30 0 0 20 0 1 0 99 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 2 0 0 0 0 0\n";
+
+    /// Context switches and CPU time come from status and stat; a thread whose files went
+    /// away is no thread, but any other failure (a file that does not parse, a directory
+    /// where a file should be) is an error naming the file.
+    #[test]
+    fn a_thread_that_cannot_be_read_is_an_error_unless_it_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let root = SysRoot::new(d);
+        put(d, "proc/7/task/7/stat", STAT);
+        put(d, "proc/7/task/7/status", "Name:\tsh\nCpus_allowed_list:\t0-3\nvoluntary_ctxt_switches:\t5\nnonvoluntary_ctxt_switches:\t2\n");
+        put(d, "proc/7/cgroup", "0::/user.slice\n");
+        let t = read_thread(&root, 7, 7).unwrap().unwrap();
+        assert_eq!((t.switches, t.cpu_ticks, t.processor), (7, 42, 2));
+        assert_eq!(t.sched(), Some(SchedPolicy::Other));
+        assert_eq!(threads_of(&root, 7).unwrap(), vec![t.clone()]);
+        assert_eq!(cgroup_of(&root, 7).unwrap().as_deref(), Some("/user.slice"));
+        assert!(is_same_thread(&root, 7, 7, 99).unwrap());
+
+        // Gone between reading stat and status: no thread.
+        std::fs::remove_file(d.join("proc/7/task/7/status")).unwrap();
+        assert_eq!(read_thread(&root, 7, 7).unwrap(), None);
+        // A directory where status should be: EISDIR, an error.
+        std::fs::create_dir(d.join("proc/7/task/7/status")).unwrap();
+        let e = read_thread(&root, 7, 7).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EISDIR), "{e}");
+        assert!(threads_of(&root, 7).is_err());
+        std::fs::remove_dir(d.join("proc/7/task/7/status")).unwrap();
+        // A stat that does not parse: an error naming the file, not a vanished thread.
+        put(d, "proc/7/task/7/stat", "garbage\n");
+        let e = read_thread(&root, 7, 7).unwrap_err();
+        assert!(e.to_string().contains("proc/7/task/7/stat"), "{e}");
+        assert!(is_same_thread(&root, 7, 7, 99).is_err());
+        // A cgroup file that cannot be read.
+        std::fs::remove_file(d.join("proc/7/cgroup")).unwrap();
+        std::fs::create_dir(d.join("proc/7/cgroup")).unwrap();
+        assert!(cgroup_of(&root, 7).is_err());
+        // A task directory that cannot be listed.
+        std::fs::remove_dir_all(d.join("proc/7/task")).unwrap();
+        put(d, "proc/7/task", "not a directory");
+        assert!(threads_of(&root, 7).is_err());
+    }
 }

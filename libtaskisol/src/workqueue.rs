@@ -42,3 +42,25 @@ pub fn queues_with_cpumask(root: &SysRoot) -> Result<Vec<String>> {
 pub fn queue_cpumask_path(name: &str) -> String {
     format!("{WORKQUEUE_DIR}/{name}/cpumask")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unbound_cpumask_is_read_where_the_kernel_has_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = SysRoot::new(dir.path());
+        assert_eq!(unbound_cpumask(&root).unwrap(), None);
+        let p = root.path(unbound_cpumask_path());
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        assert_eq!(p, dir.path().join("sys/devices/virtual/workqueue/cpumask"));
+        std::fs::write(&p, "c\n").unwrap();
+        assert_eq!(
+            unbound_cpumask(&root).unwrap(),
+            Some("2-3".parse().unwrap())
+        );
+        std::fs::write(&p, "zz\n").unwrap();
+        assert!(unbound_cpumask(&root).is_err());
+    }
+}

@@ -754,12 +754,35 @@ mod tests {
                 Some(3),
                 "pm_qos takes",
             ),
+            (
+                "isolated_cpus = \"2\"\n[items]\nirq_affinity = \"yes\"\n",
+                Some(3),
+                "irq_affinity takes true or false, not \"yes\"",
+            ),
+            // Far from every item: the list, not a guess.
+            (
+                "isolated_cpus = \"2\"\n[items]\ncgroup = true\n",
+                Some(3),
+                "unknown item 'cgroup' (valid: ",
+            ),
         ] {
             let e = parse(text).unwrap_err();
             assert_eq!(e.line, line, "{text:?}: {e}");
             assert!(e.reason.contains(want), "{text:?}: {e}");
             assert!(e.to_string().starts_with("/etc/isold/isold.toml:"), "{e}");
         }
+    }
+
+    #[test]
+    fn scheduling_policies_and_their_priorities() {
+        assert_eq!(parse_sched("fifo:1"), Ok(SchedPolicy::Fifo(1)));
+        assert_eq!(parse_sched("rr:99"), Ok(SchedPolicy::RoundRobin(99)));
+        assert_eq!(parse_sched("other"), Ok(SchedPolicy::Other));
+        for bad in ["other:5", "rr", "rr:0", "fifo:100", "batch:1", "fifo:x"] {
+            assert!(parse_sched(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_bool("tasks", "false"), Ok(false));
+        assert_eq!(parse_bool("tasks", "true"), Ok(true));
     }
 
     #[test]
