@@ -411,7 +411,7 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs) -> i32 {
             }
         };
         let _ = writeln!(s, "  {:<36} {state}", a.arg);
-        let _ = writeln!(s, "      {}", wrap(a.why, 6, 6));
+        let _ = writeln!(s, "      {}", wrap(&a.why, 6, 6));
     }
     if missing.is_empty() {
         s.push_str("bootargs: the running kernel has every argument\n");

@@ -135,6 +135,9 @@ fn audit_of_a_captured_tree_from_the_command_line() {
     ]);
     assert_eq!(rc, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // The JSON reads back into the library's types, unchanged.
+    let typed: audit::Audit = serde_json::from_str(&out).unwrap();
+    assert_eq!(serde_json::to_value(&typed).unwrap(), v);
     assert_eq!(v["cpus"], "2-3");
     assert_eq!(v["source"], "--cpus");
     assert_eq!(v["window_s"], 0.0);

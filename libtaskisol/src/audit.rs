@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
 use crate::error::Result;
@@ -78,7 +78,7 @@ impl Sample {
 }
 
 /// A thread as the audit names it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskRef {
     /// Process id.
     pub pid: i32,
@@ -114,7 +114,7 @@ impl TaskRef {
 }
 
 /// An IRQ that may be delivered to the CPU.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IrqExposure {
     /// The IRQ number.
     pub irq: u32,
@@ -134,7 +134,7 @@ pub struct IrqExposure {
 }
 
 /// A setting that decides whether the kernel puts work on the CPU.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Setting {
     /// What it is (`tick`, `kernel.timer_migration`, ...).
     pub name: String,
@@ -149,7 +149,7 @@ pub struct Setting {
 }
 
 /// Who can disturb one CPU.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Exposure {
     /// IRQs whose affinity or effective affinity includes the CPU.
     pub irqs: Vec<IrqExposure>,
@@ -164,10 +164,10 @@ pub struct Exposure {
 }
 
 /// Something that ran on the CPU during the window.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Disturbance {
     /// `irq`, `ipi`, `tick`, `softirq`, `task` or `kthread`.
-    pub kind: &'static str,
+    pub kind: String,
     /// What it is (`IRQ 4 ttyS0`, `RES rescheduling IPIs`, `softirq TIMER`, `task 812 busy`).
     pub source: String,
     /// Interrupts, softirqs or context switches counted on the CPU in the window.
@@ -176,14 +176,14 @@ pub struct Disturbance {
     pub per_s: f64,
     /// Tasks: the CPU time it used in the window, milliseconds (a busy loop that nothing
     /// preempts switches rarely but uses the whole CPU).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_ms: Option<u64>,
     /// What removes it.
     pub fix: String,
 }
 
 /// The tick on one CPU during the window.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Tick {
     /// Local timer interrupts per second.
     pub per_s: f64,
@@ -194,14 +194,14 @@ pub struct Tick {
 }
 
 /// Everything about one CPU.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CpuAudit {
     /// The CPU.
     pub cpu: usize,
     /// The kernel's mechanisms that isolate it (`isolcpus domain`, `nohz_full`, ...).
-    pub isolated_by: Vec<&'static str>,
+    pub isolated_by: Vec<String>,
     /// `quiet`, `disturbed`, or `unobserved` (no window).
-    pub verdict: &'static str,
+    pub verdict: String,
     /// The tick.
     pub tick: Option<Tick>,
     /// Who disturbed it, most first.
@@ -213,7 +213,7 @@ pub struct CpuAudit {
 }
 
 /// The whole audit (`isold audit --json`; the format is documented in isold(8)).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Audit {
     /// The running kernel's release.
     pub kernel: String,
@@ -366,14 +366,15 @@ pub fn audit(
         did.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.source.cmp(&b.source)));
         per_cpu.push(CpuAudit {
             cpu,
-            isolated_by: iso.mechanisms(cpu),
+            isolated_by: iso.mechanisms(cpu).into_iter().map(String::from).collect(),
             verdict: if window_s <= 0.0 {
                 "unobserved"
             } else if did.is_empty() {
                 "quiet"
             } else {
                 "disturbed"
-            },
+            }
+            .into(),
             tick,
             disturbed_by: did,
             workloads_ran,
@@ -690,7 +691,7 @@ fn did_interrupts(
                 .unwrap_or_else(|| "isold item irq_affinity".into());
             let name = row.action();
             out.push(Disturbance {
-                kind: "irq",
+                kind: "irq".into(),
                 source: if name.is_empty() {
                     format!("IRQ {num}")
                 } else {
@@ -707,7 +708,7 @@ fn did_interrupts(
             }
             let (kind, fix) = ipi_fix(&row.label, at.nohz_full, at.cpus);
             out.push(Disturbance {
-                kind,
+                kind: kind.into(),
                 source: format!("{} {}", row.label, row.description.to_lowercase()),
                 count: n,
                 per_s: per_s(n, window_s),
@@ -744,7 +745,7 @@ fn did_softirqs(
         let n = delta(before, after, &row.label, cpu);
         if n > 0 {
             out.push(Disturbance {
-                kind: "softirq",
+                kind: "softirq".into(),
                 source: format!("softirq {}", row.label),
                 count: n,
                 per_s: per_s(n, window_s),
@@ -822,7 +823,7 @@ fn did_threads(
             ("task", "isold item tasks".into())
         };
         out.push(Disturbance {
-            kind,
+            kind: kind.into(),
             source: r.name(),
             count,
             per_s: per_s(count, window_s),
@@ -896,7 +897,7 @@ ERR:          0\n";
         let d = did(3, false);
         let got: Vec<(&str, &str, u64, f64)> = d
             .iter()
-            .map(|d| (d.kind, d.source.as_str(), d.count, d.per_s))
+            .map(|d| (d.kind.as_str(), d.source.as_str(), d.count, d.per_s))
             .collect();
         assert_eq!(
             got,
@@ -1037,7 +1038,7 @@ ERR:          0\n";
         did_threads(&before, &after, 3, 2.0, &w, &mut out, &mut ran);
         let got: Vec<(&str, &str, u64)> = out
             .iter()
-            .map(|d| (d.kind, d.source.as_str(), d.count))
+            .map(|d| (d.kind.as_str(), d.source.as_str(), d.count))
             .collect();
         assert_eq!(
             got,

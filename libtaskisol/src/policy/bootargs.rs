@@ -8,7 +8,7 @@
 //! `nohz_full=`/`rcu_nocbs=` covering them, `irqaffinity=` inside the housekeeping CPUs, and
 //! the other arguments verbatim. The kernel takes the last occurrence of a repeated argument.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
 use crate::sysroot::SysRoot;
@@ -16,12 +16,12 @@ use crate::sysroot::SysRoot;
 use super::preset::Preset;
 
 /// One argument of the kernel command line.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BootArg {
     /// The whole argument as it goes on the command line (`nohz_full=2-3`, `nosoftlockup`).
     pub arg: String,
     /// What it does for the isolated CPUs.
-    pub why: &'static str,
+    pub why: String,
     /// Its value on the running kernel's command line (`/proc/cmdline`), if any.
     pub current: Option<String>,
     /// Whether the running kernel's command line does what it asks.
@@ -99,7 +99,7 @@ pub fn needed(
             };
             BootArg {
                 arg,
-                why,
+                why: why.into(),
                 current: current.map(|v| {
                     if v.is_empty() {
                         name.clone()

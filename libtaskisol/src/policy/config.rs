@@ -773,6 +773,115 @@ mod tests {
         }
     }
 
+    /// Every value check of the file, accepted and refused, each refusal with its reason.
+    #[test]
+    fn values_are_checked_one_by_one() {
+        let ok = |body: &str| {
+            parse(&format!("isolated_cpus = \"2\"\n{body}"))
+                .unwrap_or_else(|e| panic!("{body:?}: {e}"))
+        };
+        let refused = |body: &str, want: &str| {
+            let e = parse(&format!("isolated_cpus = \"2\"\n{body}")).unwrap_err();
+            assert!(e.reason.contains(want), "{body:?}: {e}");
+        };
+        let part = |v: &str| format!("[items]\ncgroup_partition = \"{v}\"\n");
+        assert_eq!(
+            ok(&part("/sys/fs/cgroup/rt/")).cgroup_partition.as_deref(),
+            Some("/sys/fs/cgroup/rt")
+        );
+        assert_eq!(
+            ok(&part("/sys/fs/cgroup/a")).cgroup_partition.as_deref(),
+            Some("/sys/fs/cgroup/a")
+        );
+        assert_eq!(
+            ok("[items]\ncgroup_partition = false\n").cgroup_partition,
+            None
+        );
+        for bad in [
+            "/sys/fs/cgroup/",
+            "/sys/fs/cgroup",
+            "/sys/fs/cgroupx/a",
+            "/sys/fs/cgroup/../etc",
+            "/sys/fs/cgroup/./a",
+            "/sys/fs/cgroup/a/..",
+            "/tmp/x",
+        ] {
+            refused(
+                &part(bad),
+                "cgroup_partition takes true, false or a cgroup directory below /sys/fs/cgroup/",
+            );
+        }
+        refused(
+            "[sysctl]\n\"vm.swappiness\" = \"1\\n2\"\n",
+            "a value cannot span lines",
+        );
+        refused("[sysctl]\n\"vm.swappiness\" = \"true\"\n", "needs a value");
+        refused(
+            "[kthread_priority]\n\"ksoftirqd/*\" = true\n",
+            "takes \"fifo:N\"",
+        );
+        assert!(!ok("[kthread_priority]\n\"ksoftirqd/*\" = false\n")
+            .kthread_priority
+            .iter()
+            .any(|(p, _)| p == "ksoftirqd/*"));
+        let kvm = ok("[kvm]\n\"kvm.halt_poll_ns\" = 0\n\"kvm.nx_huge_pages\" = false\n").kvm;
+        assert!(kvm.contains(&("kvm".into(), "halt_poll_ns".into(), "0".into())));
+        assert!(!kvm
+            .iter()
+            .any(|(m, p, _)| m == "kvm" && p == "nx_huge_pages"));
+        for key in ["kvm", ".x", "kvm.", "kv m.x", "kvm.a-b"] {
+            refused(
+                &format!("[kvm]\n\"{key}\" = 1\n"),
+                "is not module.parameter",
+            );
+        }
+        refused("[kvm]\n\"kvm.x\" = \"\"\n", "bad value");
+        refused("[kvm]\n\"kvm.x\" = \"a b\"\n", "bad value");
+        refused(
+            "[kvm]\n\"kvm.x\" = true\n",
+            "takes a number, a string or false",
+        );
+        let e = parse("isolated_cpus = \"\"\n").unwrap_err();
+        assert!(e.reason.contains("isolated_cpus is empty"), "{e}");
+    }
+
+    /// `true` keeps a list item's preset entries, `false` empties it; cpufreq takes a
+    /// governor's name, nothing else.
+    #[test]
+    fn list_items_switch_and_cpufreq_takes_a_name() {
+        let on = parse(
+            "isolated_cpus = \"2\"\n[items]\nsysctl = true\nkthread_priority = true\nkvm = true\n",
+        )
+        .unwrap();
+        assert!(!on.sysctl.is_empty());
+        assert!(!on.kvm.is_empty());
+        assert!(!on.kthread_priority.is_empty());
+        let off = parse(
+            "isolated_cpus = \"2\"\n[items]\nsysctl = false\nkthread_priority = false\nkvm = false\n",
+        )
+        .unwrap();
+        assert!(off.sysctl.is_empty());
+        assert!(off.kvm.is_empty());
+        assert!(off.kthread_priority.is_empty());
+        for good in ["performance", "my_gov2"] {
+            let c = parse(&format!(
+                "isolated_cpus = \"2\"\n[items]\ncpufreq = \"{good}\"\n"
+            ))
+            .unwrap();
+            assert_eq!(c.cpufreq.as_deref(), Some(good));
+        }
+        for bad in ["", "perf ormance", "../x", "per-formance"] {
+            let e = parse(&format!(
+                "isolated_cpus = \"2\"\n[items]\ncpufreq = \"{bad}\"\n"
+            ))
+            .unwrap_err();
+            assert!(
+                e.reason.contains("cpufreq takes a governor name or false"),
+                "{bad:?}: {e}"
+            );
+        }
+    }
+
     #[test]
     fn scheduling_policies_and_their_priorities() {
         assert_eq!(parse_sched("fifo:1"), Ok(SchedPolicy::Fifo(1)));

@@ -1,89 +1,128 @@
-//! scripts/demo: boot the 6.12-rt guest with isolation, show what disturbs the isolated CPUs,
-//! then run a busy SCHED_FIFO workload there with chisol and show where it ran; finally the
-//! seed's stat_refresh case (see [`super::seed`]) on 6.12-rt and on a stock 6.1 guest booted
-//! alongside, with chisol --fallback=native's decision on each.
+//! scripts/demo: the story a user wants to see, every number measured in the guests.
+//!
+//! 1. Debian's 6.12-rt booted without isolation arguments, made noisy (every IRQ on CPUs 2-3,
+//!    busy and sleeping tasks allowed everywhere): `isold audit` of CPUs 2-3.
+//! 2. `isold apply`, audit again: the IRQs and tasks are gone, the tick is still there.
+//! 3. `isold bootargs`; the guest booted again with exactly those arguments, `isold apply`,
+//!    audit again (idle).
+//! 4. A SCHED_FIFO workload on CPU 3 started with chisol, audited while it runs: the tick has
+//!    stopped under it. Then `isold restore`.
+//! 5. Why the tool exists: the seed's stat_refresh case (see [`super::seed`]) on that boot and
+//!    on a stock 6.1 guest booted alongside, with chisol --fallback=native's decision on each.
+//!
+//! It ends with one table, before and after, per isolated CPU.
 
 use std::time::Duration;
 
-use super::{hotplug_virtio_blk, run, seed, Expect, HarnessError, KernelRole, Scenario, ISOL23};
+use serde_json::Value;
+
+use super::{run, seed, Expect, HarnessError, KernelRole, Outcome, Scenario, ISOL23};
 
 const DEMO_SH: &str = include_str!("../../guest/demo.sh");
 
 fn script(call: &str) -> String {
-    format!("ISOLATED=2-3\n{DEMO_SH}\n{call}\n")
+    format!("taskset -pc 0-1 $$ >/dev/null\n{DEMO_SH}\n{call}\n")
 }
 
 /// How long the demo lets stock 6.1 show its blocked stat_refresh (the test suite waits 15 s).
 const SEED_WINDOW_S: u32 = 10;
 
-/// Runs the demo, printing for a human; `Ok(false)` when a step failed.
-pub fn run_demo() -> Result<bool, HarnessError> {
-    let mut s = Scenario::new("demo", KernelRole::Rt612, ISOL23);
-    s.binaries = vec!["chisol".into()];
-    s.modules(&["virtio_pci", "virtio_blk"]);
-    s.on_request("hotplug-blk", hotplug_virtio_blk("demoblk"));
-    s.step("kernel", &script("demo_kernel"), vec![Expect::exit(0)]);
-    s.step(
-        "hot-plug",
-        "echo 'hot-plugging a virtio-blk disk through QMP (one managed IRQ per vCPU queue)'\n\
-         host_request hotplug-blk\n\
-         wait_for 60 grep -q 'virtio.*req' /proc/interrupts && echo 'its IRQs appeared in /proc/interrupts'",
-        vec![Expect::exit(0)],
-    );
-    s.step("irqs", &script("demo_irqs"), vec![Expect::exit(0)]);
-    s.step(
-        "interrupts-idle",
-        &script("interrupt_deltas 2"),
-        vec![Expect::exit(0)],
-    );
-    s.step("tasks", &script("demo_tasks"), vec![Expect::exit(0)]);
+/// Seconds each audit watches.
+const WINDOW_S: u32 = 3;
+
+/// The stages of the table: (step, label).
+const STAGES: [(&str, &str); 4] = [
+    ("audit-before", "no isolation"),
+    ("audit-after-apply", "isold apply"),
+    ("audit-with-bootargs", "+ boot arguments"),
+    ("audit-with-workload", "+ FIFO workload on 3"),
+];
+
+fn audit_step(s: &mut Scenario, step: &str) {
+    let call = format!("demo_audit {step} {WINDOW_S}");
     s.step_with_timeout(
-        "workload",
-        &script("demo_workload"),
-        Duration::from_secs(90),
-        vec![
-            Expect::exit(0),
-            Expect::field("Cpus_allowed_list", "2-3"),
-            Expect::field("policy", "1 (SCHED_FIFO)"),
-            Expect::field("rt_priority", "1"),
-        ],
+        step,
+        &script(&call),
+        Duration::from_secs(120),
+        vec![Expect::exit(0), Expect::stdout_has("--- end\n")],
     );
-    seed::add(&mut s, SEED_WINDOW_S)?;
+}
 
-    // The same case on the stock kernel, booted at the same time: only the seed case runs.
-    let mut stock = Scenario::new("demo-stock61", KernelRole::Stock61, ISOL23);
-    stock.binaries = vec!["chisol".into()];
-    seed::add(&mut stock, SEED_WINDOW_S)?;
+/// The JSON an audit step printed between `--- json` and `--- end`.
+fn audit_json(out: &str) -> Option<Value> {
+    let start = out.find("--- json ")?;
+    let body = &out[start..];
+    let body = &body[body.find('\n')? + 1..];
+    serde_json::from_str(&body[..body.find("--- end")?]).ok()
+}
 
-    println!(
-        "== booting 6.12-rt and stock 6.1 guests at once (software emulation: expect 20-60 s)"
-    );
-    let (outcome, stock_outcome) = std::thread::scope(|scope| {
-        let other = scope.spawn(|| run(&stock));
-        let rt = run(&s);
-        (
-            rt,
-            other.join().expect("the stock 6.1 guest's thread panicked"),
-        )
-    });
-    let (outcome, stock_outcome) = (outcome?, stock_outcome?);
-    println!(
-        "== guest: {} {} under QEMU TCG, 4 vCPUs; booted in {}",
-        outcome.kernel.package,
-        outcome.kernel.version,
-        outcome
-            .boot_time
-            .map(|d| format!("{:.1} s", d.as_secs_f64()))
-            .unwrap_or_else(|| "?".into())
-    );
+/// A step's output for a human: an audit's JSON in isold's human form (the same window the
+/// table reports), other JSON left out.
+fn shown(out: &str) -> String {
+    match (out.find("--- json "), out.find("--- end\n")) {
+        (Some(a), Some(b)) => {
+            let middle = audit_json(out)
+                .filter(|j| j.get("per_cpu").is_some())
+                .and_then(|j| serde_json::from_value::<libtaskisol::audit::Audit>(j).ok())
+                .map(|audit| {
+                    format!(
+                        "$ isold audit --duration {WINDOW_S}\n{}",
+                        isold::audit::human(&audit, false)
+                    )
+                })
+                .unwrap_or_default();
+            format!("{}{middle}{}", &out[..a], &out[b + 8..])
+        }
+        _ => out.to_string(),
+    }
+}
+
+/// One row of the table per audited CPU of a stage.
+fn table_rows(label: &str, audit: &Value) -> Vec<String> {
+    let mut rows = Vec::new();
+    for c in audit["per_cpu"].as_array().into_iter().flatten() {
+        let sum = |kinds: &[&str]| -> u64 {
+            c["disturbed_by"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|d| kinds.iter().any(|k| d["kind"] == *k))
+                .map(|d| d["count"].as_u64().unwrap_or(0))
+                .sum()
+        };
+        let tasks = c["disturbed_by"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|d| d["kind"] == "task" || d["kind"] == "kthread")
+            .count();
+        let can = &c["can_disturb"];
+        let len = |k: &str| can[k].as_array().map_or(0, Vec::len);
+        rows.push(format!(
+            "{label:<21} {:>3} {:>5} {:>5}   {:>5} {:>5} {:>8} {:>5} {:>6.1}  {}",
+            c["cpu"],
+            len("irqs"),
+            len("tasks"),
+            sum(&["irq"]),
+            sum(&["ipi"]),
+            sum(&["softirq"]),
+            tasks,
+            c["tick"]["per_s"].as_f64().unwrap_or(f64::NAN),
+            c["verdict"].as_str().unwrap_or("?"),
+        ));
+    }
+    rows
+}
+
+fn print_outputs(s: &Scenario, o: &Outcome) {
     for step in &s.steps {
         if step.name == seed::STEP || step.name == seed::CLEANUP_STEP {
             continue;
         }
         println!("\n== {}", step.name);
-        match outcome.outputs.get(&step.name) {
+        match o.outputs.get(&step.name) {
             Some(out) => {
-                print!("{}", out.stdout);
+                print!("{}", shown(&out.stdout));
                 if !out.stderr.trim().is_empty() {
                     print!("{}", out.stderr);
                 }
@@ -91,23 +130,161 @@ pub fn run_demo() -> Result<bool, HarnessError> {
             None => println!("(no result)"),
         }
     }
+}
+
+/// Runs the demo, printing for a human; `Ok(false)` when a step failed.
+pub fn run_demo() -> Result<bool, HarnessError> {
+    // First boot: no isolation arguments.
+    let mut a = Scenario::new("demo", KernelRole::Rt612, "");
+    a.binaries = vec!["chisol".into(), "isold".into()];
+    a.step("kernel", &script("demo_kernel"), vec![Expect::exit(0)]);
+    a.step("noise", &script("demo_noise"), vec![Expect::exit(0)]);
+    audit_step(&mut a, "audit-before");
+    a.step_with_timeout(
+        "apply",
+        &script("demo_apply"),
+        Duration::from_secs(120),
+        vec![Expect::exit(0)],
+    );
+    audit_step(&mut a, "audit-after-apply");
+    a.step(
+        "bootargs",
+        &script(
+            "echo '$ isold bootargs'; isold --config /tmp/isold.toml bootargs | tail -n 3\n\
+             isold --config /tmp/isold.toml bootargs --json >/tmp/b.json\n\
+             echo '--- json bootargs'; cat /tmp/b.json; echo '--- end'",
+        ),
+        vec![Expect::exit(0), Expect::stdout_has("--- end\n")],
+    );
+
+    // The case that motivated task isolation on the stock kernel, booted meanwhile.
+    let mut stock = Scenario::new("demo-stock61", KernelRole::Stock61, ISOL23);
+    stock.binaries = vec!["chisol".into()];
+    seed::add(&mut stock, SEED_WINDOW_S)?;
+
+    println!(
+        "== booting 6.12-rt without isolation arguments, and stock 6.1 for the last part, at once\n   (software emulation: expect 1-3 minutes)"
+    );
+    let (first, stock_outcome) = std::thread::scope(|scope| {
+        let other = scope.spawn(|| run(&stock));
+        let rt = run(&a);
+        (
+            rt,
+            other.join().expect("the stock 6.1 guest's thread panicked"),
+        )
+    });
+    let (first, stock_outcome) = (first?, stock_outcome?);
+    println!(
+        "== guest: {} {} under QEMU TCG, 4 vCPUs; booted in {}",
+        first.kernel.package,
+        first.kernel.version,
+        first
+            .boot_time
+            .map(|d| format!("{:.1} s", d.as_secs_f64()))
+            .unwrap_or_else(|| "?".into())
+    );
+    print_outputs(&a, &first);
+    let args: Vec<String> = first
+        .outputs
+        .get("bootargs")
+        .and_then(|o| audit_json(&o.stdout))
+        .and_then(|b| {
+            b["missing"].as_array().map(|v| {
+                v.iter()
+                    .filter_map(|a| a.as_str().map(String::from))
+                    .collect()
+            })
+        })
+        .unwrap_or_default();
+    if args.is_empty() {
+        println!("FAILED: isold bootargs listed no missing argument");
+        return Ok(false);
+    }
+
+    // Second boot: with exactly what bootargs listed.
+    let mut b = Scenario::new("demo-bootargs", KernelRole::Rt612, &args.join(" "));
+    b.binaries = vec!["chisol".into(), "isold".into()];
+    b.step(
+        "kernel-with-bootargs",
+        &script("demo_kernel\nprintf 'isolated_cpus = \"2-3\"\\n' >/tmp/isold.toml\ndemo_apply"),
+        vec![Expect::exit(0)],
+    );
+    audit_step(&mut b, "audit-with-bootargs");
+    b.step(
+        "workload",
+        &script("demo_workload_start"),
+        vec![Expect::exit(0)],
+    );
+    audit_step(&mut b, "audit-with-workload");
+    b.step(
+        "stop-and-restore",
+        &script("demo_workload_stop"),
+        vec![Expect::exit(0)],
+    );
+    seed::add(&mut b, SEED_WINDOW_S)?;
+    println!(
+        "\n== booting 6.12-rt again with the arguments isold bootargs listed:\n   {}",
+        args.join(" ")
+    );
+    let second = run(&b)?;
+    print_outputs(&b, &second);
+
+    println!(
+        "\n== before and after, per isolated CPU ({WINDOW_S} s windows)\n\
+         {:<21} {:>3} {:>11}   {:>29} {:>6}\n\
+         {:<21} {:>3} {:>5} {:>5}   {:>5} {:>5} {:>8} {:>5} {:>6}  verdict",
+        "",
+        "",
+        "can disturb",
+        "did disturb (counts)",
+        "tick",
+        "stage",
+        "CPU",
+        "IRQs",
+        "tasks",
+        "IRQs",
+        "IPIs",
+        "softirqs",
+        "tasks",
+        "/s",
+    );
+    for (step, label) in STAGES {
+        let out = first.outputs.get(step).or_else(|| second.outputs.get(step));
+        match out.and_then(|o| audit_json(&o.stdout)) {
+            Some(j) => table_rows(label, &j).iter().for_each(|r| println!("{r}")),
+            None => println!("{label:<22} (no audit)"),
+        }
+    }
+    println!(
+        "can disturb: IRQs and tasks (or movable kthreads) allowed on the CPU; did disturb: what the kernel\n\
+         counted on it in the window (IPIs: rescheduling, function call, TLB, irq work, ...; tasks: threads\n\
+         other than the workload that ran there); tick: local timer interrupts per second (stopped: 10 or fewer)"
+    );
+
     println!(
         "\n== why this tool exists: the case that motivated task isolation\n\
          CPUs 2-3 isolated (isolcpus, nohz_full, rcu_nocbs), RT throttling off (sched_rt_runtime_us=-1),\n\
          a SCHED_FIFO busy loop on CPU 3 started with `chisol -f 1 -c 3`, then\n\
          `echo 1 > /proc/sys/vm/stat_refresh`, which queues vmstat work on every CPU and waits for it."
     );
-    for o in [&stock_outcome, &outcome] {
+    for o in [&stock_outcome, &second] {
         println!("\n{} {}:", o.kernel.package, o.kernel.version);
         print!("{}", seed::report(o));
     }
     println!(
-        "\n== guest files (console log, results, initramfs): {} and {}",
-        outcome.workdir.display(),
+        "\n== guest files (console log, results, initramfs): {}, {} and {}",
+        first.workdir.display(),
+        second.workdir.display(),
         stock_outcome.workdir.display()
     );
-    for f in outcome.failures.iter().chain(&stock_outcome.failures) {
+    let failures: Vec<_> = first
+        .failures
+        .iter()
+        .chain(&second.failures)
+        .chain(&stock_outcome.failures)
+        .collect();
+    for f in &failures {
         println!("FAILED: {f}");
     }
-    Ok(outcome.failures.is_empty() && stock_outcome.failures.is_empty())
+    Ok(failures.is_empty())
 }
