@@ -5,6 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use libtaskisol::audit::{self, Audit, CpuAudit, Scope};
+use libtaskisol::osnoise;
 use libtaskisol::policy::bootargs::{self, BootArg};
 use libtaskisol::policy::config::{Config, CpuSpec};
 use libtaskisol::policy::preset::Preset;
@@ -109,22 +110,47 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs) -> i32 {
             let _ = libtaskisol::sched::set_affinity(0, &hk);
         }
     }
+    // The observers stay out of what they observe: this process and the tracer's threads.
     let sample = || -> Result<audit::Sample, i32> {
         let mut s = audit::Sample::read(root).map_err(fail)?;
         if root.is_host() {
             s.threads.retain(|t| t.pid != me);
         }
+        if args.osnoise {
+            s.threads.retain(|t| !t.comm.starts_with("osnoise/"));
+        }
         Ok(s)
     };
+    let mut notes = Vec::new();
+    let tracer = if args.osnoise {
+        match osnoise::find(root) {
+            Ok(dir) => match osnoise::Run::start(root, &dir, &scope.cpus) {
+                Ok(run) => Some(run),
+                Err(e) => return fail(format!("--osnoise: {e}")),
+            },
+            Err(why) => {
+                notes.push(format!("osnoise: {why}; audited without it"));
+                None
+            }
+        }
+    } else {
+        None
+    };
     let started = Instant::now();
-    let before = match sample() {
-        Ok(s) => s,
+    let before = sample();
+    if before.is_ok() {
+        std::thread::sleep(Duration::from_secs_f64(args.duration));
+    }
+    let after = before.and_then(|b| sample().map(|a| (b, a)));
+    let noise = tracer.map(|t| t.finish(root));
+    let (before, after) = match after {
+        Ok(ba) => ba,
         Err(code) => return code,
     };
-    std::thread::sleep(Duration::from_secs_f64(args.duration));
-    let after = match sample() {
-        Ok(s) => s,
-        Err(code) => return code,
+    let noise = match noise {
+        Some(Ok(n)) => Some(n),
+        Some(Err(e)) => return fail(format!("--osnoise: {e}")),
+        None => None,
     };
     let window = if root.is_host() {
         started.elapsed().as_secs_f64()
@@ -132,10 +158,19 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs) -> i32 {
         args.duration
     };
     let window = (window * 100.0).round() / 100.0;
-    let a = match audit::audit(root, scope, &before, &after, window) {
+    let mut a = match audit::audit(root, scope, &before, &after, window) {
         Ok(a) => a,
         Err(e) => return fail(e),
     };
+    if let Some(n) = &noise {
+        for c in &mut a.per_cpu {
+            c.osnoise = n.get(&c.cpu).cloned();
+            if c.osnoise.is_none() {
+                notes.push(format!("osnoise: no sample from CPU {} (a SCHED_FIFO or SCHED_RR task there keeps the tracer's thread from running)", c.cpu));
+            }
+        }
+    }
+    a.notes = notes;
     let text = if args.json {
         let mut t = serde_json::to_string_pretty(&a).expect("audit serializes");
         t.push('\n');
@@ -236,6 +271,21 @@ fn cpu_block(s: &mut String, c: &CpuAudit, verbose: bool) {
         let head = "  workloads ran (meant to be here): ";
         let _ = writeln!(s, "{head}{}", wrap(&names.join(", "), head.len(), 4));
     }
+    if let Some(n) = &c.osnoise {
+        let line = format!(
+            "osnoise: {} us of noise in {:.1} s measured ({} periods), longest {} us; interference: {} IRQ, {} softirq, {} thread, {} NMI, {} hardware",
+            n.noise_us,
+            n.runtime_us as f64 / 1e6,
+            n.periods,
+            n.max_single_us,
+            n.irq,
+            n.softirq,
+            n.thread,
+            n.nmi,
+            n.hw
+        );
+        let _ = writeln!(s, "  {}", wrap(&line, 2, 4));
+    }
     let can = &c.can_disturb;
     let irqs: Vec<String> = can
         .irqs
@@ -314,18 +364,23 @@ pub fn human(a: &Audit, verbose: bool) -> String {
         );
         let _ = writeln!(s, "{}", wrap(&line, 0, 2));
     }
+    for n in &a.notes {
+        let _ = writeln!(s, "{}", wrap(&format!("note: {n}"), 0, 2));
+    }
     let disturbed: Vec<String> = a.disturbed().map(|c| c.cpu.to_string()).collect();
-    let _ = writeln!(
-        s,
-        "audit: {} of {} CPUs quiet{}",
-        a.per_cpu.len() - disturbed.len(),
-        a.per_cpu.len(),
-        if disturbed.is_empty() {
-            String::new()
-        } else {
-            format!(", disturbed: {}", disturbed.join(","))
-        }
-    );
+    let quiet = a.per_cpu.iter().filter(|c| c.verdict == "quiet").count();
+    if a.window_s <= 0.0 {
+        s.push_str("audit: no window (--duration 0): what can disturb, not what did\n");
+    } else if disturbed.is_empty() {
+        let _ = writeln!(s, "audit: {quiet} of {} CPUs quiet", a.per_cpu.len());
+    } else {
+        let _ = writeln!(
+            s,
+            "audit: {quiet} of {} CPUs quiet, disturbed: {}",
+            a.per_cpu.len(),
+            disturbed.join(",")
+        );
+    }
     s
 }
 

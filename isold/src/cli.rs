@@ -81,6 +81,10 @@ pub struct AuditArgs {
     )]
     pub duration: f64,
 
+    /// Also run the kernel's osnoise tracer on the CPUs during the window (needs root).
+    #[arg(long = "osnoise")]
+    pub osnoise: bool,
+
     /// Print the audit as JSON (documented in isold(8)).
     #[arg(long = "json")]
     pub json: bool,

@@ -388,3 +388,135 @@ fn movable_irqs_are_known_from_debugfs_or_from_the_state_file() {
     );
     assert_eq!(get(9)["movable"], serde_json::Value::Null);
 }
+
+/// `--osnoise` on a tree with tracefs: the tracer's per-CPU figures in the audit, and tracefs
+/// as it was afterwards; without the tracer, a note and the audit all the same.
+#[test]
+fn osnoise_figures_join_the_audit_and_tracefs_is_put_back() {
+    let t = tempfile::tempdir().unwrap();
+    copy_dir(&fixture("debian-6.12-rt-audit"), t.path());
+    let root = t.path().to_str().unwrap();
+    let tr = t.path().join("sys/kernel/tracing");
+    std::fs::create_dir_all(tr.join("osnoise")).unwrap();
+    std::fs::write(tr.join("available_tracers"), "timerlat osnoise nop\n").unwrap();
+    std::fs::write(tr.join("current_tracer"), "nop\n").unwrap();
+    std::fs::write(tr.join("osnoise/cpus"), "0-3\n").unwrap();
+    std::fs::write(
+        tr.join("trace"),
+        "# tracer: osnoise\n\
+         \x20     osnoise/3-302     [003] .......   120.001102: 1000000         40  99.99600      12      1      0    251      2      0\n",
+    )
+    .unwrap();
+    let (rc, out, err) = isold(&[
+        "--root",
+        root,
+        "audit",
+        "--cpus",
+        "2-3",
+        "-d",
+        "0",
+        "--osnoise",
+        "--json",
+    ]);
+    assert_eq!(rc, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["per_cpu"][0].get("osnoise").is_none(),
+        "no sample from CPU 2"
+    );
+    let n = &v["per_cpu"][1]["osnoise"];
+    assert_eq!(
+        (
+            n["periods"].as_u64(),
+            n["noise_us"].as_u64(),
+            n["max_single_us"].as_u64()
+        ),
+        (Some(1), Some(40), Some(12))
+    );
+    assert_eq!(
+        (n["irq"].as_u64(), n["softirq"].as_u64(), n["hw"].as_u64()),
+        (Some(251), Some(2), Some(1))
+    );
+    let notes: Vec<&str> = v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with("osnoise: no sample from CPU 2"),
+        "{notes:?}"
+    );
+    // The tracer ran on the audited CPUs only, and tracefs is as it was.
+    assert_eq!(
+        std::fs::read_to_string(tr.join("current_tracer")).unwrap(),
+        "nop"
+    );
+    assert_eq!(
+        std::fs::read_to_string(tr.join("osnoise/cpus")).unwrap(),
+        "0-3"
+    );
+    let (rc, out, _) = isold(&[
+        "--root",
+        root,
+        "audit",
+        "--cpus",
+        "2-3",
+        "-d",
+        "0",
+        "--osnoise",
+    ]);
+    assert_eq!(rc, 0);
+    assert!(
+        out.contains("  osnoise: 40 us of noise in 1.0 s measured (1 periods), longest 12 us;\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("    interference: 251 IRQ, 2 softirq, 0 thread, 0 NMI, 1 hardware\n"),
+        "{out}"
+    );
+
+    // A kernel without the tracer: said, and the audit goes on.
+    std::fs::write(tr.join("available_tracers"), "function nop\n").unwrap();
+    let (rc, out, err) = isold(&[
+        "--root",
+        root,
+        "audit",
+        "--cpus",
+        "2-3",
+        "-d",
+        "0",
+        "--osnoise",
+        "--json",
+    ]);
+    assert_eq!(rc, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["notes"][0],
+        "osnoise: the kernel has no osnoise tracer (CONFIG_OSNOISE_TRACER); audited without it"
+    );
+    assert!(v["per_cpu"][1].get("osnoise").is_none());
+    // Another tracer in use is not taken over.
+    std::fs::write(tr.join("available_tracers"), "osnoise function nop\n").unwrap();
+    std::fs::write(tr.join("current_tracer"), "function\n").unwrap();
+    let (rc, _, err) = isold(&[
+        "--root",
+        root,
+        "audit",
+        "--cpus",
+        "2-3",
+        "-d",
+        "0",
+        "--osnoise",
+    ]);
+    assert_eq!(rc, 1);
+    assert!(
+        err.contains("another tracer is in use; not taking it over"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(tr.join("current_tracer")).unwrap(),
+        "function\n"
+    );
+}

@@ -210,6 +210,9 @@ pub struct CpuAudit {
     pub workloads_ran: Vec<TaskRef>,
     /// Who can disturb it.
     pub can_disturb: Exposure,
+    /// What the kernel's osnoise tracer measured during the window (`--osnoise`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub osnoise: Option<crate::osnoise::CpuNoise>,
 }
 
 /// The whole audit (`isold audit --json`; the format is documented in isold(8)).
@@ -231,6 +234,9 @@ pub struct Audit {
     pub boot_args: Vec<BootArg>,
     /// One entry per audited CPU, ascending.
     pub per_cpu: Vec<CpuAudit>,
+    /// Remarks (what could not be measured, and why).
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 impl Audit {
@@ -379,6 +385,7 @@ pub fn audit(
             disturbed_by: did,
             workloads_ran,
             can_disturb: can,
+            osnoise: None,
         });
     }
     Ok(Audit {
@@ -390,6 +397,7 @@ pub fn audit(
         settings,
         boot_args,
         per_cpu,
+        notes: Vec::new(),
     })
 }
 

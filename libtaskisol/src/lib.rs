@@ -36,6 +36,7 @@ pub mod error;
 pub mod irq;
 pub mod isolation;
 pub mod launch;
+pub mod osnoise;
 pub mod policy;
 pub mod power;
 pub mod procfs;

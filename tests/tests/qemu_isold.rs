@@ -279,6 +279,19 @@ fn rt612_isold_apply_verify_restore() {
 fn stock61_isold_apply_verify_restore() {
     let mut s = Scenario::new("stock61-isold", KernelRole::Stock61, "");
     isold_scenario(&mut s, true);
+    // Debian's generic kernels lack the osnoise tracer: the audit says so and goes on.
+    s.step(
+        "isold_audit_without_osnoise",
+        "taskset -pc 0-1 $$ >/dev/null\n\
+         [ -e /sys/kernel/tracing/available_tracers ] || mount -t tracefs nodev /sys/kernel/tracing\n\
+         isold audit --cpus 2-3 --duration 1 --osnoise >/tmp/audit.txt; echo rc=$?\n\
+         cat /tmp/audit.txt",
+        vec![
+            Expect::field("rc", "0"),
+            Expect::output_has("note: osnoise: the kernel has no osnoise tracer (CONFIG_OSNOISE_TRACER);"),
+            Expect::output_has("CPU 3: "),
+        ],
+    );
     partition_steps(&mut s);
     run(&s).unwrap_or_else(|e| panic!("{e}")).assert_ok();
 }
@@ -502,6 +515,28 @@ fn rt612_isold_audit_then_boot_with_its_arguments() {
                     Ok(())
                 },
             ),
+        ],
+    );
+    s.step(
+        "isold_audit_osnoise",
+        "taskset -pc 0-1 $$ >/dev/null\n\
+         [ -e /sys/kernel/tracing/available_tracers ] || mount -t tracefs nodev /sys/kernel/tracing\n\
+         isold audit --duration 3 --osnoise --json >/tmp/audit.json; echo rc=$?\n\
+         echo tracer_after=$(cat /sys/kernel/tracing/current_tracer)\n\
+         echo osnoise_cpus_after=$(cat /sys/kernel/tracing/osnoise/cpus)\n\
+         echo '--- json'; cat /tmp/audit.json; echo '--- end'",
+        vec![
+            Expect::field("rc", "0"),
+            Expect::field("tracer_after", "nop"),
+            Expect::field("osnoise_cpus_after", "0-3"),
+            Expect::that("the osnoise tracer measured the idle isolated CPU", |o: &StepOutput| {
+                let a = json_of(o)?;
+                let n = &audit_cpu(&a, 2)?["osnoise"];
+                match (n["periods"].as_u64(), n["runtime_us"].as_u64()) {
+                    (Some(p), Some(r)) if p >= 1 && r > 0 => Ok(()),
+                    _ => Err(format!("CPU 2 osnoise {n}; notes {}", a["notes"])),
+                }
+            }),
         ],
     );
     run(&s).unwrap_or_else(|e| panic!("{e}")).assert_ok();

@@ -841,6 +841,19 @@ mod tests {
             "[kvm]\n\"kvm.x\" = true\n",
             "takes a number, a string or false",
         );
+        refused(
+            "[tasks]\nallow_comm = [\"\"]\n",
+            "must be an array of non-empty strings",
+        );
+        refused(
+            "[tasks]\nallow_comm = [1]\n",
+            "must be an array of non-empty strings",
+        );
+        refused(
+            "[tasks]\nallow_comm = \"x\"\n",
+            "must be an array of strings",
+        );
+        refused("[tasks]\nallow_pid = [\"x\"]\n", "unknown key 'allow_pid'");
         let e = parse("isolated_cpus = \"\"\n").unwrap_err();
         assert!(e.reason.contains("isolated_cpus is empty"), "{e}");
     }
@@ -927,5 +940,15 @@ mod tests {
         assert!(!glob_match("ksoftirqd/*", "kworker/0:1"));
         assert!(!glob_match("pmd", "pmd1"));
         assert!(glob_match("a[", "a["));
+        // The '!' or '^' that negates a class is not one of its members.
+        assert!(glob_match("[!a]", "!"));
+        assert!(glob_match("[^a]", "^"));
+        assert!(!glob_match("[!a]", "a"));
+        // A '-' before ']' or at the end is a member, not a range; an unclosed class is
+        // literal text.
+        assert!(glob_match("[a-]", "-"));
+        assert!(glob_match("[xa-c]", "b"));
+        assert!(glob_match("[a-", "[a-"));
+        assert!(!glob_match("[a-", "a"));
     }
 }
