@@ -520,3 +520,53 @@ fn osnoise_figures_join_the_audit_and_tracefs_is_put_back() {
         "function\n"
     );
 }
+
+/// Without --config and --cpus, the configuration file below the root is used when it exists.
+#[test]
+fn the_default_configuration_file_gives_the_cpus_when_it_exists() {
+    let t = tempfile::tempdir().unwrap();
+    copy_dir(&fixture("debian-6.12-rt-audit"), t.path());
+    let conf = t.path().join("etc/isold/isold.toml");
+    std::fs::create_dir_all(conf.parent().unwrap()).unwrap();
+    std::fs::write(&conf, "isolated_cpus = \"3\"\n").unwrap();
+    let root = t.path().to_str().unwrap();
+    let (rc, out, err) = isold(&["--root", root, "audit", "-d", "0", "--json"]);
+    assert_eq!(rc, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["cpus"], "3");
+    assert_eq!(v["source"], conf.display().to_string());
+    let (rc, out, _) = isold(&["--root", root, "bootargs", "--json"]);
+    assert_eq!(rc, 1);
+    assert!(out.contains("\"nohz_full=3\""), "{out}");
+}
+
+/// On the running system (read-only): the audit leaves itself out of what it reports, and
+/// sees the other tasks, this test's among them.
+#[test]
+fn the_audit_of_this_machine_leaves_itself_out() {
+    let child = Command::new(env!("CARGO_BIN_EXE_isold"))
+        .args(["audit", "--cpus", "1", "--duration", "0", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let audit_pid = i64::from(child.id());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let me = i64::from(std::process::id());
+    let tasks = v["per_cpu"][0]["can_disturb"]["tasks"].as_array().unwrap();
+    let pids: Vec<i64> = tasks.iter().map(|t| t["pid"].as_i64().unwrap()).collect();
+    assert!(
+        pids.contains(&me),
+        "this test ({me}) may run on CPU 1: {pids:?}"
+    );
+    assert!(
+        !pids.contains(&audit_pid),
+        "the audit ({audit_pid}) reported itself: {pids:?}"
+    );
+}

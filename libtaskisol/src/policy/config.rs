@@ -950,5 +950,10 @@ mod tests {
         assert!(glob_match("[xa-c]", "b"));
         assert!(glob_match("[a-", "[a-"));
         assert!(!glob_match("[a-", "a"));
+        assert!(!glob_match("a?", "a"), "'?' needs a character");
+        assert!(
+            !glob_match("a[", "ab"),
+            "an unclosed class matches only '['"
+        );
     }
 }
