@@ -141,6 +141,15 @@ fn audit_of_a_captured_tree_from_the_command_line() {
     assert_eq!(v["cpus"], "2-3");
     assert_eq!(v["source"], "--cpus");
     assert_eq!(v["window_s"], 0.0);
+    let (rc, out, _) = isold(&[
+        "--root", root, "audit", "--cpus", "3", "-d", "0.25", "--json",
+    ]);
+    assert_eq!(rc, 0);
+    let w: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        w["window_s"], 0.25,
+        "a captured tree's window is the duration asked for"
+    );
     let cpus: Vec<u64> = v["per_cpu"]
         .as_array()
         .unwrap()
@@ -401,6 +410,16 @@ fn osnoise_figures_join_the_audit_and_tracefs_is_put_back() {
     std::fs::write(tr.join("available_tracers"), "timerlat osnoise nop\n").unwrap();
     std::fs::write(tr.join("current_tracer"), "nop\n").unwrap();
     std::fs::write(tr.join("osnoise/cpus"), "0-3\n").unwrap();
+    // The tracer's own thread on CPU 3 (a per-CPU kthread): left out of what the audit lists.
+    let k = t.path().join("proc/900/task/900");
+    std::fs::create_dir_all(&k).unwrap();
+    std::fs::write(k.join("stat"), "900 (osnoise/3) S 2 0 0 0 -1 69238848 0 0 0 0 0 0 0 0 20 0 1 0 9000 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 3 0 0 0 0 0\n").unwrap();
+    std::fs::write(
+        k.join("status"),
+        "Name:\tosnoise/3\nCpus_allowed_list:\t3\n",
+    )
+    .unwrap();
+    std::fs::write(t.path().join("proc/900/cgroup"), "0::/\n").unwrap();
     std::fs::write(
         tr.join("trace"),
         "# tracer: osnoise\n\

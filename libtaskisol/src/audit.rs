@@ -535,7 +535,7 @@ fn machine_settings(root: &SysRoot) -> Result<Vec<Setting>> {
     );
     let thp = root
         .read_value_opt("/sys/kernel/mm/transparent_hugepage/enabled")?
-        .map(|v| selected(&v));
+        .map(|v| crate::policy::plan::choice_of(&v).to_string());
     add(
         "transparent_hugepage",
         thp,
@@ -580,14 +580,6 @@ fn machine_settings(root: &SysRoot) -> Result<Vec<Setting>> {
         );
     }
     Ok(out)
-}
-
-/// The selected word of a sysfs choice (`always [madvise] never` -> `madvise`).
-fn selected(v: &str) -> String {
-    v.split_whitespace()
-        .find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
-        .unwrap_or(v)
-        .to_string()
 }
 
 fn column(t: &Interrupts, cpu: usize) -> Option<usize> {
@@ -1082,8 +1074,6 @@ ERR:          0\n";
         assert!(kthread_fix("migration/3").contains("tasks"));
         assert!(kthread_fix("ktimers/3").contains("timer"));
         assert!(kthread_fix("watchdog/3").contains("per-CPU"));
-        assert_eq!(selected("always [madvise] never"), "madvise");
-        assert_eq!(selected("2"), "2");
         assert_eq!(per_s(3, 0.0), 0.0);
     }
 }

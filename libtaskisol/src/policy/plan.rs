@@ -72,7 +72,7 @@ impl Want {
 }
 
 /// `always [madvise] never` -> `madvise`; a file without brackets is its own value.
-fn choice_of(raw: &str) -> &str {
+pub(crate) fn choice_of(raw: &str) -> &str {
     match (raw.find('['), raw.find(']')) {
         (Some(a), Some(b)) if a < b => &raw[a + 1..b],
         _ => raw.trim(),
@@ -559,6 +559,9 @@ mod tests {
         assert_eq!(p.restore_text("7\t4\t1\t7\n"), "7\t4\t1\t7");
         assert!(Want::Text("32768 60999".into()).matches("32768\t60999\n"));
         assert!(!Want::Text("0".into()).matches("00\n"));
+        // Brackets the wrong way round are no choice.
+        assert_eq!(choice_of("] x [\n"), "] x [");
+        assert_eq!(choice_of("2\n"), "2");
     }
 
     #[test]
