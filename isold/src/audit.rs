@@ -485,3 +485,141 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs) -> i32 {
         _ => EXIT_FAILURE,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use libtaskisol::audit::{Disturbance, Exposure, Tick};
+
+    #[test]
+    fn wrapping_keeps_every_line_within_79_columns() {
+        assert_eq!(wrap("short text", 10, 4), "short text");
+        let long = "word ".repeat(40);
+        let w = wrap(long.trim_end(), 6, 4);
+        let lines: Vec<&str> = w.lines().collect();
+        assert!(lines.len() > 2, "{w}");
+        assert!(6 + lines[0].len() <= 79, "{w}");
+        assert!(
+            lines[1..]
+                .iter()
+                .all(|l| l.len() <= 79 && l.starts_with("    word")),
+            "{w}"
+        );
+        assert_eq!(w.split_whitespace().count(), 40, "no word lost");
+        // A word longer than a line stays whole on its own line.
+        let w = wrap(&format!("a {}", "x".repeat(90)), 10, 2);
+        assert_eq!(w, format!("a\n  {}", "x".repeat(90)));
+        // Never an empty line: at the indent, a long word stays where it is.
+        assert_eq!(wrap(&"y".repeat(90), 2, 2), "y".repeat(90));
+    }
+
+    #[test]
+    fn rates_lose_decimals_from_100() {
+        assert_eq!(rate(250.0), "250");
+        assert_eq!(rate(100.0), "100");
+        assert_eq!(rate(1.25), "1.2");
+        assert_eq!(rate(0.0), "0.0");
+    }
+
+    fn d(kind: &str, source: &str, count: u64, fix: &str) -> Disturbance {
+        Disturbance {
+            kind: kind.into(),
+            source: source.into(),
+            count,
+            per_s: count as f64 / 2.0,
+            cpu_ms: (kind == "task").then_some(1500),
+            fix: fix.into(),
+        }
+    }
+
+    fn cpu(n: usize, did: Vec<Disturbance>) -> CpuAudit {
+        CpuAudit {
+            cpu: n,
+            isolated_by: vec!["nohz_full".into()],
+            verdict: if did.is_empty() { "quiet" } else { "disturbed" }.into(),
+            tick: Some(Tick {
+                per_s: if did.is_empty() { 0.5 } else { 250.0 },
+                stopped: did.is_empty(),
+                nohz_full: true,
+            }),
+            disturbed_by: did,
+            workloads_ran: Vec::new(),
+            can_disturb: Exposure::default(),
+            osnoise: None,
+        }
+    }
+
+    /// Eight disturbers a CPU, fixes numbered once each, the rest counted; quiet CPUs in one
+    /// line; notes and the closing count.
+    #[test]
+    fn the_human_form_ranks_numbers_fixes_and_counts() {
+        let mut did: Vec<Disturbance> = (0..10)
+            .map(|i| {
+                d(
+                    "ipi",
+                    &format!("X{i} thing"),
+                    100 - i,
+                    if i % 2 == 0 { "fix even" } else { "fix odd" },
+                )
+            })
+            .collect();
+        did[0] = d("task", "task 812 busy", 100, "isold item tasks");
+        let a = Audit {
+            kernel: "6.12".into(),
+            cpus: "2-3".into(),
+            source: "--cpus".into(),
+            housekeeping: "0-1".into(),
+            window_s: 2.0,
+            settings: Vec::new(),
+            boot_args: Vec::new(),
+            per_cpu: vec![cpu(2, Vec::new()), cpu(3, did)],
+            notes: vec!["osnoise: not here".into()],
+        };
+        let text = human(&a, false);
+        assert!(
+            text.starts_with(
+                "isold audit: CPUs 2-3 (--cpus), housekeeping 0-1, Linux 6.12, window 2 s\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("CPU 2: QUIET, tick stopped (0.5/s); nohz_full\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("CPU 3: DISTURBED, tick running (250/s); nohz_full\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("       100     50.0/s  task 812 busy (1500 ms CPU)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  ... and 2 more (-v or --json lists them)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  [1] fix: isold item tasks\n  [2] fix: fix odd\n  [3] fix: fix even\n"),
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("[3]").count(),
+            1 + 3,
+            "X2, X4, X6 and the fix line: {text}"
+        );
+        assert!(text.contains("note: osnoise: not here\n"), "{text}");
+        assert!(
+            text.ends_with("audit: 1 of 2 CPUs quiet, disturbed: 3\n"),
+            "{text}"
+        );
+        assert!(text.lines().all(|l| l.len() <= 80), "{text}");
+        let all = human(&a, true);
+        assert!(
+            all.contains("X9 thing") && !all.contains("... and"),
+            "{all}"
+        );
+        let mut quiet = a.clone();
+        quiet.per_cpu.truncate(1);
+        assert!(human(&quiet, false).ends_with("audit: 1 of 1 CPUs quiet\n"));
+    }
+}

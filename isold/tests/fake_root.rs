@@ -687,3 +687,37 @@ fn cpufreq_governors_are_set_where_offered_and_restored() {
         .collect();
     assert_eq!(changed, Vec::<PathBuf>::new());
 }
+
+/// The items that read every thread are independent: kernel-thread priorities without the
+/// tasks item, and the partition's workloads with neither.
+#[test]
+fn thread_items_work_one_without_the_other() {
+    let t = tree_with("isolated_cpus = \"2-3\"\n[items]\ntasks = false\n");
+    let r = t.path();
+    let (rc, out, err) = isold(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    let k = format!("proc/{KSOFTIRQD2}/task/{KSOFTIRQD2}");
+    assert_eq!(
+        sched_fields(&read(r, &format!("{k}/stat"))),
+        ("2".into(), "1".into())
+    );
+    assert!(
+        read(r, "proc/300/task/300/status").contains("Cpus_allowed_list:\t0-3\n"),
+        "tasks item off: not moved"
+    );
+
+    let t = tree_with("isolated_cpus = \"2-3\"\n[items]\ntasks = false\nkthread_priority = false\ncgroup_partition = true\n");
+    let r = t.path();
+    let (rc, out, err) = isold(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert_eq!(read(r, "proc/301/cgroup"), "0::/isolated\n");
+    assert_eq!(
+        sched_fields(&read(
+            r,
+            &format!("proc/{KSOFTIRQD2}/task/{KSOFTIRQD2}/stat")
+        ))
+        .1,
+        "0",
+        "priorities off: untouched"
+    );
+}
