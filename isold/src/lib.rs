@@ -68,6 +68,9 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
             "{what} needs root privileges: it writes /proc/sys, /sys, /proc/irq and other tasks' CPU affinity"
         ));
     }
+    let scope_of = |cpus: Option<&str>| {
+        audit::scope(&root, &config_path, cli.config.is_some(), cpus, &state_path)
+    };
     match &cli.command {
         Command::Apply(out) => {
             let policy = match resolve(&config_path, &root) {
@@ -100,30 +103,14 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
             };
             check(&policy, out)
         }
-        Command::Audit(args) => {
-            match audit::scope(
-                &root,
-                &config_path,
-                cli.config.is_some(),
-                args.cpus.as_deref(),
-                &state_path,
-            ) {
-                Ok(scope) => audit::run(&root, &scope, args),
-                Err(code) => code,
-            }
-        }
-        Command::Bootargs(args) => {
-            match audit::scope(
-                &root,
-                &config_path,
-                cli.config.is_some(),
-                args.cpus.as_deref(),
-                &state_path,
-            ) {
-                Ok(scope) => audit::bootargs(&root, &scope, args),
-                Err(code) => code,
-            }
-        }
+        Command::Audit(args) => match scope_of(args.cpus.as_deref()) {
+            Ok(scope) => audit::run(&root, &scope, args),
+            Err(code) => code,
+        },
+        Command::Bootargs(args) => match scope_of(args.cpus.as_deref()) {
+            Ok(scope) => audit::bootargs(&root, &scope, args),
+            Err(code) => code,
+        },
     }
 }
 

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use libtaskisol::audit::{self, Sample, Scope};
-use libtaskisol::policy::preset::Preset;
 use libtaskisol::SysRoot;
 
 mod common;
@@ -19,26 +18,11 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn isold(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_isold"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::isold_at(None, args)
 }
 
 fn scope() -> Scope {
-    Scope {
-        cpus: "2-3".parse().unwrap(),
-        source: "--cpus".into(),
-        preset: Preset::default(),
-        allow_comm: vec!["pmd*".into()],
-        allow_cgroup: Vec::new(),
-        irq_movable: Default::default(),
-    }
+    Scope::new("2-3".parse().unwrap(), "--cpus")
 }
 
 /// The pids of the busy loops (`sh -c 'while :; do :; done'` with affinity 0-3): the `sh`
@@ -405,6 +389,22 @@ fn osnoise_figures_join_the_audit_and_tracefs_is_put_back() {
     let t = tempfile::tempdir().unwrap();
     copy_dir(&fixture("debian-6.12-rt-audit"), t.path());
     let root = t.path().to_str().unwrap();
+    let osnoise_audit = |json: bool| {
+        let mut args = vec![
+            "--root",
+            root,
+            "audit",
+            "--cpus",
+            "2-3",
+            "-d",
+            "0",
+            "--osnoise",
+        ];
+        if json {
+            args.push("--json");
+        }
+        isold(&args)
+    };
     let tr = t.path().join("sys/kernel/tracing");
     std::fs::create_dir_all(tr.join("osnoise")).unwrap();
     std::fs::write(tr.join("available_tracers"), "timerlat osnoise nop\n").unwrap();
@@ -426,17 +426,7 @@ fn osnoise_figures_join_the_audit_and_tracefs_is_put_back() {
          \x20     osnoise/3-302     [003] .......   120.001102: 1000000         40  99.99600      12      1      0    251      2      0\n",
     )
     .unwrap();
-    let (rc, out, err) = isold(&[
-        "--root",
-        root,
-        "audit",
-        "--cpus",
-        "2-3",
-        "-d",
-        "0",
-        "--osnoise",
-        "--json",
-    ]);
+    let (rc, out, err) = osnoise_audit(true);
     assert_eq!(rc, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(
@@ -476,16 +466,7 @@ fn osnoise_figures_join_the_audit_and_tracefs_is_put_back() {
         std::fs::read_to_string(tr.join("osnoise/cpus")).unwrap(),
         "0-3"
     );
-    let (rc, out, _) = isold(&[
-        "--root",
-        root,
-        "audit",
-        "--cpus",
-        "2-3",
-        "-d",
-        "0",
-        "--osnoise",
-    ]);
+    let (rc, out, _) = osnoise_audit(false);
     assert_eq!(rc, 0);
     assert!(
         out.contains("  osnoise: 40 us of noise in 1.0 s measured (1 periods), longest 12 us;\n"),
@@ -498,17 +479,7 @@ fn osnoise_figures_join_the_audit_and_tracefs_is_put_back() {
 
     // A kernel without the tracer: said, and the audit goes on.
     std::fs::write(tr.join("available_tracers"), "function nop\n").unwrap();
-    let (rc, out, err) = isold(&[
-        "--root",
-        root,
-        "audit",
-        "--cpus",
-        "2-3",
-        "-d",
-        "0",
-        "--osnoise",
-        "--json",
-    ]);
+    let (rc, out, err) = osnoise_audit(true);
     assert_eq!(rc, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
@@ -519,16 +490,7 @@ fn osnoise_figures_join_the_audit_and_tracefs_is_put_back() {
     // Another tracer in use is not taken over.
     std::fs::write(tr.join("available_tracers"), "osnoise function nop\n").unwrap();
     std::fs::write(tr.join("current_tracer"), "function\n").unwrap();
-    let (rc, _, err) = isold(&[
-        "--root",
-        root,
-        "audit",
-        "--cpus",
-        "2-3",
-        "-d",
-        "0",
-        "--osnoise",
-    ]);
+    let (rc, _, err) = osnoise_audit(false);
     assert_eq!(rc, 1);
     assert!(
         err.contains("another tracer is in use; not taking it over"),

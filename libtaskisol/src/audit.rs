@@ -50,6 +50,25 @@ pub struct Scope {
     pub irq_movable: std::collections::BTreeMap<u32, bool>,
 }
 
+impl Scope {
+    /// `cpus` with the default preset's allow-lists (`pmd*`, `lcore-worker-*`, ...) and
+    /// nothing known about IRQ mobility.
+    pub fn new(cpus: CpuSet, source: impl Into<String>) -> Scope {
+        let c = crate::policy::config::Config::defaults(
+            Preset::default(),
+            crate::policy::config::CpuSpec::Auto,
+        );
+        Scope {
+            cpus,
+            source: source.into(),
+            preset: c.preset,
+            allow_comm: c.allow_comm,
+            allow_cgroup: c.allow_cgroup,
+            irq_movable: Default::default(),
+        }
+    }
+}
+
 /// Counters at one instant: the "did disturb" part compares two of them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Sample {
@@ -997,14 +1016,11 @@ ERR:          0\n";
     /// workload is reported apart; a thread that did not switch, or ran elsewhere, did not.
     #[test]
     fn threads_that_ran_on_the_cpu_are_named() {
-        let scope = Scope {
-            cpus: "2-3".parse().unwrap(),
-            source: "--cpus".into(),
-            preset: Preset::default(),
-            allow_comm: vec!["pmd*".into()],
-            allow_cgroup: Vec::new(),
-            irq_movable: Default::default(),
-        };
+        let scope = Scope::new("2-3".parse().unwrap(), "--cpus");
+        assert!(
+            scope.allow_comm.iter().any(|p| p == "pmd*"),
+            "the preset's allow-list"
+        );
         let root = SysRoot::new("/nonexistent");
         let w = Workloads::new(&root, &scope);
         let mut kworker = thread(40, "kworker/3:1", "3", 3, 7);

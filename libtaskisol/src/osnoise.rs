@@ -258,37 +258,22 @@ mod tests {
         assert_eq!(d, "/sys/kernel/tracing");
         let run = Run::start(&root, &d, &"2-3".parse().unwrap()).unwrap();
         let t = dir.path().join("sys/kernel/tracing");
-        assert_eq!(
-            std::fs::read_to_string(t.join("current_tracer")).unwrap(),
-            "osnoise"
-        );
-        assert_eq!(
-            std::fs::read_to_string(t.join("osnoise/cpus")).unwrap(),
-            "2-3"
-        );
+        let state = || {
+            (
+                std::fs::read_to_string(t.join("current_tracer")).unwrap(),
+                std::fs::read_to_string(t.join("osnoise/cpus")).unwrap(),
+            )
+        };
+        assert_eq!(state(), ("osnoise".into(), "2-3".into()));
         let noise = run.finish(&root).unwrap();
         assert_eq!(noise[&2].periods, 2);
-        assert_eq!(
-            std::fs::read_to_string(t.join("current_tracer")).unwrap(),
-            "nop"
-        );
-        assert_eq!(
-            std::fs::read_to_string(t.join("osnoise/cpus")).unwrap(),
-            "0-3"
-        );
+        assert_eq!(state(), ("nop".into(), "0-3".into()));
         // Put back also when the trace does not parse.
         std::fs::write(t.join("trace"), "garbage\n").unwrap();
         let run = Run::start(&root, &d, &"3".parse().unwrap()).unwrap();
         let e = run.finish(&root).unwrap_err();
         assert!(e.to_string().contains("trace"), "{e}");
-        assert_eq!(
-            std::fs::read_to_string(t.join("current_tracer")).unwrap(),
-            "nop"
-        );
-        assert_eq!(
-            std::fs::read_to_string(t.join("osnoise/cpus")).unwrap(),
-            "0-3"
-        );
+        assert_eq!(state(), ("nop".into(), "0-3".into()));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::process::Command;
 
 /// Copy a captured tree; files become 0644 (readable by the unprivileged user of the CLI
 /// tests) whatever the checkout's modes.
@@ -17,4 +18,20 @@ pub fn copy_dir(from: &Path, to: &Path) {
             std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(0o644)).unwrap();
         }
     }
+}
+
+/// Run isold with `args`, below `root` (`--root`) when given: (exit code, stdout, stderr).
+// Each test binary compiles this module; cli.rs runs isold as another user instead.
+#[allow(dead_code)]
+pub fn isold_at(root: Option<&Path>, args: &[&str]) -> (i32, String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_isold"));
+    if let Some(r) = root {
+        c.arg("--root").arg(r);
+    }
+    let out = c.args(args).output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
