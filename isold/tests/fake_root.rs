@@ -710,3 +710,37 @@ fn thread_items_work_one_without_the_other() {
         "priorities off: untouched"
     );
 }
+
+/// A task in an allow-listed cgroup (a VM under libvirt's machine.slice) keeps its CPUs; a
+/// task in another cgroup, also one whose name merely starts the same, is moved.
+#[test]
+fn allow_listed_cgroups_keep_their_tasks() {
+    let t = tree_with("isolated_cpus = \"2-3\"\n[tasks]\nallow_cgroup = [\"/machine.slice\"]\n");
+    let r = t.path();
+    for (tid, comm, cg) in [
+        (303, "qemu-vm", "/machine.slice/vm1.scope"),
+        (304, "other", "/machine.slicex"),
+    ] {
+        put(r, &format!("proc/{tid}/task/{tid}/stat"), &format!(
+            "{tid} ({comm}) S 1 {tid} {tid} 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 {} 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n",
+            1000 + tid
+        ));
+        put(
+            r,
+            &format!("proc/{tid}/task/{tid}/status"),
+            &format!("Name:\t{comm}\nCpus_allowed_list:\t0-3\n"),
+        );
+        put(r, &format!("proc/{tid}/cgroup"), &format!("0::{cg}\n"));
+    }
+    let (rc, out, err) = isold(r, &["apply", "-v"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(
+        out.contains("task 303 (qemu-vm): left alone: allow-listed cgroup /machine.slice"),
+        "{out}"
+    );
+    assert!(read(r, "proc/303/task/303/status").contains("Cpus_allowed_list:\t0-3\n"));
+    assert!(read(r, "proc/304/task/304/status").contains("Cpus_allowed_list:\t0-1\n"));
+    assert!(read(r, "proc/300/task/300/status").contains("Cpus_allowed_list:\t0-1\n"));
+    // Tasks already off the isolated CPUs are no targets at all.
+    assert!(!out.contains("task 1 (init): already right"), "{out}");
+}

@@ -559,6 +559,13 @@ mod tests {
         assert_eq!(p.restore_text("7\t4\t1\t7\n"), "7\t4\t1\t7");
         assert!(Want::Text("32768 60999".into()).matches("32768\t60999\n"));
         assert!(!Want::Text("0".into()).matches("00\n"));
+        let allow = ["/machine.slice".to_string(), "/kubepods/*/pod*".to_string()];
+        assert!(allowed_cgroup(&allow, "/machine.slice").is_some());
+        assert!(allowed_cgroup(&allow, "/machine.slice/vm1.scope").is_some());
+        assert!(allowed_cgroup(&allow, "/machine.slicex").is_none());
+        assert!(allowed_cgroup(&allow, "/").is_none());
+        assert!(allowed_cgroup(&allow, "/kubepods/burstable/pod12").is_some());
+        assert!(allowed_cgroup(&["/a/".to_string()], "/a/b").is_some());
         // Brackets the wrong way round are no choice.
         assert_eq!(choice_of("] x [\n"), "] x [");
         assert_eq!(choice_of("2\n"), "2");
