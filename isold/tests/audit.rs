@@ -106,6 +106,32 @@ fn the_window_between_two_real_captures_names_the_disturbers() {
         .any(|s| s.name == "tick" && !s.ok));
     let missing: Vec<&str> = a.missing_boot_args().map(|b| b.arg.as_str()).collect();
     assert!(missing.contains(&"nohz_full=2-3"), "{missing:?}");
+    // Machine-wide: what this boot had (no isolation arguments, nothing applied).
+    let setting = |n: &str| {
+        a.settings
+            .iter()
+            .find(|s| s.name == n)
+            .unwrap_or_else(|| panic!("{n}: {:?}", a.settings))
+    };
+    assert_eq!(
+        (
+            setting("kernel.timer_migration").value.as_str(),
+            setting("kernel.timer_migration").ok
+        ),
+        ("1", false)
+    );
+    assert_eq!(setting("kernel.sched_rt_runtime_us").value, "950000");
+    let pr = setting("console printing threads");
+    assert_eq!((pr.value.as_str(), pr.ok), ("pr/ttyS0 on CPUs 0-3", false));
+    assert_eq!(
+        pr.fix,
+        "isold item tasks (moves it to the housekeeping CPUs)"
+    );
+    let printk = setting("printk");
+    assert_eq!(
+        (printk.value.as_str(), printk.ok),
+        ("console loglevel 4, serial console ttyS0", true)
+    );
 }
 
 /// The CLI on a captured tree: JSON that parses with the documented fields, no window with

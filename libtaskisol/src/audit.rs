@@ -294,7 +294,7 @@ pub fn audit(
         vendor.as_deref(),
         &cmdline,
     );
-    let settings = machine_settings(root)?;
+    let settings = machine_settings(root, &after.threads, &scope.cpus)?;
     let irqs = irq_exposures(root, &scope.irq_movable)?;
     let unbound = workqueue::unbound_cpumask(root)?;
     let rcu_nocbs = bootargs::last_value(&cmdline, "rcu_nocbs")
@@ -508,7 +508,7 @@ fn irq_exposures(
 }
 
 /// Machine-wide settings, each with whether it keeps isolated CPUs quiet.
-fn machine_settings(root: &SysRoot) -> Result<Vec<Setting>> {
+fn machine_settings(root: &SysRoot, threads: &[Thread], cpus: &CpuSet) -> Result<Vec<Setting>> {
     let mut out = Vec::new();
     let mut add =
         |name: &str, value: Option<String>, ok: &dyn Fn(&str) -> bool, why: &str, fix: &str| {
@@ -596,6 +596,25 @@ fn machine_settings(root: &SysRoot) -> Result<Vec<Setting>> {
             &|_| serial.is_empty() || quiet_enough,
             "a kernel message on a slow serial console can hold the printing CPU for over 10 ms",
             "isold item printk (4)",
+        );
+    }
+    // The consoles' printing kthreads (6.12+: pr/ttyS0 for nbcon consoles, pr/legacy on
+    // PREEMPT_RT) write to the console outside the caller's context.
+    let printers: Vec<&Thread> = threads
+        .iter()
+        .filter(|t| t.is_kthread() && t.comm.starts_with("pr/"))
+        .collect();
+    if !printers.is_empty() {
+        let value: Vec<String> = printers
+            .iter()
+            .map(|t| format!("{} on CPUs {}", t.comm, t.affinity))
+            .collect();
+        add(
+            "console printing threads",
+            Some(value.join(", ")),
+            &|_| printers.iter().all(|t| t.affinity.is_disjoint(cpus)),
+            "a console's printing thread may run on the isolated CPUs and spend milliseconds there on a serial port",
+            "isold item tasks (moves it to the housekeeping CPUs)",
         );
     }
     Ok(out)
@@ -1091,5 +1110,67 @@ ERR:          0\n";
         assert!(kthread_fix("ktimers/3").contains("timer"));
         assert!(kthread_fix("watchdog/3").contains("per-CPU"));
         assert_eq!(per_s(3, 0.0), 0.0);
+    }
+
+    /// Each machine-wide setting against the value that keeps isolated CPUs quiet.
+    #[test]
+    fn machine_settings_name_what_is_wrong_and_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let put = |rel: &str, text: &str| {
+            let p = d.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        put("proc/sys/kernel/timer_migration", "0\n");
+        put("proc/sys/vm/stat_interval", "1\n");
+        put("proc/sys/kernel/sched_rt_runtime_us", "-1\n");
+        put("proc/sys/kernel/nmi_watchdog", "1\n");
+        put(
+            "sys/kernel/mm/transparent_hugepage/enabled",
+            "[always] madvise never\n",
+        );
+        put("sys/kernel/mm/ksm/run", "1\n");
+        put("proc/sys/kernel/printk", "7\t4\t1\t7\n");
+        put(
+            "proc/consoles",
+            "ttyS0                -W- (EC p a)    4:64\ntty0                 -WU (E  p  )    4:7\n",
+        );
+        let root = SysRoot::new(d);
+        let cpus: CpuSet = "2-3".parse().unwrap();
+        let mut pr = thread(61, "pr/ttyS0", "0-1", 0, 0);
+        pr.flags |= crate::procfs::PF_KTHREAD;
+        let got = machine_settings(&root, &[pr.clone()], &cpus).unwrap();
+        let v: Vec<(&str, &str, bool)> = got
+            .iter()
+            .map(|s| (s.name.as_str(), s.value.as_str(), s.ok))
+            .collect();
+        assert_eq!(
+            v,
+            [
+                ("kernel.timer_migration", "0", true),
+                ("vm.stat_interval", "1", false),
+                ("kernel.sched_rt_runtime_us", "-1", true),
+                ("kernel.nmi_watchdog", "1", false),
+                ("transparent_hugepage", "always", false),
+                ("ksm", "1", false),
+                ("printk", "console loglevel 7, serial console ttyS0", false),
+                ("console printing threads", "pr/ttyS0 on CPUs 0-1", true),
+            ]
+        );
+        assert!(got.iter().all(|s| s.ok == s.fix.is_empty()), "{got:?}");
+        assert_eq!(got[6].fix, "isold item printk (4)");
+        // Without a serial console the log level does not matter; a file the kernel lacks
+        // is no setting.
+        put(
+            "proc/consoles",
+            "tty0                 -WU (E  p  )    4:7\n",
+        );
+        std::fs::remove_file(d.join("sys/kernel/mm/ksm/run")).unwrap();
+        let got = machine_settings(&root, &[], &cpus).unwrap();
+        assert!(got.iter().any(|s| s.name == "printk" && s.ok), "{got:?}");
+        assert!(!got
+            .iter()
+            .any(|s| s.name == "ksm" || s.name == "console printing threads"));
     }
 }
