@@ -484,6 +484,23 @@ mod tests {
         CpuSet::parse_list(s).unwrap()
     }
 
+    /// The list format's edges: strides counted from the start of the range, a stride that
+    /// takes every CPU, the largest CPU number, and tokens that are not plain digits.
+    #[test]
+    fn list_edges() {
+        let l = |t: &str| CpuSet::parse_list(t).map(|s| s.to_string());
+        assert_eq!(l("1-7:1/3").unwrap(), "1,4,7");
+        assert_eq!(l("0-3:2/2").unwrap(), "0-3");
+        let max = CpuSet::MAX_CPUS;
+        assert_eq!(l(&(max - 1).to_string()).unwrap(), (max - 1).to_string());
+        let e = l(&max.to_string()).unwrap_err().to_string();
+        assert!(e.contains("is beyond the largest supported CPU number"), "{e}");
+        for bad in ["+1", "1-", "-1", "1-+3"] {
+            let e = l(bad).unwrap_err().to_string();
+            assert!(e.contains("is not a CPU number"), "{bad}: {e}");
+        }
+    }
+
     #[test]
     fn list_format_matches_the_kernel() {
         assert_eq!(l("0-3,8,10-11").to_string(), "0-3,8,10-11");
