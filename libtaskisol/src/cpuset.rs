@@ -494,7 +494,10 @@ mod tests {
         let max = CpuSet::MAX_CPUS;
         assert_eq!(l(&(max - 1).to_string()).unwrap(), (max - 1).to_string());
         let e = l(&max.to_string()).unwrap_err().to_string();
-        assert!(e.contains("is beyond the largest supported CPU number"), "{e}");
+        assert!(
+            e.contains("is beyond the largest supported CPU number"),
+            "{e}"
+        );
         for bad in ["+1", "1-", "-1", "1-+3"] {
             let e = l(bad).unwrap_err().to_string();
             assert!(e.contains("is not a CPU number"), "{bad}: {e}");

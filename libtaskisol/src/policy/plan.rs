@@ -566,6 +566,16 @@ mod tests {
         assert!(allowed_cgroup(&allow, "/").is_none());
         assert!(allowed_cgroup(&allow, "/kubepods/burstable/pod12").is_some());
         assert!(allowed_cgroup(&["/a/".to_string()], "/a/b").is_some());
+        // A configuration file that is missing is no content; one that cannot be read is an
+        // error, never taken as missing.
+        let dir = tempfile::tempdir().unwrap();
+        let root = SysRoot::new(dir.path());
+        assert_eq!(read_file_opt(&root, "/etc/x.conf").unwrap(), None);
+        std::fs::create_dir_all(dir.path().join("etc/x.conf")).unwrap();
+        assert_eq!(
+            read_file_opt(&root, "/etc/x.conf").unwrap_err().errno(),
+            Some(libc::EISDIR)
+        );
         // Brackets the wrong way round are no choice.
         assert_eq!(choice_of("] x [\n"), "] x [");
         assert_eq!(choice_of("2\n"), "2");
