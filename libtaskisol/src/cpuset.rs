@@ -484,6 +484,37 @@ mod tests {
         CpuSet::parse_list(s).unwrap()
     }
 
+    /// The mask format's edges: exactly MAX_CPUS bits wide, wider with leading zero groups,
+    /// wider with a bit set beyond; empty groups.
+    #[test]
+    fn mask_edges() {
+        let groups = CpuSet::MAX_CPUS / 32;
+        let mask = |n: usize, first: &str| {
+            let mut g = vec!["00000000"; n];
+            g[0] = first;
+            g.join(",")
+        };
+        let top = CpuSet::parse_mask(&mask(groups, "80000000")).unwrap();
+        assert_eq!(top.to_string(), (CpuSet::MAX_CPUS - 1).to_string());
+        let padded = CpuSet::parse_mask(&format!("0,{}", mask(groups, "80000000"))).unwrap();
+        assert_eq!(
+            padded, top,
+            "a leading zero group beyond the bound is allowed"
+        );
+        let e = CpuSet::parse_mask(&mask(groups + 1, "1"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("mask is wider than {} CPUs", CpuSet::MAX_CPUS)),
+            "{}",
+            &e[e.len().saturating_sub(80)..]
+        );
+        for bad in ["ff,,ff", ",ff", "ff,"] {
+            let e = CpuSet::parse_mask(bad).unwrap_err().to_string();
+            assert!(e.contains("must be 1 to 8 hex digits"), "{bad}: {e}");
+        }
+    }
+
     /// The list format's edges: strides counted from the start of the range, a stride that
     /// takes every CPU, the largest CPU number, and tokens that are not plain digits.
     #[test]
