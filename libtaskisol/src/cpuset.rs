@@ -353,7 +353,8 @@ impl CpuSet {
 
     /// The hex-mask format with no leading zero groups (`ff,ffffffff`); `0` for the empty set.
     pub fn to_mask_string(&self) -> String {
-        self.to_mask_string_width(self.last().map_or(1, |l| l + 1))
+        // The width grows to the last CPU by itself.
+        self.to_mask_string_width(1)
     }
 
     /// The hex-mask format exactly as the kernel prints a mask of `nbits` bits (its
@@ -482,6 +483,17 @@ mod tests {
 
     fn l(s: &str) -> CpuSet {
         CpuSet::parse_list(s).unwrap()
+    }
+
+    /// A width smaller than the set grows to its last CPU: nothing set is ever cut off.
+    #[test]
+    fn mask_width_never_cuts_a_cpu() {
+        let s: CpuSet = "32".parse().unwrap();
+        assert_eq!(s.to_mask_string_width(1), "1,00000000");
+        assert_eq!(s.to_mask_string_width(36), "1,00000000");
+        assert_eq!(s.to_mask_string_width(40), "01,00000000");
+        assert_eq!(s.to_mask_string(), "1,00000000");
+        assert_eq!(CpuSet::new().to_mask_string(), "0");
     }
 
     /// The mask format's edges: exactly MAX_CPUS bits wide, wider with leading zero groups,
