@@ -581,9 +581,6 @@ mod tests {
         assert_eq!(l("0").to_mask_string_width(36), "0,00000001");
         assert_eq!(l("32-35").to_mask_string_width(64), "0000000f,00000000");
         assert_eq!(CpuSet::new().to_mask_string(), "0");
-        // What a failed assertion shows.
-        assert_eq!(format!("{s:?}"), "CpuSet(32)");
-        assert_eq!(format!("{:?}", CpuSet::new()), "CpuSet()");
     }
 
     #[test]
