@@ -305,18 +305,16 @@ impl CpuSet {
             v.reverse();
             v
         };
-        if groups.len() * 32 > Self::MAX_CPUS {
-            // Leading zero groups are allowed beyond the bound; set bits are not.
-            let significant = groups
-                .iter()
-                .skip_while(|g| g.bytes().all(|b| b == b'0'))
-                .count();
-            if significant * 32 > Self::MAX_CPUS {
-                return Err(CpuSetError::mask(
-                    input,
-                    format!("mask is wider than {} CPUs", Self::MAX_CPUS),
-                ));
-            }
+        // Leading zero groups are allowed beyond the bound; set bits are not.
+        let significant = groups
+            .iter()
+            .skip_while(|g| g.bytes().all(|b| b == b'0'))
+            .count();
+        if significant * 32 > Self::MAX_CPUS {
+            return Err(CpuSetError::mask(
+                input,
+                format!("mask is wider than {} CPUs", Self::MAX_CPUS),
+            ));
         }
         // Groups map straight onto words: group i (from the right) is half of word i/2.
         let mut words = vec![0u64; groups.len().div_ceil(2)];
