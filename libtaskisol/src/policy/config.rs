@@ -948,6 +948,10 @@ mod tests {
         // literal text.
         assert!(glob_match("[a-]", "-"));
         assert!(glob_match("[xa-c]", "b"));
+        assert!(
+            !glob_match("[b-d]", "a") && !glob_match("[b-d]", "e"),
+            "a range has two ends"
+        );
         assert!(glob_match("[a-", "[a-"));
         assert!(!glob_match("[a-", "a"));
         assert!(!glob_match("a?", "a"), "'?' needs a character");

@@ -73,10 +73,9 @@ impl Want {
 
 /// `always [madvise] never` -> `madvise`; a file without brackets is its own value.
 pub(crate) fn choice_of(raw: &str) -> &str {
-    match (raw.find('['), raw.find(']')) {
-        (Some(a), Some(b)) if a < b => &raw[a + 1..b],
-        _ => raw.trim(),
-    }
+    raw.split_once('[')
+        .and_then(|(_, rest)| rest.split_once(']'))
+        .map_or(raw.trim(), |(choice, _)| choice)
 }
 
 /// What a target is.
@@ -578,6 +577,7 @@ mod tests {
         );
         // Brackets the wrong way round are no choice.
         assert_eq!(choice_of("] x [\n"), "] x [");
+        assert_eq!(choice_of("a]b [c] d"), "c");
         assert_eq!(choice_of("2\n"), "2");
     }
 
