@@ -31,6 +31,20 @@ fn put(root: &Path, rel: &str, content: &str) {
     std::fs::write(p, content).unwrap();
 }
 
+/// A single-threaded user task in the kernel's formats, started at 1000 + tid ticks.
+fn add_task(r: &Path, tid: u32, comm: &str, affinity: &str, cgroup: &str) {
+    put(r, &format!("proc/{tid}/task/{tid}/stat"), &format!(
+        "{tid} ({comm}) S 1 {tid} {tid} 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 {} 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n",
+        1000 + tid
+    ));
+    put(
+        r,
+        &format!("proc/{tid}/task/{tid}/status"),
+        &format!("Name:\t{comm}\nCpus_allowed_list:\t{affinity}\n"),
+    );
+    put(r, &format!("proc/{tid}/cgroup"), &format!("0::{cgroup}\n"));
+}
+
 /// The captured tree plus the scenario's tasks.
 fn tree() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -41,16 +55,7 @@ fn tree() -> tempfile::TempDir {
         (301, "workload", "3"),
         (302, "pmd-c03/id:7", "0-3"),
     ] {
-        put(r, &format!("proc/{tid}/task/{tid}/stat"), &format!(
-            "{tid} ({comm}) S 1 {tid} {tid} 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 {} 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n",
-            1000 + tid
-        ));
-        put(
-            r,
-            &format!("proc/{tid}/task/{tid}/status"),
-            &format!("Name:\t{comm}\nCpus_allowed_list:\t{aff}\n"),
-        );
-        put(r, &format!("proc/{tid}/cgroup"), "0::/\n");
+        add_task(r, tid, comm, aff, "/");
     }
     put(r, "etc/isold/isold.toml", "isolated_cpus = \"2-3\"\n");
     dir
@@ -717,21 +722,8 @@ fn thread_items_work_one_without_the_other() {
 fn allow_listed_cgroups_keep_their_tasks() {
     let t = tree_with("isolated_cpus = \"2-3\"\n[tasks]\nallow_cgroup = [\"/machine.slice\"]\n");
     let r = t.path();
-    for (tid, comm, cg) in [
-        (303, "qemu-vm", "/machine.slice/vm1.scope"),
-        (304, "other", "/machine.slicex"),
-    ] {
-        put(r, &format!("proc/{tid}/task/{tid}/stat"), &format!(
-            "{tid} ({comm}) S 1 {tid} {tid} 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 {} 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n",
-            1000 + tid
-        ));
-        put(
-            r,
-            &format!("proc/{tid}/task/{tid}/status"),
-            &format!("Name:\t{comm}\nCpus_allowed_list:\t0-3\n"),
-        );
-        put(r, &format!("proc/{tid}/cgroup"), &format!("0::{cg}\n"));
-    }
+    add_task(r, 303, "qemu-vm", "0-3", "/machine.slice/vm1.scope");
+    add_task(r, 304, "other", "0-3", "/machine.slicex");
     let (rc, out, err) = isold(r, &["apply", "-v"]);
     assert_eq!(rc, 0, "{out}{err}");
     assert!(
