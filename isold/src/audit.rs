@@ -190,7 +190,7 @@ fn wrap(text: &str, first: usize, indent: usize) -> String {
             out.push('\n');
             out.push_str(&" ".repeat(indent));
             col = indent;
-        } else if col > first || !out.is_empty() {
+        } else if !out.is_empty() {
             out.push(' ');
             col += 1;
         }
@@ -509,6 +509,14 @@ mod tests {
         // A word longer than a line stays whole on its own line.
         let w = wrap(&format!("a {}", "x".repeat(90)), 10, 2);
         assert_eq!(w, format!("a\n  {}", "x".repeat(90)));
+        // Exactly 79 columns fit; 80 do not.
+        let (a, b) = ("a".repeat(39), "b".repeat(39));
+        assert_eq!(wrap(&format!("{a} {b}"), 0, 2), format!("{a} {b}"));
+        assert_eq!(wrap(&format!("{a} {b}b"), 0, 2), format!("{a}\n  {b}b"));
+        // After a wrap, words on the new line are still apart, also when the first line
+        // started further right than the indent.
+        let (c, d) = ("c".repeat(35), "d".repeat(10));
+        assert_eq!(wrap(&format!("{c} {d} y"), 40, 2), format!("{c}\n  {d} y"));
         // Never an empty line: at the indent, a long word stays where it is.
         assert_eq!(wrap(&"y".repeat(90), 2, 2), "y".repeat(90));
     }
