@@ -492,6 +492,18 @@ fn osnoise_figures_join_the_audit_and_tracefs_is_put_back() {
         std::fs::read_to_string(tr.join("osnoise/cpus")).unwrap(),
         "0-3"
     );
+    // The tracer's own thread is left out; the other per-CPU kthreads are there.
+    let kthreads = v["per_cpu"][1]["can_disturb"]["percpu_kthreads"]
+        .as_array()
+        .unwrap();
+    assert!(
+        kthreads.iter().any(|t| t["comm"] == "ksoftirqd/3"),
+        "{kthreads:?}"
+    );
+    assert!(
+        !kthreads.iter().any(|t| t["comm"] == "osnoise/3"),
+        "{kthreads:?}"
+    );
     let (rc, out, _) = osnoise_audit(false);
     assert_eq!(rc, 0);
     assert!(
