@@ -301,6 +301,7 @@ pub fn audit(
         .and_then(|v| CpuSet::parse_list(&v).ok())
         .unwrap_or_default();
     let workload_of = Workloads::new(root, scope);
+    let earlier = by_identity(before);
     let mut per_cpu = Vec::new();
     for cpu in scope.cpus.iter() {
         let mut can = Exposure {
@@ -380,7 +381,7 @@ pub fn audit(
         }
         let mut workloads_ran = Vec::new();
         did_threads(
-            before,
+            &earlier,
             after,
             cpu,
             window_s,
@@ -817,8 +818,16 @@ fn kthread_fix(comm: &str) -> &'static str {
     }
 }
 
+/// The threads of a sample by identity (tid and start time), built once per audit.
+fn by_identity(s: &Sample) -> HashMap<(i32, u64), &Thread> {
+    s.threads
+        .iter()
+        .map(|t| ((t.tid, t.starttime), t))
+        .collect()
+}
+
 fn did_threads(
-    before: &Sample,
+    earlier: &HashMap<(i32, u64), &Thread>,
     after: &Sample,
     cpu: usize,
     window_s: f64,
@@ -826,11 +835,6 @@ fn did_threads(
     out: &mut Vec<Disturbance>,
     workloads_ran: &mut Vec<TaskRef>,
 ) {
-    let earlier: HashMap<(i32, u64), &Thread> = before
-        .threads
-        .iter()
-        .map(|t| ((t.tid, t.starttime), t))
-        .collect();
     let ms_per_tick = 1000 / clock_ticks_per_s();
     for t in &after.threads {
         let (count, ticks, here) = match earlier.get(&(t.tid, t.starttime)) {
@@ -1070,7 +1074,15 @@ ERR:          0\n";
         spinner.cpu_ticks = 150;
         after.threads.push(spinner);
         let (mut out, mut ran) = (Vec::new(), Vec::new());
-        did_threads(&before, &after, 3, 2.0, &w, &mut out, &mut ran);
+        did_threads(
+            &by_identity(&before),
+            &after,
+            3,
+            2.0,
+            &w,
+            &mut out,
+            &mut ran,
+        );
         let got: Vec<(&str, &str, u64)> = out
             .iter()
             .map(|d| (d.kind.as_str(), d.source.as_str(), d.count))
