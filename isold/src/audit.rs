@@ -630,4 +630,98 @@ mod tests {
         quiet.per_cpu.truncate(1);
         assert!(human(&quiet, false).ends_with("audit: 1 of 1 CPUs quiet\n"));
     }
+
+    fn task(tid: i32, comm: &str) -> libtaskisol::audit::TaskRef {
+        libtaskisol::audit::TaskRef {
+            pid: tid,
+            tid,
+            comm: comm.into(),
+            affinity: "0-3".into(),
+            kthread: false,
+        }
+    }
+
+    /// The details of a CPU's block: CPU time only when there was some, long names cut at
+    /// 44 columns, no "more" line at exactly eight disturbers, the workloads that ran,
+    /// managed IRQs, only the settings that are not right, the IRQ line only with IRQs, the
+    /// first six tasks then "...", and everything with -v.
+    #[test]
+    fn a_cpu_block_shows_what_matters_and_no_more() {
+        let mut did: Vec<Disturbance> = (0..SHOWN as u64)
+            .map(|i| d("ipi", &format!("Y{i}"), 50 - i, "f"))
+            .collect();
+        did[0] = d("task", &format!("task 9 {}", "n".repeat(60)), 50, "f");
+        did[1].kind = "task".into();
+        did[1].cpu_ms = Some(0);
+        let mut c = cpu(3, did);
+        c.workloads_ran = vec![task(77, "rtapp")];
+        c.can_disturb.tasks = (1..=7).map(|i| task(i, &format!("t{i}"))).collect();
+        c.can_disturb.percpu_kthreads = vec![task(40, "ksoftirqd/3")];
+        c.can_disturb.irqs = vec![libtaskisol::audit::IrqExposure {
+            irq: 30,
+            name: "nvme0q3".into(),
+            affinity: "3".into(),
+            effective: Some("3".into()),
+            managed: Some(true),
+            movable: Some(false),
+            fix: "x".into(),
+        }];
+        c.can_disturb.settings = vec![
+            libtaskisol::audit::Setting {
+                name: "tick".into(),
+                value: "periodic".into(),
+                ok: false,
+                why: "w".into(),
+                fix: "boot argument nohz_full=3".into(),
+            },
+            libtaskisol::audit::Setting {
+                name: "rcu callbacks".into(),
+                value: "offloaded".into(),
+                ok: true,
+                why: "w".into(),
+                fix: String::new(),
+            },
+        ];
+        let mut s = String::new();
+        cpu_block(&mut s, &c, false);
+        assert!(
+            s.contains(&format!("  task 9 {}~ [1]\n", "n".repeat(36))),
+            "{s}"
+        );
+        assert!(
+            s.contains("  Y1                                           [1]\n"),
+            "no CPU time when none: {s}"
+        );
+        assert!(!s.contains("more"), "{s}");
+        assert!(
+            s.contains("  workloads ran (meant to be here): 77 rtapp\n"),
+            "{s}"
+        );
+        assert!(s.contains("    IRQs: 30 nvme0q3 (managed)\n"), "{s}");
+        assert!(
+            s.contains("0 workloads;\n    tick periodic (boot argument nohz_full=3)\n"),
+            "{s}"
+        );
+        assert!(!s.contains("rcu callbacks"), "{s}");
+        assert!(
+            s.contains("    tasks: 1 t1, 2 t2, 3 t3, 4 t4, 5 t5, 6 t6, ...\n"),
+            "{s}"
+        );
+        assert!(!s.contains("per-CPU kthread:"), "{s}");
+        let mut v = String::new();
+        cpu_block(&mut v, &c, true);
+        assert!(
+            v.contains("    may run here: 7 t7 (0-3)\n")
+                && v.contains("    per-CPU kthread: 40 ksoftirqd/3\n"),
+            "{v}"
+        );
+        let mut plain = cpu(2, vec![d("ipi", "Z", 1, "f")]);
+        plain.can_disturb.tasks = (1..=6).map(|i| task(i, "u")).collect();
+        let mut s = String::new();
+        cpu_block(&mut s, &plain, false);
+        assert!(
+            !s.contains("IRQs:") && !s.contains("workloads ran") && !s.contains(", ..."),
+            "{s}"
+        );
+    }
 }
