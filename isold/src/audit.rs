@@ -715,6 +715,17 @@ mod tests {
                 && v.contains("    per-CPU kthread: 40 ksoftirqd/3\n"),
             "{v}"
         );
+        // A name of exactly 44 columns fits whole.
+        let mut whole = String::new();
+        cpu_block(
+            &mut whole,
+            &cpu(1, vec![d("ipi", &"w".repeat(44), 1, "f")]),
+            false,
+        );
+        assert!(
+            whole.contains(&format!("  {} [1]\n", "w".repeat(44))),
+            "{whole}"
+        );
         let mut plain = cpu(2, vec![d("ipi", "Z", 1, "f")]);
         plain.can_disturb.tasks = (1..=6).map(|i| task(i, "u")).collect();
         let mut s = String::new();
