@@ -310,6 +310,9 @@ fn bootargs_lists_the_missing_and_writes_the_grub_drop_in() {
         out.ends_with("bootargs: the running kernel has every argument\n"),
         "{out}"
     );
+    let (rc, out, _) = isold(&["--root", root, "bootargs", "--cpus", "2-3", "--json"]);
+    assert_eq!(rc, 0, "nothing missing: {out}");
+    assert!(out.contains("\"missing\": []"), "{out}");
     let (rc, out, _) = isold(&["--root", root, "bootargs", "--cpus", "2-3", "--write-grub"]);
     assert_eq!(rc, 0);
     assert_eq!(

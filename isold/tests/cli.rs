@@ -73,3 +73,35 @@ fn check_of_a_captured_tree_needs_no_root() {
         "{out}"
     );
 }
+
+/// `bootargs --write-grub` writes /etc/default/grub.d: on the running system it needs root and
+/// says so before writing; below a tree the user may write, it does not.
+#[test]
+fn write_grub_needs_root_on_the_host_only() {
+    let (rc, out, err) = isold_unprivileged(&["bootargs", "--cpus", "1", "--write-grub"]);
+    assert_eq!((rc, out.as_str()), (1, ""), "{err}");
+    assert_eq!(
+        err,
+        "isold: bootargs --write-grub needs root privileges: it writes /etc/default/grub.d/isold.cfg\n"
+    );
+    let t = tempfile::tempdir().unwrap();
+    let r = t.path();
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/debian-6.12-rt-isold"),
+        r,
+    );
+    std::fs::create_dir_all(r.join("etc")).unwrap();
+    for d in [r.to_path_buf(), r.join("etc")] {
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let (rc, out, err) = isold_unprivileged(&[
+        "--root",
+        r.to_str().unwrap(),
+        "bootargs",
+        "--cpus",
+        "2-3",
+        "--write-grub",
+    ]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(r.join("etc/default/grub.d/isold.cfg").exists());
+}
