@@ -33,6 +33,7 @@ pub mod abi;
 pub mod audit;
 pub mod cpuset;
 pub mod error;
+pub mod events;
 pub mod irq;
 pub mod isolation;
 pub mod launch;

@@ -414,10 +414,18 @@ impl std::fmt::Debug for StateLock {
     }
 }
 
+/// The lock file of the state file `state_path`.
+pub fn lock_path(state_path: &Path) -> PathBuf {
+    state_path
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join(".isold.lock")
+}
+
 /// Take the lock of the state file `state_path` (waiting for another isold command).
 pub fn lock(state_path: &Path) -> Result<StateLock> {
     let dir = state_path.parent().unwrap_or(Path::new("."));
-    let lock_path = dir.join(".isold.lock");
+    let lock_path = lock_path(state_path);
     let werr = |p: &Path, source| Error::Write {
         path: p.into(),
         data: "(lock)".into(),
@@ -459,9 +467,38 @@ fn outcome(t: &Target, status: Status) -> Outcome {
 pub fn apply(root: &SysRoot, policy: &Policy, state_path: &Path) -> Result<Report> {
     let _lock = lock(state_path)?;
     let targets = plan(policy, root)?;
+    apply_targets(root, policy, state_path, targets)
+}
+
+/// Apply the thread items of `policy` (affinity, kthread priority) to these threads only, as
+/// [`apply`] would: a daemon's answer to a task that was just created, exec'd or renamed.
+/// Originals recorded by an earlier apply are kept.
+pub fn apply_threads(
+    root: &SysRoot,
+    policy: &Policy,
+    state_path: &Path,
+    threads: &[crate::tasks::Thread],
+) -> Result<Report> {
+    let _lock = lock(state_path)?;
+    let targets = super::plan::plan_for_threads(policy, root, threads);
+    apply_targets(root, policy, state_path, targets)
+}
+
+fn apply_targets(
+    root: &SysRoot,
+    policy: &Policy,
+    state_path: &Path,
+    targets: Vec<Target>,
+) -> Result<Report> {
     let mut rep = report("apply", Some(policy));
+    // Whether the state file on disk is this boot's: then originals recorded now can be
+    // appended to its journal instead of rewriting it whole.
+    let mut on_disk = false;
     let mut state = match State::load(state_path)? {
-        Some(s) if s.boot_id == state::boot_id(root)? => s,
+        Some(s) if s.boot_id == state::boot_id(root)? => {
+            on_disk = true;
+            s
+        }
         Some(s) => {
             // /run normally dies with the boot; a state file kept elsewhere holds runtime
             // originals that mean nothing now, but files on disk still need them.
@@ -505,6 +542,7 @@ pub fn apply(root: &SysRoot, policy: &Policy, state_path: &Path) -> Result<Repor
                     // Workloads started since the first apply: their cgroups are originals
                     // too, added to the recorded ones (which are never replaced).
                     state.add_moved(&t.id, &p.moved);
+                    on_disk = false;
                 }
                 // The change works from what the state file holds: after an interrupted
                 // apply, a directory that apply created is still "created".
@@ -518,12 +556,23 @@ pub fn apply(root: &SysRoot, policy: &Policy, state_path: &Path) -> Result<Repor
             }
         }
     }
-    if !pending.is_empty() {
+    if !new_ids.is_empty() || (!pending.is_empty() && !on_disk) {
         // The originals are on disk before the first write.
-        state.save(state_path)?;
+        if on_disk {
+            let added: Vec<Entry> = state
+                .entries
+                .iter()
+                .filter(|e| new_ids.contains(&e.id))
+                .cloned()
+                .collect();
+            state.append(state_path, &added)?;
+        } else {
+            state.save(state_path)?;
+        }
     }
     for (i, original, from) in pending {
         statuses[i] = Some(change(root, policy, &targets[i], &original, from));
+        rep.written.push(targets[i].id.clone());
     }
     let mut dirty = false;
     for (t, s) in targets.iter().zip(&statuses) {
@@ -588,9 +637,7 @@ fn notes_after_apply(rep: &mut Report) {
 /// Compare the live system with `policy`, read-only. Targets the last apply found
 /// unchangeable (recorded in the state file at `state_path`) are reported as such.
 pub fn verify(root: &SysRoot, policy: &Policy, state_path: &Path) -> Result<Report> {
-    let unchangeable = State::load(state_path)?
-        .map(|s| s.unchangeable)
-        .unwrap_or_default();
+    let unchangeable = State::unchangeable_of(state_path)?;
     let mut rep = report("verify", Some(policy));
     for t in plan(policy, root)? {
         let status = match evaluate(root, policy, &t) {
@@ -699,6 +746,16 @@ fn restore_one(root: &SysRoot, o: &Original) -> Status {
 /// Restored (and vanished) entries leave the state file; it is removed once empty, so a
 /// second restore finds nothing to do.
 pub fn restore(root: &SysRoot, state_path: &Path) -> Result<Report> {
+    restore_where(root, state_path, |_| true)
+}
+
+/// Like [`restore`], for the recorded originals whose id `pick` accepts; the others stay in the
+/// state file. A daemon given a new policy puts back what the new one no longer covers.
+pub fn restore_where(
+    root: &SysRoot,
+    state_path: &Path,
+    pick: impl Fn(&str) -> bool,
+) -> Result<Report> {
     let _lock = lock(state_path)?;
     let mut rep = report("restore", None);
     let Some(mut state) = State::load(state_path)? else {
@@ -711,7 +768,13 @@ pub fn restore(root: &SysRoot, state_path: &Path) -> Result<Report> {
     rep.isolated = state.isolated.clone();
     let same_boot = state.boot_id == state::boot_id(root)?;
     let mut keep = Vec::new();
+    let mut kept_back = 0usize;
     for e in state.entries.iter().rev() {
+        if !pick(&e.id) {
+            keep.push(e.clone());
+            kept_back += 1;
+            continue;
+        }
         let status = if !same_boot && e.original.is_runtime() {
             Status::Gone
         } else {
@@ -730,17 +793,20 @@ pub fn restore(root: &SysRoot, state_path: &Path) -> Result<Report> {
     if !same_boot {
         rep.notes.push("the state file is from an earlier boot: runtime values were reset by the reboot; only files were restored".into());
     }
-    if keep.is_empty() {
+    keep.reverse();
+    state.entries = keep;
+    state.unchangeable.retain(|id, _| !pick(id));
+    if state.entries.is_empty() && state.unchangeable.is_empty() {
         State::remove(state_path)?;
     } else {
-        keep.reverse();
-        state.entries = keep;
         state.save(state_path)?;
-        rep.notes.push(format!(
-            "{} original(s) could not be restored and stay in {}",
-            state.entries.len(),
-            state_path.display()
-        ));
+        let failed = state.entries.len() - kept_back;
+        if failed > 0 {
+            rep.notes.push(format!(
+                "{failed} original(s) could not be restored and stay in {}",
+                state_path.display()
+            ));
+        }
     }
     Ok(rep)
 }

@@ -24,10 +24,12 @@
 pub mod bootargs;
 pub mod config;
 pub mod engine;
+pub mod fastpath;
 pub mod partition;
 pub mod plan;
 pub mod preset;
 pub mod state;
+pub mod watch;
 
 use std::fmt;
 
@@ -234,6 +236,10 @@ pub struct Report {
     pub outcomes: Vec<Outcome>,
     /// Remarks for the user (what needs a restart, which state file was used).
     pub notes: Vec<String>,
+    /// apply: the ids of the targets it wrote to (found different from the policy), whatever
+    /// their outcome; a daemon counts these as corrections. Not part of the JSON.
+    #[serde(skip)]
+    pub written: Vec<String>,
 }
 
 impl Report {

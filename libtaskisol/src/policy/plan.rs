@@ -368,6 +368,13 @@ pub(crate) fn allowed_cgroup<'a>(allow: &'a [String], cg: &str) -> Option<&'a St
     })
 }
 
+/// The thread targets (affinity, kthread priority) of `policy` for these threads only.
+pub fn plan_for_threads(policy: &Policy, root: &SysRoot, threads: &[tasks::Thread]) -> Vec<Target> {
+    let mut out = Vec::new();
+    plan_threads(policy, root, threads, &mut out);
+    out
+}
+
 fn plan_threads(policy: &Policy, root: &SysRoot, threads: &[tasks::Thread], out: &mut Vec<Target>) {
     let c = &policy.config;
     let iso = &policy.isolated;

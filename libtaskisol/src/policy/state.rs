@@ -4,6 +4,11 @@
 //! `kill -9` at any point leaves either the previous or the new state, never a torn one. An
 //! entry, once recorded, is never replaced: an apply after an interrupted one keeps the
 //! value that was there before the first apply.
+//!
+//! Entries recorded one at a time (a daemon narrowing each new task) go to a journal next to
+//! it instead, appended and fdatasync'd: the cost of recording stays constant however many
+//! originals are kept. A line cut by a crash is ignored (its value was not changed yet: the
+//! write comes after the append); the next whole write folds the journal in.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -118,6 +123,81 @@ pub struct State {
     pub unchangeable: BTreeMap<String, String>,
 }
 
+/// What this process last read or wrote: the state file's text, the part of the journal
+/// merged, and the state they make. A daemon that applies to one thread at a time reads both
+/// files before each change (another isold command may have written them) but parses only
+/// what it has not seen.
+struct Last {
+    path: PathBuf,
+    main: String,
+    journal: String,
+    state: State,
+}
+
+static LAST: std::sync::Mutex<Option<Last>> = std::sync::Mutex::new(None);
+
+fn remember(path: &Path, main: String, journal: String, st: &State) {
+    if let Ok(mut last) = LAST.lock() {
+        *last = Some(Last {
+            path: path.to_path_buf(),
+            main,
+            journal,
+            state: st.clone(),
+        });
+    }
+}
+
+/// The journal of a state file: entries recorded since its last whole write, one JSON line
+/// each (`state.json` -> `state.journal`).
+pub fn journal_path(path: &Path) -> PathBuf {
+    path.with_extension("journal")
+}
+
+/// Past this size the journal is folded into the state file by a whole write.
+pub const JOURNAL_MAX: u64 = 1 << 20;
+
+/// Append `entries` to the journal of the state file at `path`: one write of whole lines and
+/// one fdatasync, whatever the number of entries already recorded. `Ok(false)`, and nothing
+/// written, when the journal has grown past 1 MiB and should be folded into a whole write
+/// ([`State::save`]). The caller holds the lock and has checked that no entry's id is
+/// recorded yet.
+pub fn append_entries(path: &Path, entries: &[Entry]) -> Result<bool> {
+    let jpath = journal_path(path);
+    if fs::metadata(&jpath).map_or(0, |m| m.len()) > JOURNAL_MAX {
+        return Ok(false);
+    }
+    let mut lines = String::new();
+    for e in entries {
+        lines.push_str(&serde_json::to_string(e).expect("entry serializes"));
+        lines.push('\n');
+    }
+    let werr = |source| Error::Write {
+        path: jpath.clone(),
+        data: "(isold journal)".into(),
+        source,
+    };
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&jpath)
+        .map_err(werr)?;
+    f.write_all(lines.as_bytes())
+        .and_then(|()| f.sync_data())
+        .map_err(werr)?;
+    Ok(true)
+}
+
+fn read_opt(path: &Path) -> Result<Option<String>> {
+    match fs::read_to_string(path) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(Error::Read {
+            path: path.into(),
+            source,
+        }),
+    }
+}
+
 /// The running kernel's boot id (empty when the file is missing, as in captured trees).
 pub fn boot_id(root: &SysRoot) -> Result<String> {
     Ok(root
@@ -159,19 +239,64 @@ impl State {
         }
     }
 
-    /// Load the state file; `Ok(None)` when there is none.
+    /// Load the state file with its journal; `Ok(None)` when there is none.
     pub fn load(path: &Path) -> Result<Option<State>> {
-        let text = match fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => {
-                return Err(Error::Read {
-                    path: path.into(),
-                    source,
-                })
-            }
+        let Some(main) = read_opt(path)? else {
+            return Ok(None);
         };
-        let st: State = serde_json::from_str(&text).map_err(|e| Error::Parse {
+        let jpath = journal_path(path);
+        let journal = read_opt(&jpath)?.unwrap_or_default();
+        // Start from what was parsed before when the state file is the same and the journal
+        // only grew since.
+        let cached = LAST.lock().ok().and_then(|last| {
+            let l = last.as_ref()?;
+            (l.path == path && l.main == main && journal.starts_with(&l.journal))
+                .then(|| (l.state.clone(), l.journal.len()))
+        });
+        let (mut st, from) = match cached {
+            Some(c) => c,
+            None => (Self::parse(path, &main)?, 0),
+        };
+        // Only whole lines: a line cut by a crash in the middle of its write is not an entry.
+        let whole = journal.rfind('\n').map_or(0, |i| i + 1).max(from);
+        for (n, line) in journal[from..whole].lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let e: Entry = serde_json::from_str(line).map_err(|e| Error::Parse {
+                path: jpath.clone(),
+                input: line.chars().take(200).collect(),
+                reason: format!(
+                    "not an isold journal entry (line {} from byte {from}): {e}",
+                    n + 1
+                ),
+            })?;
+            st.record(e);
+        }
+        remember(path, main, journal[..whole].to_string(), &st);
+        Ok(Some(st))
+    }
+
+    /// The targets recorded as not changeable in the state file at `path` (empty without
+    /// one): what verify needs, without a copy of every entry when the file is the one last
+    /// read or written.
+    pub fn unchangeable_of(path: &Path) -> Result<BTreeMap<String, String>> {
+        let Some(main) = read_opt(path)? else {
+            return Ok(BTreeMap::new());
+        };
+        if let Ok(last) = LAST.lock() {
+            if let Some(l) = last.as_ref().filter(|l| l.path == path && l.main == main) {
+                // The journal only ever adds entries, never unchangeable marks.
+                return Ok(l.state.unchangeable.clone());
+            }
+        }
+        Ok(Self::load(path)?
+            .map(|s| s.unchangeable)
+            .unwrap_or_default())
+    }
+
+    fn parse(path: &Path, text: &str) -> Result<State> {
+        let st: State = serde_json::from_str(text).map_err(|e| Error::Parse {
             path: path.into(),
             input: text.chars().take(200).collect(),
             reason: format!("not an isold state file: {e}"),
@@ -183,7 +308,32 @@ impl State {
                 reason: format!("state file version {} is not {STATE_VERSION}", st.version),
             });
         }
-        Ok(Some(st))
+        Ok(st)
+    }
+
+    /// Persist `added`, entries already recorded in `self`, by appending them to the journal
+    /// of the state file at `path` (see [`append_entries`]); a whole write instead when the
+    /// journal is due to be folded in or the file does not exist.
+    pub fn append(&self, path: &Path, added: &[Entry]) -> Result<()> {
+        if added.is_empty() {
+            return Ok(());
+        }
+        if !path.exists() || !append_entries(path, added)? {
+            return self.save(path);
+        }
+        if let Ok(mut last) = LAST.lock() {
+            if let Some(l) = last.as_mut().filter(|l| l.path == path) {
+                l.state = self.clone();
+                for e in added {
+                    l.journal
+                        .push_str(&serde_json::to_string(e).expect("entry serializes"));
+                    l.journal.push('\n');
+                }
+            } else {
+                *last = None;
+            }
+        }
+        Ok(())
     }
 
     /// Whether `id` has an original recorded.
@@ -214,30 +364,48 @@ impl State {
             path.file_name()
                 .map_or("state".into(), |n| n.to_string_lossy())
         ));
-        let json = serde_json::to_string_pretty(self).expect("state serializes");
+        let mut json = serde_json::to_string_pretty(self).expect("state serializes");
+        json.push('\n');
         let mut f = fs::File::create(&tmp).map_err(|e| werr(&tmp, e))?;
         f.write_all(json.as_bytes())
-            .and_then(|()| f.write_all(b"\n"))
             .and_then(|()| f.sync_all())
             .map_err(|e| werr(&tmp, e))?;
         drop(f);
         fs::rename(&tmp, path).map_err(|e| werr(path, e))?;
         fs::File::open(dir)
             .and_then(|d| d.sync_all())
-            .map_err(|e| werr(dir, e))
+            .map_err(|e| werr(dir, e))?;
+        // Everything the journal held is in the file now (a crash before this removal leaves
+        // entries in both: loading records each id once).
+        let jpath = journal_path(path);
+        match fs::remove_file(&jpath) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(werr(&jpath, e)),
+        }
+        remember(path, json, String::new(), self);
+        Ok(())
     }
 
-    /// Remove the state file (after a complete restore).
+    /// Remove the state file and its journal (after a complete restore).
     pub fn remove(path: &Path) -> Result<()> {
-        match fs::remove_file(path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(Error::Write {
-                path: path.into(),
-                data: "(remove)".into(),
-                source,
-            }),
+        for p in [path.to_path_buf(), journal_path(path)] {
+            match fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(Error::Write {
+                        path: p,
+                        data: "(remove)".into(),
+                        source,
+                    })
+                }
+            }
         }
+        if let Ok(mut last) = LAST.lock() {
+            *last = None;
+        }
+        Ok(())
     }
 }
 

@@ -1,0 +1,295 @@
+//! One task, as fast as it can be done right: the daemon's answer to an exec'd or forked task
+//! whose affinity reaches into the isolated CPUs.
+//!
+//! [`super::engine::apply_threads`] does the same through the general path (lock, whole state
+//! loaded, plan, evaluate, record, change, read back): about 50 system calls and a copy of the
+//! state per task. [`TaskFixer::fix`] makes the same decision as the plan (workloads inside the
+//! isolated CPUs, allow-listed names and cgroups, threads the kernel pins are left alone) and
+//! keeps the same promise (the original is in the state file's journal before the affinity is
+//! written, an original already recorded is never replaced) in about 15 system calls, by
+//! remembering which task originals the state file holds. It trusts that memory only while the
+//! state file is the one it last saw (same inode, size and times): when another isold command
+//! rewrote it, or for anything it does not handle (kthread priority rules), it answers
+//! [`Fix::UseEngine`] and the caller takes the general path, then calls
+//! [`TaskFixer::resync`].
+
+use std::collections::HashSet;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use super::config::glob_match;
+use super::plan::{allowed_cgroup, narrowed};
+use super::state::{self, Entry, Original, State};
+use super::Policy;
+use crate::cpuset::CpuSet;
+use crate::error::{Error, Result};
+use crate::procfs::{TaskStat, PF_KTHREAD, PF_NO_SETAFFINITY};
+use crate::sysroot::SysRoot;
+use crate::{sched, tasks};
+
+/// What [`TaskFixer::fix`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fix {
+    /// The affinity does not reach into the isolated CPUs, or lies inside them (a workload).
+    Fine,
+    /// Left where it is, for the reason given (allow-listed, pinned by the kernel); it stays so
+    /// until it execs or is renamed.
+    Settled(String),
+    /// Narrowed: the label (`task 812 (sleep)`), the affinity before and after.
+    Changed {
+        label: String,
+        from: String,
+        to: String,
+    },
+    /// The task exited before it could be changed.
+    Gone,
+    /// Not for this path: take [`super::engine::apply_threads`], then [`TaskFixer::resync`].
+    UseEngine,
+}
+
+/// The identity of the state file: it is replaced (rename) on every whole write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+fn file_id(path: &Path) -> Option<FileId> {
+    let m = fs::metadata(path).ok()?;
+    Some(FileId {
+        dev: m.dev(),
+        ino: m.ino(),
+        size: m.size(),
+        mtime: (m.mtime(), m.mtime_nsec()),
+        ctime: (m.ctime(), m.ctime_nsec()),
+    })
+}
+
+/// The task originals a state file holds, and the file they were read from.
+#[derive(Debug)]
+pub struct TaskFixer {
+    state_path: PathBuf,
+    seen: Option<FileId>,
+    recorded: HashSet<String>,
+    /// The lock file of [`super::engine::lock`], kept open: two system calls a task instead
+    /// of five.
+    lock_file: Option<fs::File>,
+    /// The state file's journal, open for appending, and about how long it is: valid while
+    /// the state file is the one seen (a whole write removes the journal and replaces the
+    /// state file).
+    journal: Option<(fs::File, u64)>,
+}
+
+/// The lock held while the fixer records and writes; released when dropped. It holds the
+/// descriptor of [`TaskFixer::lock_file`], which stays open as long as the fixer.
+struct Held(std::os::fd::RawFd);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // SAFETY: flock on the fixer's lock file, open while the fixer lives (a Held never
+        // outlives the call that took it).
+        unsafe { libc::flock(self.0, libc::LOCK_UN) };
+    }
+}
+
+impl TaskFixer {
+    /// A fixer for the state file at `state_path`; [`TaskFixer::resync`] before the first use.
+    pub fn new(state_path: &Path) -> TaskFixer {
+        TaskFixer {
+            state_path: state_path.to_path_buf(),
+            seen: None,
+            recorded: HashSet::new(),
+            lock_file: None,
+            journal: None,
+        }
+    }
+
+    fn lock(&mut self) -> Result<Held> {
+        if self.lock_file.is_none() {
+            // Creates the directory and the file, as the engine's lock does.
+            drop(super::engine::lock(&self.state_path)?);
+            let path = super::engine::lock_path(&self.state_path);
+            self.lock_file = Some(fs::OpenOptions::new().write(true).open(&path).map_err(
+                |source| Error::Write {
+                    path,
+                    data: "(lock)".into(),
+                    source,
+                },
+            )?);
+        }
+        let fd = std::os::fd::AsRawFd::as_raw_fd(self.lock_file.as_ref().expect("opened above"));
+        // SAFETY: flock on an open descriptor owned by self.
+        if unsafe { libc::flock(fd, libc::LOCK_EX) } != 0 {
+            return Err(Error::syscall(
+                "flock(isold lock)",
+                nix::errno::Errno::last(),
+            ));
+        }
+        Ok(Held(fd))
+    }
+
+    /// Read the state file again (after the general path, or another isold command, wrote it).
+    pub fn resync(&mut self) -> Result<()> {
+        let _lock = super::engine::lock(&self.state_path)?;
+        self.seen = None;
+        self.recorded.clear();
+        self.journal = None;
+        if let Some(st) = State::load(&self.state_path)? {
+            self.recorded = st
+                .entries
+                .iter()
+                .filter(|e| e.id.starts_with("task:"))
+                .map(|e| e.id.clone())
+                .collect();
+            self.seen = file_id(&self.state_path);
+        }
+        Ok(())
+    }
+
+    /// Narrow thread `tid` of process `pid` if the policy says so.
+    pub fn fix(&mut self, root: &SysRoot, policy: &Policy, pid: i32, tid: i32) -> Result<Fix> {
+        let iso = &policy.isolated;
+        let aff = match affinity(root, pid, tid) {
+            Some(a) => a,
+            None => return Ok(Fix::Gone),
+        };
+        if aff.is_disjoint(iso) || aff.is_subset(iso) {
+            return Ok(Fix::Fine);
+        }
+        let c = &policy.config;
+        if !c.tasks {
+            return Ok(Fix::Fine);
+        }
+        let stat = match TaskStat::read_path(root, &format!("/proc/{pid}/task/{tid}/stat")) {
+            Ok(s) => s,
+            Err(e) if matches!(e.errno(), Some(libc::ENOENT) | Some(libc::ESRCH)) => {
+                return Ok(Fix::Gone)
+            }
+            Err(e) => return Err(e),
+        };
+        let kthread = stat.flags & PF_KTHREAD != 0;
+        if kthread
+            && c.kthread_priority
+                .iter()
+                .any(|(p, _)| glob_match(p, &stat.comm))
+        {
+            return Ok(Fix::UseEngine);
+        }
+        if stat.flags & PF_NO_SETAFFINITY != 0 {
+            return Ok(Fix::Settled(format!(
+                "the kernel manages its affinity (PF_NO_SETAFFINITY), CPUs {aff}"
+            )));
+        }
+        if let Some(p) = c.allow_comm.iter().find(|p| glob_match(p, &stat.comm)) {
+            return Ok(Fix::Settled(format!("allow-listed thread name ({p})")));
+        }
+        if !c.allow_cgroup.is_empty() && pid != std::process::id() as i32 {
+            if let Some(cg) = tasks::cgroup_of(root, pid)? {
+                if let Some(p) = allowed_cgroup(&c.allow_cgroup, &cg) {
+                    return Ok(Fix::Settled(format!("allow-listed cgroup {p}")));
+                }
+            }
+        }
+        let want = narrowed(&aff, &policy.housekeeping);
+        let id = format!("task:{tid}:{}", stat.starttime);
+        let label = format!(
+            "{} {tid} ({})",
+            if kthread { "kthread" } else { "task" },
+            stat.comm
+        );
+        let _lock = self.lock()?;
+        let now = file_id(&self.state_path);
+        if now.is_none() || now != self.seen {
+            return Ok(Fix::UseEngine);
+        }
+        if !self.recorded.contains(&id) {
+            let entry = Entry {
+                id: id.clone(),
+                item: "tasks".into(),
+                label: label.clone(),
+                original: Original::Affinity {
+                    pid,
+                    tid,
+                    starttime: stat.starttime,
+                    comm: stat.comm.clone(),
+                    cpus: aff.to_string(),
+                },
+            };
+            if !self.append(&entry)? {
+                // The journal is due to be folded in: the general path does that.
+                return Ok(Fix::UseEngine);
+            }
+            self.recorded.insert(id);
+        }
+        match super::engine::set_thread_affinity(root, pid, tid, &want) {
+            Ok(()) => {}
+            Err(e) if matches!(e.errno(), Some(libc::ESRCH) | Some(libc::ENOENT)) => {
+                return Ok(Fix::Gone)
+            }
+            Err(e) => return Err(e),
+        }
+        match affinity(root, pid, tid) {
+            Some(now) if now.is_disjoint(iso) => Ok(Fix::Changed {
+                label,
+                from: aff.to_string(),
+                to: now.to_string(),
+            }),
+            Some(now) => Err(Error::Parse {
+                path: root.path(format!("/proc/{pid}/task/{tid}/status")),
+                input: now.to_string(),
+                reason: format!("sched_setaffinity({tid}, {want}) left CPUs {now}"),
+            }),
+            None => Ok(Fix::Gone),
+        }
+    }
+}
+
+impl TaskFixer {
+    /// One entry to the journal, through the descriptor kept open; `Ok(false)` when the
+    /// journal is due to be folded into a whole write.
+    fn append(&mut self, entry: &Entry) -> Result<bool> {
+        use std::io::Write;
+        let jpath = state::journal_path(&self.state_path);
+        let werr = |source| Error::Write {
+            path: jpath.clone(),
+            data: "(isold journal)".into(),
+            source,
+        };
+        if self.journal.is_none() {
+            let f = fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&jpath)
+                .map_err(werr)?;
+            let len = f.metadata().map_or(0, |m| m.len());
+            self.journal = Some((f, len));
+        }
+        let (f, len) = self.journal.as_mut().expect("opened above");
+        if *len > state::JOURNAL_MAX {
+            return Ok(false);
+        }
+        let mut line = serde_json::to_string(entry).expect("entry serializes");
+        line.push('\n');
+        f.write_all(line.as_bytes())
+            .and_then(|()| f.sync_data())
+            .map_err(werr)?;
+        *len += line.len() as u64;
+        Ok(true)
+    }
+}
+
+/// A thread's affinity: a system call on the running system, its status file in a tree.
+fn affinity(root: &SysRoot, pid: i32, tid: i32) -> Option<CpuSet> {
+    if root.is_host() {
+        sched::get_affinity(tid).ok()
+    } else {
+        tasks::read_thread(root, pid, tid)
+            .ok()
+            .flatten()
+            .map(|t| t.affinity)
+    }
+}
