@@ -62,6 +62,47 @@ pub enum Command {
     Audit(AuditArgs),
     /// The kernel arguments the policy needs and which of them the running kernel lacks.
     Bootargs(BootargsArgs),
+    /// Apply the policy and keep it true until SIGTERM or SIGINT, then restore (the service).
+    Run(RunArgs),
+    /// Whether `isold run` is running, its policy and the corrections it made.
+    Status(StatusArgs),
+}
+
+/// Options of `isold run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Seconds between scans of the values that have no event (sysctls, sysfs, IRQs,
+    /// workqueues).
+    #[arg(long = "interval", value_name = "SECS", default_value = "1",
+          value_parser = parse_interval)]
+    pub interval: f64,
+
+    /// Seconds between checks of every thread's affinity (one system call each; catches
+    /// affinity changes made without an exec).
+    #[arg(long = "task-interval", value_name = "SECS", default_value = "10",
+          value_parser = parse_interval)]
+    pub task_interval: f64,
+
+    /// Log more: -v each event acted on, -vv every event.
+    #[arg(short = 'v', long = "verbose", action = ArgAction::Count)]
+    pub verbose: u8,
+}
+
+fn parse_interval(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.01..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a number of seconds from 0.01 to 3600"
+        )),
+    }
+}
+
+/// Options of `isold status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Print the status as JSON.
+    #[arg(long = "json")]
+    pub json: bool,
 }
 
 /// Options of `isold audit`.

@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod cli;
+pub mod daemon;
 
 use std::io::Write;
 
@@ -35,7 +36,7 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
             if e.kind() == ErrorKind::MissingSubcommand
                 || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
             {
-                eprintln!("isold: no command given (apply, verify, restore, check, audit, bootargs)\nTry 'isold --help' for more information.");
+                eprintln!("isold: no command given (apply, verify, restore, check, audit, bootargs, run, status)\nTry 'isold --help' for more information.");
                 return EXIT_FAILURE;
             }
             let text = e.render().to_string();
@@ -57,12 +58,15 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
         .config
         .clone()
         .unwrap_or_else(|| root.path("/etc/isold/isold.toml"));
-    let writes = matches!(cli.command, Command::Apply(_) | Command::Restore(_));
+    let writes = matches!(
+        cli.command,
+        Command::Apply(_) | Command::Restore(_) | Command::Run(_)
+    );
     if writes && root.is_host() && !nix::unistd::geteuid().is_root() {
-        let what = if matches!(cli.command, Command::Apply(_)) {
-            "apply"
-        } else {
-            "restore"
+        let what = match cli.command {
+            Command::Apply(_) => "apply",
+            Command::Run(_) => "run",
+            _ => "restore",
         };
         return fail(format!(
             "{what} needs root privileges: it writes /proc/sys, /sys, /proc/irq and other tasks' CPU affinity"
@@ -111,7 +115,15 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
             Ok(scope) => audit::bootargs(&root, &scope, args),
             Err(code) => code,
         },
+        Command::Run(args) => daemon::run(&root, &config_path, &state_path, args),
+        Command::Status(args) => daemon::status(&state_path, args.json),
     }
+}
+
+/// The policy of the file at `path`, or the message that says why not.
+pub fn load_policy(path: &std::path::Path, root: &SysRoot) -> Result<Policy, String> {
+    let config = Config::load(path).map_err(|e| e.to_string())?;
+    Policy::resolve(config, root).map_err(|e| e.to_string())
 }
 
 fn resolve(path: &std::path::Path, root: &SysRoot) -> Result<Policy, i32> {

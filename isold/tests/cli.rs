@@ -30,7 +30,7 @@ fn no_command_is_one_line_and_a_hint() {
     assert_eq!(out, "");
     assert_eq!(
         err,
-        "isold: no command given (apply, verify, restore, check, audit, bootargs)\nTry 'isold --help' for more information.\n"
+        "isold: no command given (apply, verify, restore, check, audit, bootargs, run, status)\nTry 'isold --help' for more information.\n"
     );
     let (rc, _, err) = isold_unprivileged(&["frobnicate"]);
     assert_eq!(rc, 1);

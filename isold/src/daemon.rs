@@ -1,0 +1,1222 @@
+//! `isold run`: apply the policy, then keep it true until stopped, and restore on the way out.
+//!
+//! One thread, pinned to the housekeeping CPUs, waiting in poll(2) on:
+//! - the process events connector: a task that is exec'd, forked or renamed is checked at
+//!   once with one sched_getaffinity(2) call, and read from /proc only when its affinity
+//!   reaches into the isolated CPUs (or a kthread priority rule may match its name);
+//! - kobject uevents: a device that comes or goes triggers a rescan of the IRQs and files;
+//! - inotify on the cgroup partition's `cpuset.cpus.partition`;
+//! - a signalfd for SIGHUP (reload), SIGTERM and SIGINT (restore and exit);
+//! - the scan timer: every `--interval` the values that have no event (sysctls, sysfs, IRQ
+//!   affinity, workqueue masks) are compared and put right; every `--task-interval` the
+//!   affinity of every known thread is checked with sched_getaffinity(2), which catches
+//!   affinity changes made without an exec (no event exists for them).
+//!
+//! Without the connector (no CAP_NET_ADMIN, not in the initial namespaces) the task check is
+//! a full /proc scan every `--task-interval` instead, said in one log line.
+//!
+//! Every correction goes through the engine (libtaskisol::policy::engine): the original is in
+//! the state file before the first write, an original already recorded is never replaced
+//! (after kill -9 the next start takes over the state file as it is), and stop restores it.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fs;
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use libtaskisol::events::{ProcEvent, ProcEvents, Uevents};
+use libtaskisol::policy::fastpath::{Fix, TaskFixer};
+use libtaskisol::policy::watch::Watch;
+use libtaskisol::policy::{config::Config, engine, plan, Policy, Report, Status};
+use libtaskisol::tasks::{self, Thread};
+use libtaskisol::{sched, CpuSet, SysRoot};
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use serde::{Deserialize, Serialize};
+
+use crate::cli::RunArgs;
+
+/// What `isold status` reads: kept current by the daemon in `status.json` next to the state
+/// file (written whole and renamed into place, so a reader never sees half of it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DaemonStatus {
+    pub pid: i32,
+    /// Unix time of the start, seconds.
+    pub started: u64,
+    /// Unix time of the last write of this file.
+    pub updated: u64,
+    pub config: String,
+    pub preset: String,
+    pub isolated: String,
+    pub housekeeping: String,
+    /// How new and changed tasks are seen: "proc connector" or "periodic scans (why)".
+    pub task_events: String,
+    /// Whether device uevents trigger rescans ("uevents") or not (why).
+    pub device_events: String,
+    pub interval_s: f64,
+    pub task_interval_s: f64,
+    /// The PM QoS CPU latency request held on /dev/cpu_dma_latency, microseconds.
+    pub cpu_dma_latency_us: Option<u32>,
+    /// Corrections since the start, by item (tasks, irq_affinity, sysctl, ...).
+    pub corrections: BTreeMap<String, u64>,
+    pub last_correction: Option<Correction>,
+    /// Targets the kernel does not let isold change, with why.
+    pub not_changeable: Vec<String>,
+    pub reloads: u64,
+    /// "running", or "stopping" while the restore runs.
+    pub state: String,
+}
+
+/// One value put right.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Correction {
+    /// Unix time, seconds.
+    pub at: u64,
+    pub item: String,
+    pub label: String,
+    /// The outcome as the engine reports it ("changed: 3 -> 0-1").
+    pub what: String,
+}
+
+/// The CPU time this thread has used, in nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: t is a valid timespec to write to.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Where the status file goes: next to the state file.
+pub fn status_path(state_path: &Path) -> PathBuf {
+    state_path
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("status.json")
+}
+
+fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Log to stderr; under systemd (JOURNAL_STREAM set) with the syslog level prefix journald
+/// reads (`<4>` warning, `<6>` info, `<7>` debug).
+#[derive(Debug, Clone, Copy)]
+struct Log {
+    verbose: u8,
+    journal: bool,
+}
+
+impl Log {
+    fn line(&self, level: u8, msg: &str) {
+        let mut err = std::io::stderr().lock();
+        let _ = if self.journal {
+            writeln!(err, "<{level}>{msg}")
+        } else {
+            writeln!(err, "isold: {msg}")
+        };
+    }
+    fn warn(&self, msg: &str) {
+        self.line(4, msg);
+    }
+    fn info(&self, msg: &str) {
+        self.line(6, msg);
+    }
+    fn debug(&self, msg: &str) {
+        if self.verbose >= 1 {
+            self.line(7, msg);
+        }
+    }
+    fn trace(&self, msg: &str) {
+        if self.verbose >= 2 {
+            self.line(7, msg);
+        }
+    }
+}
+
+/// sd_notify(3): one datagram to $NOTIFY_SOCKET (a path, or '@' for the abstract namespace).
+fn notify(msg: &str) {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let Ok(sock) = std::os::unix::net::UnixDatagram::unbound() else {
+        return;
+    };
+    let path = path.to_string_lossy().into_owned();
+    if let Some(name) = path.strip_prefix('@') {
+        use std::os::linux::net::SocketAddrExt;
+        if let Ok(addr) = std::os::unix::net::SocketAddr::from_abstract_name(name) {
+            let _ = sock.send_to_addr(msg.as_bytes(), &addr);
+        }
+    } else {
+        let _ = sock.send_to(msg.as_bytes(), &path);
+    }
+}
+
+/// The policy the periodic scan applies: everything but the thread items and the partition,
+/// which have events of their own (and cost a /proc scan).
+fn scan_policy(policy: &Policy) -> Policy {
+    let mut p = policy.clone();
+    p.config.tasks = false;
+    p.config.kthread_priority.clear();
+    p.config.cgroup_partition = None;
+    p
+}
+
+/// Only the partition item of `policy`.
+fn partition_policy(policy: &Policy) -> Option<Policy> {
+    policy.config.cgroup_partition.as_ref()?;
+    let c = &policy.config;
+    let mut only = Config::defaults(c.preset, c.isolated.clone());
+    only.file = c.file.clone();
+    only.sysctl.clear();
+    only.thp = None;
+    only.workqueue = false;
+    only.machinecheck = false;
+    only.ksm = None;
+    only.irq_affinity = false;
+    only.tasks = false;
+    only.kthread_priority.clear();
+    only.pm_qos = None;
+    only.cpufreq = None;
+    only.kvm.clear();
+    only.irqbalance = false;
+    only.printk = None;
+    only.systemd_cpuaffinity = false;
+    only.cgroup_partition = c.cgroup_partition.clone();
+    Some(Policy {
+        config: only,
+        ..policy.clone()
+    })
+}
+
+/// What the main thread tells the scan thread.
+enum Ctl {
+    /// Look now (a device came or went): after 100 ms, once its driver has requested its IRQs.
+    Rescan,
+    /// Stop, before the restore.
+    Stop,
+}
+
+/// The periodic scan of the values without events (sysctls, sysfs, IRQs, workqueues), on a
+/// thread of its own so that it never delays the answer to a process event: a compare that
+/// takes no lock and writes nothing while nothing drifted, an apply when something did.
+/// Reports with changes go back to the main thread, which counts and logs them.
+struct Scanner {
+    ctl: std::sync::mpsc::Sender<Ctl>,
+    reports: std::sync::mpsc::Receiver<std::result::Result<Report, String>>,
+    /// Readable when a report is waiting (the main thread polls it).
+    wake: std::os::unix::net::UnixStream,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Scanner {
+    fn start(
+        root: SysRoot,
+        policy: Policy,
+        state_path: PathBuf,
+        interval: Duration,
+        with_partition: bool,
+    ) -> std::io::Result<Scanner> {
+        let (ctl, ctl_rx) = std::sync::mpsc::channel::<Ctl>();
+        let (tx, reports) = std::sync::mpsc::channel();
+        let (wake, mut notify_main) = std::os::unix::net::UnixStream::pair()?;
+        wake.set_nonblocking(true)?;
+        let thread = std::thread::Builder::new()
+            .name("isold-scan".into())
+            .spawn(move || {
+                // Background work: the main thread (process events) goes first whenever both
+                // want the same CPU.
+                // SAFETY: setpriority on this thread's own id; lowering priority needs no
+                // privilege.
+                unsafe {
+                    libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
+                }
+                let scan = scan_policy(&policy);
+                let part = partition_policy(&policy).filter(|_| with_partition);
+                // One read per watched value each interval; the full compare only when one
+                // of them (or the set of IRQs) changed.
+                let mut watch = Watch::of(&root, &scan, &state_path).ok();
+                loop {
+                    let mut full = false;
+                    match ctl_rx.recv_timeout(interval) {
+                        Ok(Ctl::Stop) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                            return
+                        }
+                        Ok(Ctl::Rescan) => {
+                            full = true;
+                            std::thread::sleep(Duration::from_millis(100));
+                            // A burst of uevents is one rescan.
+                            while let Ok(c) = ctl_rx.try_recv() {
+                                match c {
+                                    Ctl::Stop => return,
+                                    Ctl::Rescan => {}
+                                }
+                            }
+                        }
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    }
+                    let watched = match &watch {
+                        Some(w) if !full => w.drifted(&root).is_some(),
+                        _ => true,
+                    };
+                    let policies: Vec<&Policy> = if watched {
+                        std::iter::once(&scan).chain(part.as_ref()).collect()
+                    } else {
+                        part.iter().collect()
+                    };
+                    if watched {
+                        watch = None;
+                    }
+                    for p in policies {
+                        let out = drifted(&root, p, &state_path).and_then(|d| {
+                            if d {
+                                engine::apply(&root, p, &state_path).map(Some)
+                            } else {
+                                Ok(None)
+                            }
+                        });
+                        let msg = match out {
+                            Ok(None) => continue,
+                            Ok(Some(rep)) => Ok(rep),
+                            Err(e) => Err(e.to_string()),
+                        };
+                        if tx.send(msg).is_err() {
+                            return;
+                        }
+                        let _ = notify_main.write_all(b"r");
+                    }
+                    if watch.is_none() {
+                        watch = Watch::of(&root, &scan, &state_path).ok();
+                    }
+                }
+            })?;
+        Ok(Scanner {
+            ctl,
+            reports,
+            wake,
+            thread: Some(thread),
+        })
+    }
+
+    fn send(&self, c: Ctl) {
+        let _ = self.ctl.send(c);
+    }
+
+    fn stop(&mut self) {
+        self.send(Ctl::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Whether any value of `policy` differs from what it wants (read-only, no lock).
+fn drifted(root: &SysRoot, policy: &Policy, state_path: &Path) -> libtaskisol::Result<bool> {
+    Ok(engine::verify(root, policy, state_path)?
+        .outcomes
+        .iter()
+        .any(|o| matches!(o.status, Status::Deviates { .. })))
+}
+
+struct Daemon {
+    root: SysRoot,
+    config_path: PathBuf,
+    state_path: PathBuf,
+    policy: Policy,
+    log: Log,
+    status: DaemonStatus,
+    procs: Option<ProcEvents>,
+    uevents: Option<Uevents>,
+    /// Threads known to exist (connector mode): the task sweep checks their affinity.
+    known: BTreeSet<i32>,
+    /// Threads the policy leaves where they are although they reach into the isolated CPUs
+    /// (allow-listed, not changeable): not read again until exec, rename or exit.
+    settled: HashSet<i32>,
+    /// Last status word per target id, so that a value reported the same way every scan is
+    /// logged once.
+    last_word: BTreeMap<String, &'static str>,
+    dma: Option<fs::File>,
+    inotify: Option<nix::sys::inotify::Inotify>,
+    /// The fast path for single tasks.
+    fixer: TaskFixer,
+    /// kthreads forked by kthreadd, looked at once named: (when, pid, tid).
+    new_kthreads: Vec<(Instant, i32, i32)>,
+    /// The status file is behind.
+    dirty: bool,
+    /// Task corrections not logged yet, and the last one.
+    tasks_unlogged: u64,
+    tasks_last: String,
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s.max(0.0))
+}
+
+impl Daemon {
+    fn save_status(&mut self) {
+        self.status.updated = now_s();
+        let path = status_path(&self.state_path);
+        let tmp = path.with_extension("json.tmp");
+        let text = serde_json::to_string_pretty(&self.status).expect("status serializes") + "\n";
+        if let Err(e) = fs::write(&tmp, text).and_then(|()| fs::rename(&tmp, &path)) {
+            self.log
+                .warn(&format!("cannot write {}: {e}", path.display()));
+        }
+    }
+
+    /// Log and count what an apply (start, scan, event) changed. `initial`: the first apply,
+    /// whose changes are the policy being applied, not corrections.
+    fn take_report(&mut self, rep: &Report, initial: bool) -> usize {
+        let mut n = 0;
+        for o in &rep.outcomes {
+            let word = o.status.word();
+            let before = self.last_word.insert(o.id.clone(), word);
+            if let Status::NotChangeable { reason } = &o.status {
+                if before != Some(word) {
+                    let entry = format!("{}: {reason}", o.label);
+                    if !self.status.not_changeable.contains(&entry) {
+                        self.status.not_changeable.push(entry);
+                    }
+                    if !initial {
+                        self.log
+                            .info(&format!("{}: not changeable: {reason}", o.label));
+                    }
+                }
+                continue;
+            }
+            if let Status::Failed { error } = &o.status {
+                if before != Some(word) {
+                    self.log.warn(&format!("{}: {error}", o.label));
+                }
+                continue;
+            }
+            if !rep.written.contains(&o.id) || initial {
+                continue;
+            }
+            n += 1;
+            self.corrected(&o.item, &o.label, &o.status.to_string());
+        }
+        for note in &rep.notes {
+            self.log.info(note);
+        }
+        n
+    }
+
+    /// Whether a thread with this affinity needs reading: it reaches into the isolated CPUs
+    /// without being inside them (a workload).
+    fn suspicious(&self, aff: &CpuSet) -> bool {
+        !aff.is_disjoint(&self.policy.isolated) && !aff.is_subset(&self.policy.isolated)
+    }
+
+    /// Read these threads and apply the thread items to them; `since`: when the event that
+    /// asked for it was read, for the log.
+    fn fix_threads(&mut self, ids: &[(i32, i32)], since: Option<(Instant, u64)>) {
+        let mut threads: Vec<Thread> = Vec::new();
+        for &(pid, tid) in ids {
+            match tasks::read_thread(&self.root, pid, tid) {
+                Ok(Some(t)) => threads.push(t),
+                Ok(None) => {}
+                Err(e) => self.log.debug(&format!("task {tid}: {e}")),
+            }
+        }
+        if threads.is_empty() {
+            return;
+        }
+        match engine::apply_threads(&self.root, &self.policy, &self.state_path, &threads) {
+            Ok(rep) => {
+                for o in &rep.outcomes {
+                    if matches!(
+                        o.status,
+                        Status::LeftAlone { .. } | Status::NotChangeable { .. }
+                    ) {
+                        if let Some(t) = threads
+                            .iter()
+                            .find(|t| o.id.starts_with(&format!("task:{}:", t.tid)))
+                        {
+                            self.settled.insert(t.tid);
+                        }
+                    }
+                }
+                if let Some((t, cpu)) = since.filter(|_| !rep.written.is_empty()) {
+                    self.log.debug(&format!(
+                        "{} thread(s) corrected {:.2} ms after the event was read ({:.2} ms of isold's CPU time)",
+                        rep.written.len(),
+                        t.elapsed().as_secs_f64() * 1000.0,
+                        (thread_cpu_ns().saturating_sub(cpu)) as f64 / 1e6
+                    ));
+                }
+                self.take_report(&rep, false);
+            }
+            Err(e) => self.log.warn(&format!("tasks: {e}")),
+        }
+    }
+
+    /// The fast path for one task (see libtaskisol::policy::fastpath); `true` when it must
+    /// take the general path instead.
+    fn fix_one(&mut self, pid: i32, tid: i32, since: Option<(Instant, u64)>) -> bool {
+        match self.fixer.fix(&self.root, &self.policy, pid, tid) {
+            Ok(Fix::Fine) | Ok(Fix::Gone) => false,
+            Ok(Fix::Settled(why)) => {
+                self.settled.insert(tid);
+                self.log.debug(&format!("task {tid}: left alone: {why}"));
+                false
+            }
+            Ok(Fix::Changed { label, from, to }) => {
+                if let Some((t, cpu)) = since {
+                    self.log.debug(&format!(
+                        "{label} corrected {:.2} ms after the event was read ({:.2} ms of isold's CPU time)",
+                        t.elapsed().as_secs_f64() * 1000.0,
+                        (thread_cpu_ns().saturating_sub(cpu)) as f64 / 1e6
+                    ));
+                }
+                self.corrected("tasks", &label, &format!("changed: {from} -> {to}"));
+                false
+            }
+            Ok(Fix::UseEngine) => true,
+            Err(e) => {
+                self.log.warn(&format!("task {tid}: {e}"));
+                false
+            }
+        }
+    }
+
+    /// Count and log one correction; the status file follows within a scan interval.
+    /// Tasks are logged one by one only with -v, else summed up every 10 s: a burst of wide
+    /// tasks must not become a burst of journal writes on the housekeeping CPUs.
+    fn corrected(&mut self, item: &str, label: &str, what: &str) {
+        *self.status.corrections.entry(item.to_string()).or_default() += 1;
+        if item == "tasks" {
+            self.log.debug(&format!("corrected {label}: {what}"));
+            self.tasks_unlogged += 1;
+            self.tasks_last = format!("{label}: {what}");
+        } else {
+            self.log.info(&format!("corrected {label}: {what}"));
+        }
+        self.status.last_correction = Some(Correction {
+            at: now_s(),
+            item: item.into(),
+            label: label.into(),
+            what: what.into(),
+        });
+        self.dirty = true;
+    }
+
+    /// The summary line of the task corrections since the last one.
+    fn log_tasks(&mut self) {
+        if self.tasks_unlogged == 0 {
+            return;
+        }
+        self.log.info(&format!(
+            "corrected {} wide task(s); the last: {}",
+            self.tasks_unlogged, self.tasks_last
+        ));
+        self.tasks_unlogged = 0;
+    }
+
+    /// Tasks for the general path, then the fast path's memory of the state file renewed.
+    fn fix_with_engine(&mut self, ids: &[(i32, i32)]) {
+        if ids.is_empty() {
+            return;
+        }
+        self.fix_threads(ids, None);
+        if let Err(e) = self.fixer.resync() {
+            self.log.warn(&format!("state file: {e}"));
+        }
+    }
+
+    fn on_proc_events(&mut self) -> bool {
+        let Some(p) = self.procs.as_mut() else {
+            return false;
+        };
+        let read_at = (Instant::now(), thread_cpu_ns());
+        let batch = match p.read() {
+            Ok(b) => b,
+            Err(e) => {
+                self.log.warn(&format!("process events: {e}"));
+                return false;
+            }
+        };
+        let kthread_rules = !self.policy.config.kthread_priority.is_empty();
+        let names_matter = kthread_rules || !self.policy.config.allow_comm.is_empty();
+        let mut check: Vec<(i32, i32)> = Vec::new();
+        let mut engine: Vec<(i32, i32)> = Vec::new();
+        for ev in batch.events {
+            self.log.trace(&format!("event {ev:?}"));
+            match ev {
+                ProcEvent::Fork {
+                    parent_tgid,
+                    child_pid,
+                    child_tgid,
+                } => {
+                    self.known.insert(child_pid);
+                    if parent_tgid == 2 {
+                        // A kthread: kthreadd forks it, then its creator names it. Its
+                        // priority rule is looked up once it has its name.
+                        if kthread_rules && self.new_kthreads.len() < 4096 {
+                            self.new_kthreads.push((
+                                Instant::now() + Duration::from_millis(50),
+                                child_tgid,
+                                child_pid,
+                            ));
+                        }
+                    } else {
+                        check.push((child_tgid, child_pid));
+                    }
+                }
+                ProcEvent::Exec { pid, tgid } => {
+                    self.settled.remove(&pid);
+                    check.push((tgid, pid));
+                }
+                ProcEvent::Comm { pid, tgid, .. } => {
+                    self.settled.remove(&pid);
+                    if names_matter {
+                        engine.push((tgid, pid));
+                    } else {
+                        check.push((tgid, pid));
+                    }
+                }
+                ProcEvent::Exit { pid, .. } => {
+                    self.known.remove(&pid);
+                    self.settled.remove(&pid);
+                }
+            }
+        }
+        for (pid, tid) in check {
+            if engine.contains(&(pid, tid)) || self.settled.contains(&tid) {
+                continue;
+            }
+            if self.fix_one(pid, tid, Some(read_at)) {
+                engine.push((pid, tid));
+            }
+        }
+        self.fix_with_engine(&engine);
+        batch.lost
+    }
+
+    /// New kthreads whose names are due to be known: their priority rules applied.
+    fn due_kthreads(&mut self, now: Instant) {
+        let (due, later): (Vec<_>, Vec<_>) = self
+            .new_kthreads
+            .drain(..)
+            .partition(|(at, _, _)| *at <= now);
+        self.new_kthreads = later;
+        let ids: Vec<(i32, i32)> = due.into_iter().map(|(_, p, t)| (p, t)).collect();
+        self.fix_with_engine(&ids);
+    }
+
+    /// Every known thread's affinity by system call; the suspicious ones read and fixed.
+    fn sweep_tasks(&mut self) {
+        if self.procs.is_none() || !self.root.is_host() {
+            // No event stream: the full scan is the only way to see new tasks.
+            self.full_task_scan();
+            return;
+        }
+        let mut read = Vec::new();
+        let mut gone = Vec::new();
+        for &tid in &self.known {
+            if self.settled.contains(&tid) {
+                continue;
+            }
+            match sched::get_affinity(tid) {
+                Ok(a) if self.suspicious(&a) => read.push(tid),
+                Ok(_) => {}
+                Err(_) => gone.push(tid),
+            }
+        }
+        for tid in gone {
+            self.known.remove(&tid);
+        }
+        let mut engine = Vec::new();
+        for tid in read {
+            // The process of a thread: the Tgid line of its status (one read per suspicious
+            // thread).
+            let Some(tgid) = self
+                .root
+                .read_to_string(format!("/proc/{tid}/status"))
+                .ok()
+                .and_then(|st| {
+                    libtaskisol::procfs::status_field(&st, "Tgid")?
+                        .trim()
+                        .parse()
+                        .ok()
+                })
+            else {
+                continue;
+            };
+            if self.fix_one(tgid, tid, None) {
+                engine.push((tgid, tid));
+            }
+        }
+        self.fix_with_engine(&engine);
+    }
+
+    /// Every thread read from /proc and the thread items applied (start, lost events, no
+    /// connector).
+    fn full_task_scan(&mut self) {
+        let threads = match tasks::all_threads(&self.root) {
+            Ok(t) => t,
+            Err(e) => {
+                self.log.warn(&format!("tasks: {e}"));
+                return;
+            }
+        };
+        self.known = threads.iter().map(|t| t.tid).collect();
+        self.settled.retain(|t| self.known.contains(t));
+        match engine::apply_threads(&self.root, &self.policy, &self.state_path, &threads) {
+            Ok(rep) => {
+                self.take_report(&rep, false);
+            }
+            Err(e) => self.log.warn(&format!("tasks: {e}")),
+        }
+    }
+
+    fn check_partition(&mut self) {
+        let Some(p) = partition_policy(&self.policy) else {
+            return;
+        };
+        match engine::apply(&self.root, &p, &self.state_path) {
+            Ok(rep) => {
+                self.take_report(&rep, false);
+            }
+            Err(e) => self.log.warn(&format!("cgroup partition: {e}")),
+        }
+    }
+
+    fn watch_partition(&mut self) {
+        self.inotify = None;
+        let Some(dir) = &self.policy.config.cgroup_partition else {
+            return;
+        };
+        let file = self.root.path(format!(
+            "{}/cpuset.cpus.partition",
+            dir.trim_end_matches('/')
+        ));
+        use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+        match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).and_then(|i| {
+            i.add_watch(&file, AddWatchFlags::IN_MODIFY)?;
+            Ok(i)
+        }) {
+            Ok(i) => self.inotify = Some(i),
+            Err(e) => self.log.warn(&format!(
+                "cannot watch {}: {e}; the partition is checked every scan instead",
+                file.display()
+            )),
+        }
+    }
+
+    /// PM QoS: hold a CPU latency request while running (closing the file drops it).
+    fn hold_dma_latency(&mut self) {
+        self.dma = None;
+        self.status.cpu_dma_latency_us = None;
+        let Some(us) = self.policy.config.pm_qos else {
+            return;
+        };
+        let path = self.root.path("/dev/cpu_dma_latency");
+        let value = i32::try_from(us).unwrap_or(i32::MAX);
+        match fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(&value.to_ne_bytes()).map(|()| f))
+        {
+            Ok(f) => {
+                self.dma = Some(f);
+                self.status.cpu_dma_latency_us = Some(us);
+                self.log
+                    .debug(&format!("holding {} at {us} us", path.display()));
+            }
+            Err(e) => self.log.warn(&format!(
+                "cannot hold {} at {us} us: {}",
+                path.display(),
+                libtaskisol::error::io_strerror(&e)
+            )),
+        }
+    }
+
+    /// SIGHUP: the new file resolved; what it no longer covers restored; the rest applied.
+    fn reload(&mut self) {
+        let new = match crate::load_policy(&self.config_path, &self.root) {
+            Ok(p) => p,
+            Err(msg) => {
+                self.log
+                    .warn(&format!("reload: {msg}; keeping the policy in force"));
+                return;
+            }
+        };
+        if new == self.policy {
+            self.log.info("reload: the configuration is unchanged");
+            self.status.reloads += 1;
+            self.save_status();
+            return;
+        }
+        let ids: HashSet<String> = match plan::plan(&new, &self.root) {
+            Ok(t) => t.into_iter().map(|t| t.id).collect(),
+            Err(e) => {
+                self.log
+                    .warn(&format!("reload: {e}; keeping the policy in force"));
+                return;
+            }
+        };
+        match engine::restore_where(&self.root, &self.state_path, |id| !ids.contains(id)) {
+            Ok(rep) => {
+                let n = rep
+                    .outcomes
+                    .iter()
+                    .filter(|o| matches!(o.status, Status::Restored { .. }))
+                    .count();
+                self.log.info(&format!(
+                    "reload: {n} value(s) the new policy no longer covers restored"
+                ));
+                for o in rep.problems() {
+                    self.log.warn(&format!("reload: {}: {}", o.label, o.status));
+                }
+            }
+            Err(e) => self.log.warn(&format!("reload: restore: {e}")),
+        }
+        self.policy = new;
+        self.last_word.clear();
+        self.settled.clear();
+        match engine::apply(&self.root, &self.policy, &self.state_path) {
+            Ok(rep) => {
+                self.log.info(&format!("reload: apply: {}", rep.summary()));
+                self.take_report(&rep, true);
+            }
+            Err(e) => self.log.warn(&format!("reload: apply: {e}")),
+        }
+        if let Err(e) = self.fixer.resync() {
+            self.log.warn(&format!("state file: {e}"));
+        }
+        self.hold_dma_latency();
+        self.watch_partition();
+        self.fill_status_policy();
+        self.status.reloads += 1;
+        self.save_status();
+    }
+
+    fn fill_status_policy(&mut self) {
+        self.status.config = self.config_path.display().to_string();
+        self.status.preset = self.policy.config.preset.name().to_string();
+        self.status.isolated = self.policy.isolated.to_string();
+        self.status.housekeeping = self.policy.housekeeping.to_string();
+    }
+}
+
+/// `isold run`: returns the exit code.
+pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs) -> i32 {
+    let log = Log {
+        verbose: args.verbose,
+        journal: std::env::var_os("JOURNAL_STREAM").is_some(),
+    };
+    let policy = match crate::load_policy(config_path, root) {
+        Ok(p) => p,
+        Err(msg) => {
+            log.warn(&msg);
+            return crate::EXIT_FAILURE;
+        }
+    };
+    // Signals are taken by the signalfd only: blocked first, before anything can arrive.
+    let mut mask = SigSet::empty();
+    for s in [Signal::SIGHUP, Signal::SIGTERM, Signal::SIGINT] {
+        mask.add(s);
+    }
+    if let Err(e) = mask.thread_block() {
+        log.warn(&format!("cannot block signals: {e}"));
+        return crate::EXIT_FAILURE;
+    }
+    let signals = match SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+    {
+        Ok(s) => s,
+        Err(e) => {
+            log.warn(&format!("signalfd: {e}"));
+            return crate::EXIT_FAILURE;
+        }
+    };
+    if root.is_host() {
+        // Never a source of noise itself: nothing of isold runs on an isolated CPU.
+        if let Err(e) = sched::set_affinity(0, &policy.housekeeping) {
+            log.warn(&format!(
+                "cannot pin isold to the housekeeping CPUs {}: {e}",
+                policy.housekeeping
+            ));
+        }
+    }
+    let mut d = Daemon {
+        root: root.clone(),
+        config_path: config_path.to_path_buf(),
+        state_path: state_path.to_path_buf(),
+        policy,
+        log,
+        status: DaemonStatus {
+            pid: std::process::id() as i32,
+            started: now_s(),
+            interval_s: args.interval,
+            task_interval_s: args.task_interval,
+            state: "running".into(),
+            ..DaemonStatus::default()
+        },
+        procs: None,
+        uevents: None,
+        known: BTreeSet::new(),
+        settled: HashSet::new(),
+        last_word: BTreeMap::new(),
+        dma: None,
+        inotify: None,
+        fixer: TaskFixer::new(state_path),
+        new_kthreads: Vec::new(),
+        dirty: false,
+        tasks_unlogged: 0,
+        tasks_last: String::new(),
+    };
+    d.fill_status_policy();
+    // Subscribe before the first apply: a task started meanwhile is seen either way.
+    if root.is_host() {
+        match ProcEvents::open() {
+            Ok(p) => {
+                d.procs = Some(p);
+                d.status.task_events = "proc connector".into();
+            }
+            Err(e) => {
+                d.status.task_events = format!("periodic scans ({e})");
+                log.warn(&format!(
+                    "process events connector unavailable ({e}): new tasks are found by a /proc scan every {} s",
+                    args.task_interval
+                ));
+            }
+        }
+        match Uevents::open() {
+            Ok(u) => {
+                d.uevents = Some(u);
+                d.status.device_events = "uevents".into();
+            }
+            Err(e) => {
+                d.status.device_events = format!("none ({e})");
+                log.warn(&format!(
+                    "device uevents unavailable ({e}): new IRQs are found by the scan every {} s",
+                    args.interval
+                ));
+            }
+        }
+    } else {
+        d.status.task_events = "periodic scans (--root: a captured tree has no events)".into();
+        d.status.device_events = "none (--root)".into();
+    }
+    match engine::apply(root, &d.policy, state_path) {
+        Ok(rep) => {
+            log.info(&format!(
+                "isolating CPUs {} (housekeeping {}): {}",
+                d.policy.isolated,
+                d.policy.housekeeping,
+                rep.summary()
+            ));
+            d.take_report(&rep, true);
+            if let Ok(threads) = tasks::all_threads(root) {
+                d.known = threads.iter().map(|t| t.tid).collect();
+            }
+            if let Err(e) = d.fixer.resync() {
+                log.warn(&format!("state file: {e}"));
+            }
+        }
+        Err(e) => {
+            log.warn(&format!("apply: {e}"));
+            return crate::EXIT_FAILURE;
+        }
+    }
+    d.hold_dma_latency();
+    d.watch_partition();
+    d.save_status();
+    notify(&format!(
+        "READY=1\nSTATUS=isolating CPUs {}; tasks: {}",
+        d.policy.isolated, d.status.task_events
+    ));
+
+    let interval = secs(args.interval);
+    let task_interval = secs(args.task_interval);
+    let mut scanner = match Scanner::start(
+        root.clone(),
+        d.policy.clone(),
+        state_path.to_path_buf(),
+        interval,
+        d.inotify.is_none(),
+    ) {
+        Ok(s) => s,
+        Err(e) => {
+            log.warn(&format!("cannot start the scan thread: {e}"));
+            return stop(&mut d, Signal::SIGTERM).max(crate::EXIT_FAILURE);
+        }
+    };
+    let mut next_sweep = Instant::now() + task_interval;
+    let mut last_status = Instant::now();
+    let mut last_task_log = Instant::now();
+    loop {
+        let now = Instant::now();
+        let mut deadline = next_sweep;
+        if let Some((at, _, _)) = d.new_kthreads.iter().min_by_key(|k| k.0) {
+            deadline = deadline.min(*at);
+        }
+        if d.dirty {
+            deadline = deadline.min(last_status + Duration::from_millis(200));
+        }
+        if d.tasks_unlogged > 0 {
+            deadline = deadline.min(last_task_log + Duration::from_secs(10));
+        }
+        let wait = deadline.saturating_duration_since(now);
+        let timeout =
+            PollTimeout::try_from(wait.as_millis().min(60_000) as i32).unwrap_or(PollTimeout::NONE);
+        let (sig_r, proc_r, uev_r, ino_r, scan_r) = {
+            let mut fds = vec![
+                PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+                PollFd::new(scanner.wake.as_fd(), PollFlags::POLLIN),
+            ];
+            let proc_i = d.procs.as_ref().map(|p| {
+                fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+                fds.len() - 1
+            });
+            let uev_i = d.uevents.as_ref().map(|u| {
+                fds.push(PollFd::new(u.as_fd(), PollFlags::POLLIN));
+                fds.len() - 1
+            });
+            let ino_i = d.inotify.as_ref().map(|i| {
+                fds.push(PollFd::new(i.as_fd(), PollFlags::POLLIN));
+                fds.len() - 1
+            });
+            if let Err(e) = nix::poll::poll(&mut fds, timeout) {
+                if e != nix::errno::Errno::EINTR {
+                    d.log.warn(&format!("poll: {e}"));
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                continue;
+            }
+            let ready = |i: Option<usize>| {
+                i.is_some_and(|i| fds[i].revents().is_some_and(|r| !r.is_empty()))
+            };
+            (
+                ready(Some(0)),
+                ready(proc_i),
+                ready(uev_i),
+                ready(ino_i),
+                ready(Some(1)),
+            )
+        };
+        if sig_r {
+            while let Ok(Some(info)) = signals.read_signal() {
+                match Signal::try_from(info.ssi_signo as i32) {
+                    Ok(Signal::SIGHUP) => {
+                        notify("RELOADING=1");
+                        d.log.info("SIGHUP: reloading the configuration");
+                        // The scan thread stops first: a scan of the old policy must not
+                        // undo the new one.
+                        scanner.stop();
+                        d.reload();
+                        scanner = match Scanner::start(
+                            root.clone(),
+                            d.policy.clone(),
+                            state_path.to_path_buf(),
+                            interval,
+                            d.inotify.is_none(),
+                        ) {
+                            Ok(s) => s,
+                            Err(e) => {
+                                d.log.warn(&format!("cannot start the scan thread: {e}"));
+                                return stop(&mut d, Signal::SIGTERM).max(crate::EXIT_FAILURE);
+                            }
+                        };
+                        notify(&format!(
+                            "READY=1\nSTATUS=isolating CPUs {}; tasks: {}",
+                            d.policy.isolated, d.status.task_events
+                        ));
+                    }
+                    Ok(s) => {
+                        scanner.stop();
+                        return stop(&mut d, s);
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        if proc_r && d.on_proc_events() {
+            d.log
+                .warn("process events were lost (socket overflow): scanning every task");
+            d.full_task_scan();
+        }
+        if uev_r {
+            if let Some(u) = d.uevents.as_mut() {
+                match u.read() {
+                    Ok((evs, lost)) => {
+                        if !evs.is_empty() || lost {
+                            d.log.trace(&format!("{} uevent(s)", evs.len()));
+                            // Drivers request their IRQs after the uevent: the scan thread
+                            // looks again shortly, once the burst is over.
+                            scanner.send(Ctl::Rescan);
+                        }
+                    }
+                    Err(e) => d.log.warn(&format!("uevents: {e}")),
+                }
+            }
+        }
+        if ino_r {
+            if let Some(i) = d.inotify.as_ref() {
+                let _ = i.read_events();
+            }
+            d.check_partition();
+        }
+        if scan_r {
+            let mut byte = [0u8; 64];
+            while matches!(std::io::Read::read(&mut &scanner.wake, &mut byte), Ok(n) if n > 0) {}
+            while let Ok(msg) = scanner.reports.try_recv() {
+                match msg {
+                    Ok(rep) => {
+                        d.take_report(&rep, false);
+                    }
+                    Err(e) => d.log.warn(&format!("scan: {e}")),
+                }
+            }
+        }
+        let now = Instant::now();
+        if now >= next_sweep {
+            d.sweep_tasks();
+            next_sweep = Instant::now() + task_interval;
+        }
+        if !d.new_kthreads.is_empty() {
+            d.due_kthreads(now);
+        }
+        if d.tasks_unlogged > 0 && last_task_log.elapsed() >= Duration::from_secs(10) {
+            d.log_tasks();
+            last_task_log = Instant::now();
+        }
+        // The status file follows the corrections, at most every 200 ms: a burst of them
+        // costs one write.
+        if d.dirty && last_status.elapsed() >= Duration::from_millis(200) {
+            d.save_status();
+            d.dirty = false;
+            last_status = Instant::now();
+        }
+    }
+}
+
+/// SIGTERM/SIGINT: restore everything, drop the latency request, exit.
+fn stop(d: &mut Daemon, sig: Signal) -> i32 {
+    notify("STOPPING=1\nSTATUS=restoring the original values");
+    d.log_tasks();
+    d.log.info(&format!("{sig}: restoring the original values"));
+    d.status.state = "stopping".into();
+    d.save_status();
+    let code = match engine::restore(&d.root, &d.state_path) {
+        Ok(rep) => {
+            for o in rep.problems() {
+                d.log.warn(&format!("{}: {}", o.label, o.status));
+            }
+            d.log.info(&format!("restore: {}", rep.summary()));
+            if rep.problems().count() == 0 {
+                crate::EXIT_OK
+            } else {
+                crate::EXIT_FAILURE
+            }
+        }
+        Err(e) => {
+            d.log.warn(&format!("restore: {e}"));
+            crate::EXIT_FAILURE
+        }
+    };
+    d.dma = None;
+    let _ = fs::remove_file(status_path(&d.state_path));
+    code
+}
+
+/// `isold status`: the daemon's status file, and whether its process is alive.
+pub fn status(state_path: &Path, json: bool) -> i32 {
+    let path = status_path(state_path);
+    let st: Option<DaemonStatus> = fs::read_to_string(&path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let alive = st.as_ref().is_some_and(|s| {
+        fs::read_to_string(format!("/proc/{}/comm", s.pid)).is_ok_and(|c| c.trim() == "isold")
+    });
+    if json {
+        let v = serde_json::json!({ "running": alive, "status": st });
+        println!("{v}");
+    } else {
+        match (&st, alive) {
+            (Some(s), true) => print!("{}", human_status(s)),
+            (Some(s), false) => println!(
+                "isold run is not running (its last status, {}, names pid {}, which is gone)",
+                path.display(),
+                s.pid
+            ),
+            (None, _) => println!("isold run is not running (no {})", path.display()),
+        }
+    }
+    if alive {
+        crate::EXIT_OK
+    } else {
+        3
+    }
+}
+
+/// The human form of a running daemon's status.
+pub fn human_status(s: &DaemonStatus) -> String {
+    let mut out = format!(
+        "isold run: {} (pid {}), since {} s ago\n  policy {} ({}): isolated CPUs {}, housekeeping {}\n  tasks: {}; devices: {}\n  scans every {} s, every thread's affinity every {} s\n",
+        s.state,
+        s.pid,
+        now_s().saturating_sub(s.started),
+        s.config,
+        s.preset,
+        s.isolated,
+        s.housekeeping,
+        s.task_events,
+        s.device_events,
+        s.interval_s,
+        s.task_interval_s
+    );
+    if let Some(us) = s.cpu_dma_latency_us {
+        out.push_str(&format!("  holding /dev/cpu_dma_latency at {us} us\n"));
+    }
+    let total: u64 = s.corrections.values().sum();
+    if total == 0 {
+        out.push_str("  corrections: none\n");
+    } else {
+        let by: Vec<String> = s
+            .corrections
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        out.push_str(&format!("  corrections: {total} ({})\n", by.join(", ")));
+    }
+    if let Some(c) = &s.last_correction {
+        out.push_str(&format!(
+            "  last correction {} s ago: {}: {}\n",
+            now_s().saturating_sub(c.at),
+            c.label,
+            c.what
+        ));
+    }
+    if s.reloads > 0 {
+        out.push_str(&format!("  reloads: {}\n", s.reloads));
+    }
+    // Threads the kernel pins (per-CPU kthreads, kworkers) are many and expected: counted;
+    // the rest (IRQs, files) listed.
+    let (threads, other): (Vec<&String>, Vec<&String>) = s
+        .not_changeable
+        .iter()
+        .partition(|n| n.starts_with("kthread ") || n.starts_with("task "));
+    if !other.is_empty() {
+        out.push_str(&format!("  not changeable ({}):\n", other.len()));
+        for n in other {
+            out.push_str(&format!("    {n}\n"));
+        }
+    }
+    if !threads.is_empty() {
+        out.push_str(&format!(
+            "  threads whose affinity the kernel manages: {} (--json lists them)\n",
+            threads.len()
+        ));
+    }
+    out
+}
