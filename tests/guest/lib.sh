@@ -11,6 +11,16 @@ emit() {
     rm -f /tmp/.emit.$$
 }
 
+# run_step NAME TIMEOUT SCRIPT: one line of /scenario/steps.sh (the runner: init, or
+# debian-runner under systemd).
+run_step() {
+    emit "{\"ev\":\"start\",\"step\":\"$1\"}"
+    echo "taskisol: step $1"
+    timeout -s KILL "$2" sh "$3" </dev/null >/tmp/step.out 2>/tmp/step.err
+    rc=$?
+    emit "{\"ev\":\"result\",\"step\":\"$1\",\"rc\":$rc,\"stdout\":\"$(base64 -w 0 </tmp/step.out)\",\"stderr\":\"$(base64 -w 0 </tmp/step.err)\"}"
+}
+
 # host_request NAME: ask the host to act (e.g. hot-plug a device through QMP). The host does
 # not answer on the port; the caller polls for the effect (see wait_for).
 host_request() { emit "{\"ev\":\"request\",\"name\":\"$1\"}"; }

@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 const S_IFDIR: u32 = 0o040000;
 const S_IFREG: u32 = 0o100000;
 const S_IFCHR: u32 = 0o020000;
+const S_IFLNK: u32 = 0o120000;
 
 /// An in-memory newc archive. Parent directories are added on demand, so callers only name
 /// the files they care about.
@@ -52,6 +53,13 @@ impl Cpio {
         let path = path.trim_start_matches('/');
         self.parents(path);
         self.entry(path, S_IFCHR | 0o600, (major << 8) | minor, b"");
+    }
+
+    /// A symbolic link to `target` (its data is the target's path).
+    pub fn symlink(&mut self, path: &str, target: &str) {
+        let path = path.trim_start_matches('/');
+        self.parents(path);
+        self.entry(path, S_IFLNK | 0o777, 0, target.as_bytes());
     }
 
     /// Closes the archive with the trailer and returns its bytes.

@@ -58,7 +58,9 @@ impl fmt::Display for HarnessError {
 
 impl std::error::Error for HarnessError {}
 
-const SETUP_HINT: &str = "scripts/setup-qemu (as root, with the same TASKISOL_CACHE if set: installs qemu-system-x86, busybox-static, xz-utils and fetches the kernels into $TASKISOL_CACHE/kernels, default .cache/kernels)";
+pub(crate) const DEBROOT_HINT: &str = "scripts/setup-debroot (as root, after scripts/setup-qemu: debootstrap of bookworm with systemd, tuned and tuna into $TASKISOL_CACHE/debroot, about 3 minutes once)";
+
+pub(crate) const SETUP_HINT: &str = "scripts/setup-qemu (as root, with the same TASKISOL_CACHE if set: installs qemu-system-x86, busybox-static, xz-utils and fetches the kernels into $TASKISOL_CACHE/kernels, default .cache/kernels)";
 
 /// The workspace root (tests/..).
 pub fn workspace_root() -> PathBuf {
@@ -358,6 +360,17 @@ impl fmt::Display for Failure {
 pub const ISOL23: &str =
     "isolcpus=managed_irq,domain,2-3 nohz_full=2-3 rcu_nocbs=2-3 irqaffinity=0-1";
 
+/// What the guest runs as its userland.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Userland {
+    /// busybox-static as init and every tool (tests/guest/init): boots in seconds.
+    Busybox,
+    /// The Debian 12 root of scripts/setup-debroot with systemd as PID 1; the steps run in a
+    /// service after multi-user.target (tests/guest/debian-runner), under `busybox sh` so that
+    /// lib.sh and step scripts behave as in the busybox guest. rt612 only.
+    Debian,
+}
+
 /// One boot: a kernel, a command line, modules to load, steps to run, host actions the guest
 /// may request, and optionally a fixture to capture.
 #[derive(Debug)]
@@ -378,6 +391,13 @@ pub struct Scenario {
     pub timeout: Duration,
     /// Release binaries copied to /usr/bin of the guest (with their shared libraries).
     pub binaries: Vec<String>,
+    pub userland: Userland,
+    /// Guest memory in MiB.
+    pub memory_mb: u32,
+    /// More files for the guest: (path, mode, content). In the Debian root only below
+    /// directories that are real there (/etc/..., /usr/lib/...), never below /bin or /lib
+    /// (symlinks the archive's directory entries would replace).
+    pub files: Vec<(String, u32, Vec<u8>)>,
 }
 
 impl Scenario {
@@ -397,7 +417,24 @@ impl Scenario {
                     .unwrap_or(300),
             ),
             binaries: vec!["chisol".into(), "isol-emu".into()],
+            userland: Userland::Busybox,
+            memory_mb: 1024,
+            files: Vec::new(),
         }
+    }
+
+    /// A boot of 6.12-rt into the Debian root with systemd (scripts/setup-debroot), with isold
+    /// and chisol in /usr/bin. Its default bound is 900 s: systemd reaches multi-user.target
+    /// 50-70 s after QEMU starts under TCG, and the root is 200 MB to unpack.
+    pub fn debian(name: &str, cmdline: &str) -> Self {
+        let mut s = Self::new(name, KernelRole::Rt612, cmdline);
+        s.userland = Userland::Debian;
+        s.memory_mb = 2048;
+        s.binaries = vec!["isold".into(), "chisol".into()];
+        if std::env::var_os("TASKISOL_QEMU_TIMEOUT").is_none() {
+            s.timeout = Duration::from_secs(900);
+        }
+        s
     }
 
     /// Adds a step with the default 60 s bound (TCG is slow; a step that is killed fails).
@@ -427,6 +464,12 @@ impl Scenario {
             timeout,
             expects,
         });
+        self
+    }
+
+    /// Adds a file to the guest (see [`Scenario::files`]).
+    pub fn file(&mut self, path: &str, mode: u32, content: &[u8]) -> &mut Self {
+        self.files.push((path.into(), mode, content.to_vec()));
         self
     }
 

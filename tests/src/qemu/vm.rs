@@ -14,13 +14,15 @@ use serde_json::Value;
 use super::cpio::Cpio;
 use super::qmp::Qmp;
 use super::{
-    bin_dir, cache_dir, fixture, kmod, Expect, Failure, HarnessError, Kernel, Outcome, Scenario,
-    Step, StepOutput, SETUP_HINT,
+    bin_dir, cache_dir, fixture, kmod, Expect, Failure, HarnessError, Kernel, KernelRole, Outcome,
+    Scenario, Step, StepOutput, Userland, DEBROOT_HINT, SETUP_HINT,
 };
 
 const GUEST_INIT: &str = include_str!("../../guest/init");
 const GUEST_LIB: &str = include_str!("../../guest/lib.sh");
 const BUSYBOX: &str = "/bin/busybox";
+const DEBIAN_RUNNER: &str = include_str!("../../guest/debian-runner");
+const DEBIAN_UNIT: &str = include_str!("../../guest/taskisol-steps.service");
 
 /// Where a scenario's files go: $TASKISOL_KEEP/<scenario> when set, else
 /// <cache>/runs/<scenario> (overwritten by the next run, kept for diagnosis until then).
@@ -156,29 +158,45 @@ fn check_fresh(_name: &str, binary: &Path) -> Result<(), HarnessError> {
     }
 }
 
+/// The packed Debian root of scripts/setup-debroot, for this kernel.
+fn debian_root(kernel: &Kernel) -> Result<Vec<u8>, HarnessError> {
+    let dir = cache_dir().join("debroot");
+    let stamp = fs::read_to_string(dir.join("stamp")).unwrap_or_default();
+    if !dir.join("root.cpio").is_file() {
+        return Err(HarnessError::setup(
+            format!(
+                "the Debian root is not built ({} is missing)",
+                dir.join("root.cpio").display()
+            ),
+            DEBROOT_HINT,
+        ));
+    }
+    if !stamp
+        .trim_end()
+        .ends_with(&format!("kernel {}", kernel.package))
+    {
+        return Err(HarnessError::setup(
+            format!(
+                "the Debian root has the modules of another kernel than {} ({})",
+                kernel.package,
+                stamp.trim()
+            ),
+            DEBROOT_HINT,
+        ));
+    }
+    read(&dir.join("root.cpio"))
+}
+
+/// The initramfs: for busybox, one archive with init, busybox, the binaries and their
+/// libraries; for Debian, the packed root followed by a second archive with the runner and its
+/// unit, busybox and the binaries (the root's glibc is the one they were built against: both
+/// are Debian 12). Steps and modules are the same in both.
 fn build_initramfs(
     s: &Scenario,
     kernel: &Kernel,
     steps: &[&Step],
     modules: &[kmod::Module],
 ) -> Result<Vec<u8>, HarnessError> {
-    let mut c = Cpio::new();
-    c.file("/init", 0o755, GUEST_INIT.as_bytes());
-    c.file("/guest/lib.sh", 0o644, GUEST_LIB.as_bytes());
-    c.char_dev("/dev/console", 5, 1);
-    for d in [
-        "/proc",
-        "/sys",
-        "/tmp",
-        "/run",
-        "/bin",
-        "/sbin",
-        "/usr/bin",
-        "/usr/sbin",
-    ] {
-        c.dir(d);
-    }
-
     let busybox = Path::new(BUSYBOX);
     if !busybox.is_file() || !shared_libraries(busybox)?.is_empty() {
         return Err(HarnessError::setup(
@@ -186,7 +204,47 @@ fn build_initramfs(
             SETUP_HINT,
         ));
     }
-    c.file(BUSYBOX, 0o755, &read(busybox)?);
+    let mut c = Cpio::new();
+    let mut image = Vec::new();
+    match s.userland {
+        Userland::Busybox => {
+            c.file("/init", 0o755, GUEST_INIT.as_bytes());
+            c.char_dev("/dev/console", 5, 1);
+            for d in [
+                "/proc",
+                "/sys",
+                "/tmp",
+                "/run",
+                "/bin",
+                "/sbin",
+                "/usr/bin",
+                "/usr/sbin",
+            ] {
+                c.dir(d);
+            }
+            c.file(BUSYBOX, 0o755, &read(busybox)?);
+        }
+        Userland::Debian => {
+            if kernel.role != KernelRole::Rt612 {
+                return Err(HarnessError::Io(format!(
+                    "scenario {}: the Debian root has the modules of rt612 only",
+                    s.name
+                )));
+            }
+            image = debian_root(kernel)?;
+            // Only below directories that are real in the root: an archive's directory entry
+            // replaces a symlink of that name (/bin -> usr/bin) when the kernel unpacks it.
+            c.file("/usr/bin/busybox", 0o755, &read(busybox)?);
+            c.file("/guest/debian-runner", 0o755, DEBIAN_RUNNER.as_bytes());
+            let unit = "/etc/systemd/system/taskisol-steps.service";
+            c.file(unit, 0o644, DEBIAN_UNIT.as_bytes());
+            c.symlink(
+                "/etc/systemd/system/multi-user.target.wants/taskisol-steps.service",
+                unit,
+            );
+        }
+    }
+    c.file("/guest/lib.sh", 0o644, GUEST_LIB.as_bytes());
 
     let dir = bin_dir();
     for name in &s.binaries {
@@ -201,6 +259,9 @@ fn build_initramfs(
             check_fresh(name, &path)?;
         }
         c.file(&format!("/usr/bin/{name}"), 0o755, &read(&path)?);
+        if s.userland == Userland::Debian {
+            continue;
+        }
         for lib in shared_libraries(&path)? {
             let guest = lib.to_string_lossy().to_string();
             if !c.contains(&guest) {
@@ -211,6 +272,9 @@ fn build_initramfs(
         }
     }
 
+    for (path, mode, content) in &s.files {
+        c.file(path, *mode, content);
+    }
     for (i, m) in modules.iter().enumerate() {
         c.file(&format!("/modules/{i:02}-{}.ko", m.name), 0o644, &m.image);
     }
@@ -228,7 +292,8 @@ fn build_initramfs(
     }
     c.file("/scenario/steps.sh", 0o644, list.as_bytes());
     c.file("/scenario/kernel", 0o644, kernel.package.as_bytes());
-    Ok(c.finish())
+    image.extend_from_slice(&c.finish());
+    Ok(image)
 }
 
 /// A line-wise reader of a file another process is still appending to.
@@ -342,8 +407,13 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
     // no_timer_check: under a loaded TCG host the kernel's boot-time check of the 8254 timer
     // fails ("MP-BIOS bug: 8254 timer not connected to IO-APIC") and IRQ 0 moves to the
     // local APIC, which would change /proc/interrupts from boot to boot.
+    let init = match s.userland {
+        Userland::Busybox => "",
+        // quiet keeps systemd's status lines off the console too; the journal has them.
+        Userland::Debian => "rdinit=/lib/systemd/systemd systemd.unit=multi-user.target ",
+    };
     let append = format!(
-        "console=ttyS0 quiet panic=-1 no_timer_check {} taskisol.scenario={}",
+        "console=ttyS0 quiet panic=-1 no_timer_check {init}{} taskisol.scenario={}",
         s.cmdline, s.name
     );
     fs::write(workdir.join("cmdline"), &append).map_err(|e| HarnessError::Io(e.to_string()))?;
@@ -383,8 +453,8 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
             "-smp",
             "4",
             "-m",
-            "1024",
         ])
+        .arg(s.memory_mb.to_string())
         .args([
             "-nographic",
             "-no-reboot",
