@@ -13,6 +13,7 @@ mod cpio;
 pub mod demo;
 pub mod fixture;
 mod kmod;
+pub mod peers;
 mod qmp;
 pub mod seed;
 mod vm;

@@ -1,0 +1,145 @@
+# Guest side of scripts/bench-peers: one tool (tuned, tuna or isold) put through the same
+# scenario in the Debian guest. Every figure is printed as a "key=value" line; the host builds
+# the table from them and from the audit's JSON (between "--- json" and "--- end").
+#
+# The scenario (isolated CPUs 2-3, housekeeping 0-1):
+#   setup:  every IRQ routed to CPUs 2-3 (and the default affinity), one busy task and 300
+#           sleeping ones started with affinity 0-3, a workload pinned to CPU 3;
+#   apply:  the tool's way to isolate 2-3, timed, with its peak (or daemon's) resident memory;
+#   audit:  isold audit --json of CPUs 2-3 (3 s): IRQs and wide tasks left on 2-3;
+#   drift:  a new task with affinity 0-3, vm.stat_interval reset to 1, IRQ 4 (ttyS0) moved
+#           back to CPU 3; 3 s later, which of the three were put right;
+#   stop:   the tool's way to undo; every value isold's snapshot covers compared with the one
+#           taken before apply.
+
+PEERS_CFG=/tmp/isold.toml
+
+peers_setup() {
+    for _f in /proc/irq/*/smp_affinity_list; do echo 2-3 >"$_f" 2>/dev/null; done
+    echo c >/proc/irq/default_smp_affinity
+    setsid taskset -c 0-3 sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 &
+    _i=0
+    while [ $_i -lt 300 ]; do
+        setsid taskset -c 0-3 sleep 100000 </dev/null >/dev/null 2>&1 &
+        _i=$((_i + 1))
+    done
+    rm -f /tmp/wl.pid
+    setsid taskset -c 3 sh -c 'echo $$ >/tmp/wl.pid; while :; do sleep 0.01; done' </dev/null >/dev/null 2>&1 &
+    wait_for 20 test -s /tmp/wl.pid || { echo "the workload did not start"; return 1; }
+    # isold leaves the workload alone by itself: its affinity is inside the isolated CPUs.
+    printf 'isolated_cpus = "2-3"\n' >"$PEERS_CFG"
+    # tuned's profile reads its CPUs from here; tuna takes them on its command line.
+    echo "isolated_cores=2-3" >/etc/tuned/realtime-virtual-host-variables.conf
+    echo "irqs_on_2_3=$(grep -l '2-3' /proc/irq/*/smp_affinity_list | wc -l)"
+    echo "tasks=$(ls -d /proc/[0-9]*/task/[0-9]* | wc -l)"
+    isold_snapshot /tmp/snap.before
+}
+
+# now_ns: nanoseconds since the epoch (coreutils' date: busybox's has no %N).
+now_ns() { /usr/bin/date +%s%N; }
+
+# ms_since NS: milliseconds since a now_ns reading.
+ms_since() {
+    _now=$(now_ns)
+    echo $(((_now - $1) / 1000000))
+}
+
+# peak_rss CMD...: runs CMD under busybox time -v; prints its maximum resident set in kB.
+# busybox converts ru_maxrss as if it counted pages (it is in kB already): divided back here.
+peak_rss() {
+    time -v -o /tmp/time.out "$@" >/tmp/cmd.out 2>&1
+    _rc=$?
+    _pages=$(sed -n 's/.*Maximum resident set size (kbytes): *//p' /tmp/time.out)
+    echo $((_pages * 1024 / $(getconf PAGESIZE)))
+    return $_rc
+}
+
+# tool_apply TOOL: isolate 2-3 with TOOL.
+tool_apply() {
+    case $1 in
+    tuned)
+        # The daemon is started first (not timed: it is what a distribution boots with), then
+        # the profile switch is what a user runs.
+        systemctl start tuned || return 1
+        _t=$(now_ns)
+        tuned-adm profile realtime-virtual-host >/tmp/cmd.out 2>&1
+        _rc=$?
+        echo "apply_ms=$(ms_since "$_t")"
+        echo "apply_rc=$_rc"
+        echo "rss_kb=$(sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' /proc/"$(systemctl show -p MainPID --value tuned)"/status)"
+        echo "rss_of=tuned daemon (VmRSS)"
+        ;;
+    tuna)
+        _t=$(now_ns)
+        _kb=$(peak_rss tuna --cpus=2-3 --isolate)
+        _rc=$?
+        echo "apply_ms=$(ms_since "$_t")"
+        echo "apply_rc=$_rc"
+        echo "rss_kb=$_kb"
+        echo "rss_of=tuna --isolate (peak)"
+        ;;
+    isold-run)
+        # The service (dist/isold.service): its start returns once READY=1 is sent, after
+        # the apply.
+        mkdir -p /etc/isold
+        cp "$PEERS_CFG" /etc/isold/isold.toml
+        _t=$(now_ns)
+        systemctl start isold >/tmp/cmd.out 2>&1
+        _rc=$?
+        echo "apply_ms=$(ms_since "$_t")"
+        echo "apply_rc=$_rc"
+        echo "rss_kb=$(sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' /proc/"$(systemctl show -p MainPID --value isold)"/status)"
+        echo "rss_of=isold run daemon (VmRSS)"
+        ;;
+    isold)
+        _t=$(now_ns)
+        _kb=$(peak_rss isold --config "$PEERS_CFG" apply)
+        _rc=$?
+        echo "apply_ms=$(ms_since "$_t")"
+        echo "apply_rc=$_rc"
+        echo "rss_kb=$_kb"
+        echo "rss_of=isold apply (peak)"
+        ;;
+    esac
+    tail -n 3 /tmp/cmd.out | sed 's/^/  /'
+}
+
+peers_audit() {
+    isold --config "$PEERS_CFG" audit --cpus 2-3 --duration 3 --json >/tmp/audit.json
+    echo "--- json $1"
+    cat /tmp/audit.json
+    echo "--- end"
+    echo "workload_affinity=$(grep Cpus_allowed_list /proc/"$(cat /tmp/wl.pid)"/status | cut -f2)"
+    echo "irqs_on_2_3=$(grep -l -E '^(2|3|2-3)$' /proc/irq/*/smp_affinity_list | wc -l)"
+}
+
+peers_drift() {
+    setsid taskset -c 0-3 sleep 100000 </dev/null >/dev/null 2>&1 &
+    echo $! >/tmp/drift.pid
+    echo 1 >/proc/sys/vm/stat_interval
+    echo 3 >/proc/irq/4/smp_affinity_list
+    sleep 3
+    echo "drift_task=$(grep Cpus_allowed_list /proc/"$(cat /tmp/drift.pid)"/status | cut -f2)"
+    echo "drift_sysctl=$(cat /proc/sys/vm/stat_interval)"
+    echo "drift_irq=$(cat /proc/irq/4/smp_affinity_list)"
+}
+
+tool_stop() {
+    _t=$(now_ns)
+    case $1 in
+    tuned) systemctl stop tuned ;;
+    # tuna keeps no record of what it changed: --include allows 2-3 again for every thread.
+    tuna) tuna --cpus=2-3 --include ;;
+    isold) isold restore | tail -n 1 ;;
+    isold-run) systemctl stop isold ;;
+    esac
+    echo "stop_rc=$?"
+    echo "stop_ms=$(ms_since "$_t")"
+    isold_snapshot /tmp/snap.after
+    snapshot_diff /tmp/snap.before /tmp/snap.after >/tmp/diff.out
+    # Values the drift step changed by hand are not the tool's to put back... except that
+    # restoring them to their originals is exactly what a restore should do: keep them in.
+    echo "settings_not_restored=$(grep -c '^differs: /\|^missing after: /' /tmp/diff.out)"
+    echo "tasks_not_restored=$(grep -c '^differs: task:' /tmp/diff.out)"
+    grep '^differs: /\|^missing after: /' /tmp/diff.out | head -n 20 | sed 's/^/  /'
+}
