@@ -453,6 +453,84 @@ mod tests {
         State::remove(&path).unwrap();
     }
 
+    /// Entries recorded one at a time go to the journal; loading merges them, a line cut by a
+    /// crash is not an entry, a whole write folds the journal in and removes it.
+    #[test]
+    fn the_journal_holds_appended_originals_until_a_whole_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let jpath = journal_path(&path);
+        assert_eq!(jpath, dir.path().join("state.journal"));
+        let mut st = State::new("b".into(), "2-3".into(), "c".into());
+        st.record(entry("sysctl:a", "1\n"));
+        st.save(&path).unwrap();
+        let main = fs::read_to_string(&path).unwrap();
+
+        assert!(st.record(entry("sysctl:b", "2\n")));
+        st.append(&path, &st.entries[1..]).unwrap();
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            main,
+            "the state file is not rewritten"
+        );
+        assert_eq!(fs::read_to_string(&jpath).unwrap().lines().count(), 1);
+        assert_eq!(State::load(&path).unwrap().unwrap(), st);
+
+        // Another process appends (append_entries), then one of its lines is cut by a crash.
+        let c = entry("sysctl:c", "3\n");
+        assert!(append_entries(&path, std::slice::from_ref(&c)).unwrap());
+        let mut f = fs::OpenOptions::new().append(true).open(&jpath).unwrap();
+        f.write_all(b"{\"id\":\"sysctl:d\",\"it").unwrap();
+        let back = State::load(&path).unwrap().unwrap();
+        let ids: Vec<&str> = back.entries.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["sysctl:a", "sysctl:b", "sysctl:c"]);
+        // A journal line for an id already recorded never replaces the first original.
+        let again = entry("sysctl:a", "9\n");
+        fs::write(
+            &jpath,
+            format!(
+                "{}\n{}\n",
+                serde_json::to_string(&again).unwrap(),
+                serde_json::to_string(&c).unwrap()
+            ),
+        )
+        .unwrap();
+        let back = State::load(&path).unwrap().unwrap();
+        assert_eq!(back.entries[0], entry("sysctl:a", "1\n"));
+        assert_eq!(back.entries.len(), 2);
+
+        // A broken line in the middle is an error naming the journal.
+        fs::write(&jpath, "not json\n{}\n").unwrap();
+        let e = State::load(&path).unwrap_err().to_string();
+        assert!(e.contains("state.journal") && e.contains("line 1"), "{e}");
+
+        // A whole write folds the journal in; remove takes both.
+        fs::remove_file(&jpath).unwrap();
+        st.append(&path, &st.entries[1..]).unwrap();
+        assert!(jpath.exists());
+        st.save(&path).unwrap();
+        assert!(!jpath.exists());
+        assert_eq!(State::load(&path).unwrap().unwrap(), st);
+        st.append(&path, &st.entries[1..]).unwrap();
+        State::remove(&path).unwrap();
+        assert!(!jpath.exists() && !path.exists());
+        assert_eq!(State::load(&path).unwrap(), None);
+    }
+
+    #[test]
+    fn a_journal_past_its_limit_is_folded_by_a_whole_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let mut st = State::new("b".into(), "2-3".into(), "c".into());
+        st.save(&path).unwrap();
+        fs::write(journal_path(&path), vec![b'\n'; JOURNAL_MAX as usize + 1]).unwrap();
+        assert!(!append_entries(&path, &[entry("x", "1\n")]).unwrap());
+        st.record(entry("x", "1\n"));
+        st.append(&path, &st.entries.clone()).unwrap();
+        assert!(!journal_path(&path).exists(), "folded into state.json");
+        assert_eq!(State::load(&path).unwrap().unwrap(), st);
+    }
+
     #[test]
     fn a_foreign_file_is_an_error_naming_it() {
         let dir = tempfile::tempdir().unwrap();

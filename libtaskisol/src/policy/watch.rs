@@ -52,7 +52,11 @@ impl Watch {
                 continue;
             }
             match t.op {
-                Op::Attr { path, want } => items.push((path, Check::Want(want))),
+                // A file this kernel lacks (a sysctl of another configuration) is not
+                // watched: apply reported it not present.
+                Op::Attr { path, want } if root.exists(&path) => {
+                    items.push((path, Check::Want(want)))
+                }
                 Op::Irq { irq: n, want } => {
                     items.push((irq::irq_file(n, "smp_affinity_list"), Check::Cpus(want)))
                 }

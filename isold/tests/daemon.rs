@@ -1,0 +1,270 @@
+//! `isold run` and `isold status` on a tree captured from the 6.12-rt guest before any change
+//! (tests/fixtures/debian-6.12-rt-isold): with --root there are no kernel events, so what is
+//! exercised is the start, the scan thread, the /proc scan of tasks, the signals, the status
+//! file and the restore. The event paths are proven in QEMU (tests/tests/qemu_service.rs).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::copy_dir;
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/debian-6.12-rt-isold")
+}
+
+struct Tree {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    config: PathBuf,
+}
+
+fn tree(config: &str) -> Tree {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    copy_dir(&fixture(), &root);
+    let config_path = dir.path().join("isold.toml");
+    std::fs::write(&config_path, config).unwrap();
+    Tree {
+        _dir: dir,
+        root,
+        config: config_path,
+    }
+}
+
+fn start(t: &Tree, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_isold"))
+        .arg("--root")
+        .arg(&t.root)
+        .arg("--config")
+        .arg(&t.config)
+        .arg("run")
+        .args(["--interval", "0.1", "--task-interval", "0.2"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn read(t: &Tree, p: &str) -> String {
+    std::fs::read_to_string(t.root.join(p.trim_start_matches('/'))).unwrap()
+}
+
+fn write(t: &Tree, p: &str, v: &str) {
+    std::fs::write(t.root.join(p.trim_start_matches('/')), v).unwrap();
+}
+
+/// Wait until `cond` holds (5 s at most).
+fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < Duration::from_secs(5), "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn status_json(t: &Tree) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_isold"))
+        .arg("--root")
+        .arg(&t.root)
+        .args(["status", "--json"])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn signal(c: &Child, sig: i32) {
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(c.id() as i32, sig) }, 0);
+}
+
+fn stop(c: Child) -> (i32, String) {
+    signal(&c, libc::SIGTERM);
+    let out = c.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Every file of the tree equals the fixture's (the state directory apart).
+fn assert_restored(t: &Tree) {
+    fn walk(a: &Path, b: &Path, rel: &Path, diffs: &mut Vec<String>) {
+        for e in std::fs::read_dir(a.join(rel)).unwrap() {
+            let e = e.unwrap();
+            let r = rel.join(e.file_name());
+            if e.file_type().unwrap().is_dir() {
+                walk(a, b, &r, diffs);
+            } else if std::fs::read(a.join(&r)).ok() != std::fs::read(b.join(&r)).ok() {
+                diffs.push(r.display().to_string());
+            }
+        }
+    }
+    let mut diffs = Vec::new();
+    walk(&fixture(), &t.root, Path::new(""), &mut diffs);
+    assert!(diffs.is_empty(), "not restored: {diffs:?}");
+}
+
+const STAT_INTERVAL: &str = "/proc/sys/vm/stat_interval";
+const IRQ4: &str = "/proc/irq/4/smp_affinity_list";
+
+fn running(t: &Tree) -> bool {
+    status_json(t)["running"] == true
+}
+
+#[test]
+fn run_applies_corrects_drift_reports_and_restores_on_sigterm() {
+    let t = tree("isolated_cpus = \"2-3\"\n");
+    assert_eq!(read(&t, STAT_INTERVAL).trim(), "1");
+    let c = start(&t, &[]);
+    eventually("applied", || read(&t, STAT_INTERVAL).trim() == "10");
+    eventually("status written", || running(&t));
+    let st = status_json(&t)["status"].clone();
+    assert_eq!(st["isolated"], "2-3");
+    assert_eq!(st["housekeeping"], "0-1");
+    assert_eq!(st["state"], "running");
+    assert!(st["task_events"]
+        .as_str()
+        .unwrap()
+        .starts_with("periodic scans"));
+    assert_eq!(st["corrections"], serde_json::json!({}));
+
+    // Drift by hand: a sysctl and an IRQ, put back by the scan thread.
+    write(&t, STAT_INTERVAL, "1\n");
+    write(&t, IRQ4, "3\n");
+    eventually("sysctl put back", || read(&t, STAT_INTERVAL).trim() == "10");
+    eventually("IRQ put back", || read(&t, IRQ4).trim() == "0-1");
+    eventually("corrections counted", || {
+        let c = &status_json(&t)["status"]["corrections"];
+        c["sysctl"] == 1 && c["irq_affinity"] == 1
+    });
+    let last = status_json(&t)["status"]["last_correction"].clone();
+    assert!(
+        last["label"].as_str().unwrap().contains("vm.stat_interval")
+            || last["label"].as_str().unwrap().contains("IRQ 4")
+    );
+
+    // The human form.
+    let out = Command::new(env!("CARGO_BIN_EXE_isold"))
+        .arg("--root")
+        .arg(&t.root)
+        .arg("status")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("corrections: 2 (irq_affinity 1, sysctl 1)"),
+        "{text}"
+    );
+
+    let (code, log) = stop(c);
+    assert_eq!(code, 0, "{log}");
+    assert!(
+        log.contains("corrected sysctl vm.stat_interval: changed: 1 -> 10"),
+        "{log}"
+    );
+    assert!(
+        log.contains("corrected IRQ 4 (ttyS0): changed: 3 -> 0-1"),
+        "{log}"
+    );
+    assert!(
+        log.contains("SIGTERM: restoring the original values"),
+        "{log}"
+    );
+    assert_restored(&t);
+    // Not running any more: status says so, exit 3.
+    let out = Command::new(env!("CARGO_BIN_EXE_isold"))
+        .arg("--root")
+        .arg(&t.root)
+        .arg("status")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("isold run is not running"));
+}
+
+#[test]
+fn a_task_widened_later_is_narrowed_by_the_task_scan_and_restored_wide() {
+    let t = tree("isolated_cpus = \"2-3\"\n");
+    // A thread of the fixture whose affinity apply narrows: pid 1.
+    let status = "/proc/1/task/1/status";
+    let widen = |t: &Tree| {
+        let s = read(t, status).replace("Cpus_allowed_list:\t0-1", "Cpus_allowed_list:\t0-3");
+        write(t, status, &s);
+    };
+    let c = start(&t, &[]);
+    eventually("narrowed at start", || {
+        read(&t, status).contains("Cpus_allowed_list:\t0-1\n")
+    });
+    widen(&t);
+    assert!(read(&t, status).contains("Cpus_allowed_list:\t0-3\n"));
+    eventually("narrowed again by the task scan", || {
+        read(&t, status).contains("Cpus_allowed_list:\t0-1\n")
+    });
+    eventually("counted", || {
+        status_json(&t)["status"]["corrections"]["tasks"] == 1
+    });
+    let (code, log) = stop(c);
+    assert_eq!(code, 0, "{log}");
+    assert_restored(&t);
+}
+
+#[test]
+fn sighup_applies_the_changed_file_and_restores_what_it_dropped() {
+    let t = tree("isolated_cpus = \"2-3\"\n");
+    let tm = "/proc/sys/kernel/timer_migration";
+    assert_eq!(read(&t, tm).trim(), "1");
+    let c = start(&t, &[]);
+    eventually("applied", || read(&t, tm).trim() == "0");
+    std::fs::write(
+        &t.config,
+        "isolated_cpus = \"2-3\"\n[sysctl]\n\"vm.stat_interval\" = 20\n\"kernel.timer_migration\" = false\n",
+    )
+    .unwrap();
+    signal(&c, libc::SIGHUP);
+    eventually("new value", || read(&t, STAT_INTERVAL).trim() == "20");
+    eventually("dropped value restored", || read(&t, tm).trim() == "1");
+    eventually("reload counted", || {
+        status_json(&t)["status"]["reloads"] == 1
+    });
+    // The scan thread now keeps the new policy, not the old one.
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(read(&t, STAT_INTERVAL).trim(), "20");
+    assert_eq!(read(&t, tm).trim(), "1");
+    // An invalid file keeps the policy in force.
+    std::fs::write(&t.config, "isolated_cpus = \"2-9\"\n").unwrap();
+    signal(&c, libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(read(&t, STAT_INTERVAL).trim(), "20");
+    let (code, log) = stop(c);
+    assert_eq!(code, 0, "{log}");
+    assert!(
+        log.contains("reload: ") && log.contains("keeping the policy in force"),
+        "{log}"
+    );
+    assert_restored(&t);
+}
+
+#[test]
+fn after_kill_9_the_next_start_takes_the_state_over_and_stop_restores_the_first_originals() {
+    let t = tree("isolated_cpus = \"2-3\"\n");
+    let mut c = start(&t, &[]);
+    eventually("applied", || read(&t, STAT_INTERVAL).trim() == "10");
+    eventually("status", || running(&t));
+    c.kill().unwrap();
+    c.wait().unwrap();
+    // The state file remains; the values stay applied.
+    assert!(t.root.join("run/isold/state.json").is_file());
+    assert!(!running(&t));
+    let c = start(&t, &[]);
+    eventually("running again", || running(&t));
+    let (code, log) = stop(c);
+    assert_eq!(code, 0, "{log}");
+    assert!(!t.root.join("run/isold/state.json").exists());
+    assert!(!t.root.join("run/isold/state.journal").exists());
+    assert_restored(&t);
+}

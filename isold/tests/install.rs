@@ -1,0 +1,87 @@
+//! `make install`: the files a packager gets, where packagers expect them, and a unit that
+//! runs the installed binary with the installed configuration.
+
+use std::path::Path;
+use std::process::Command;
+
+fn make_install(destdir: &Path, vars: &[&str]) -> std::process::Output {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    // Stand-ins for the release binaries: install-files copies whatever is there.
+    let bins = destdir.join("built");
+    std::fs::create_dir_all(&bins).unwrap();
+    for b in ["isold", "chisol"] {
+        std::fs::write(bins.join(b), format!("#!/bin/sh\necho {b}\n")).unwrap();
+    }
+    Command::new("make")
+        .current_dir(repo)
+        .arg("install-files")
+        .arg(format!("DESTDIR={}", destdir.join("root").display()))
+        .arg(format!("RELEASE_DIR={}", bins.display()))
+        .args(vars)
+        .output()
+        .expect("make (package make) must be installed")
+}
+
+#[test]
+fn make_install_puts_binaries_man_pages_unit_and_example_in_their_places() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = make_install(dir.path(), &["PREFIX=/usr"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let root = dir.path().join("root");
+    for (f, mode) in [
+        ("usr/bin/isold", 0o755),
+        ("usr/bin/chisol", 0o755),
+        ("usr/share/man/man8/isold.8", 0o644),
+        ("usr/share/man/man5/isold.toml.5", 0o644),
+        ("usr/share/man/man1/chisol.1", 0o644),
+        ("usr/lib/systemd/system/isold.service", 0o644),
+        ("etc/isold/isold.toml.example", 0o644),
+    ] {
+        let m = std::fs::metadata(root.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(m.permissions().mode() & 0o777, mode, "{f}");
+    }
+    // The configuration itself is the administrator's: never installed.
+    assert!(!root.join("etc/isold/isold.toml").exists());
+    let unit = std::fs::read_to_string(root.join("usr/lib/systemd/system/isold.service")).unwrap();
+    assert!(
+        unit.lines()
+            .any(|l| l == "ExecStart=/usr/bin/isold --config /etc/isold/isold.toml run"),
+        "{unit}"
+    );
+    assert!(
+        unit.contains("\nType=notify\n") && unit.contains("\nExecReload=/bin/kill -HUP $MAINPID\n")
+    );
+    // The example is a valid configuration.
+    let example = root.join("etc/isold/isold.toml.example");
+    libtaskisol::policy::config::Config::load(&example).unwrap();
+}
+
+#[test]
+fn a_local_prefix_and_sysconfdir_reach_the_unit() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = make_install(
+        dir.path(),
+        &["PREFIX=/opt/taskisol", "SYSCONFDIR=/opt/taskisol/etc"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let root = dir.path().join("root");
+    let unit = std::fs::read_to_string(root.join("opt/taskisol/lib/systemd/system/isold.service"))
+        .unwrap();
+    assert!(unit.contains(
+        "\nExecStart=/opt/taskisol/bin/isold --config /opt/taskisol/etc/isold/isold.toml run\n"
+    ));
+    assert!(unit.contains("\nConditionPathExists=/opt/taskisol/etc/isold/isold.toml\n"));
+    assert!(root
+        .join("opt/taskisol/etc/isold/isold.toml.example")
+        .is_file());
+    assert!(root.join("opt/taskisol/share/man/man8/isold.8").is_file());
+}

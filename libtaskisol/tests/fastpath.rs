@@ -1,0 +1,200 @@
+//! The daemon's fast path for one task (policy::fastpath::TaskFixer) on a tree captured from
+//! the 6.12-rt guest: the same decisions as the plan, the original in the journal before the
+//! write, and a hand-over to the general path when the state file is not the one it knows.
+
+use std::path::{Path, PathBuf};
+
+use libtaskisol::policy::config::Config;
+use libtaskisol::policy::engine;
+use libtaskisol::policy::fastpath::{Fix, TaskFixer};
+use libtaskisol::policy::state::{journal_path, Original, State};
+use libtaskisol::policy::Policy;
+use libtaskisol::SysRoot;
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), &dst).unwrap();
+        }
+    }
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    root: SysRoot,
+    tree: PathBuf,
+    policy: Policy,
+    state: PathBuf,
+}
+
+fn setup(config: &str) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("root");
+    copy_dir(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/debian-6.12-rt-isold"),
+        &tree,
+    );
+    let root = SysRoot::new(&tree);
+    let cfg = Config::parse(config, Path::new("isold.toml")).unwrap();
+    let policy = Policy::resolve(cfg, &root).unwrap();
+    let state = tree.join("run/isold/state.json");
+    engine::apply(&root, &policy, &state).unwrap();
+    Setup {
+        _dir: dir,
+        root,
+        tree,
+        policy,
+        state,
+    }
+}
+
+/// Thread 193 (sh) of the fixture, given the affinity `cpus` (as a task widening itself).
+fn set_affinity(s: &Setup, cpus: &str) {
+    let p = s.tree.join("proc/193/task/193/status");
+    let text = std::fs::read_to_string(&p).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Cpus_allowed_list:"))
+        .unwrap()
+        .to_string();
+    std::fs::write(
+        &p,
+        text.replace(&line, &format!("Cpus_allowed_list:\t{cpus}")),
+    )
+    .unwrap();
+}
+
+fn affinity(s: &Setup) -> String {
+    libtaskisol::tasks::read_thread(&s.root, 193, 193)
+        .unwrap()
+        .unwrap()
+        .affinity
+        .to_string()
+}
+
+#[test]
+fn a_widened_task_is_narrowed_with_its_original_journaled_first_and_restored() {
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    assert_eq!(affinity(&s), "0-1", "apply narrowed it");
+    // Restore's view of the original before the fixer: 0-3 from apply.
+    let mut f = TaskFixer::new(&s.state);
+    f.resync().unwrap();
+    assert_eq!(f.fix(&s.root, &s.policy, 193, 193).unwrap(), Fix::Fine);
+
+    // A new task (another start time) on the same tid, wide: journaled, then narrowed.
+    let stat = s.tree.join("proc/193/task/193/stat");
+    let text = std::fs::read_to_string(&stat).unwrap();
+    let fields: Vec<&str> = text.split(' ').collect();
+    let old_start = fields[21].to_string();
+    std::fs::write(
+        &stat,
+        text.replacen(&format!(" {old_start} "), " 999999 ", 1),
+    )
+    .unwrap();
+    set_affinity(&s, "0-3");
+    assert_eq!(
+        f.fix(&s.root, &s.policy, 193, 193).unwrap(),
+        Fix::Changed {
+            label: "task 193 (sh)".into(),
+            from: "0-3".into(),
+            to: "0-1".into()
+        }
+    );
+    assert_eq!(affinity(&s), "0-1");
+    let journal = std::fs::read_to_string(journal_path(&s.state)).unwrap();
+    assert!(journal.contains("\"id\":\"task:193:999999\""), "{journal}");
+    let st = State::load(&s.state).unwrap().unwrap();
+    let e = st
+        .entries
+        .iter()
+        .find(|e| e.id == "task:193:999999")
+        .unwrap();
+    assert!(matches!(&e.original, Original::Affinity { cpus, .. } if cpus == "0-3"));
+
+    // Widened again: narrowed again, the first original kept (one journal line).
+    set_affinity(&s, "1-3");
+    assert!(matches!(
+        f.fix(&s.root, &s.policy, 193, 193).unwrap(),
+        Fix::Changed { .. }
+    ));
+    let journal = std::fs::read_to_string(journal_path(&s.state)).unwrap();
+    assert_eq!(journal.matches("task:193:999999").count(), 1);
+
+    // restore puts the recorded original back.
+    engine::restore(&s.root, &s.state).unwrap();
+    assert_eq!(affinity(&s), "0-3");
+}
+
+#[test]
+fn workloads_allow_listed_names_and_a_replaced_state_file_are_not_its_to_change() {
+    let s = setup("isolated_cpus = \"2-3\"\n[tasks]\nallow_comm = [\"s?\"]\n");
+    let mut f = TaskFixer::new(&s.state);
+    f.resync().unwrap();
+    set_affinity(&s, "3");
+    assert_eq!(f.fix(&s.root, &s.policy, 193, 193).unwrap(), Fix::Fine);
+    set_affinity(&s, "0-3");
+    assert_eq!(
+        f.fix(&s.root, &s.policy, 193, 193).unwrap(),
+        Fix::Settled("allow-listed thread name (s?)".into())
+    );
+    assert_eq!(affinity(&s), "0-3");
+
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    let mut f = TaskFixer::new(&s.state);
+    f.resync().unwrap();
+    // Another isold command rewrote the state file: the fixer's memory is not trusted.
+    let st = State::load(&s.state).unwrap().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(10));
+    st.save(&s.state).unwrap();
+    set_affinity(&s, "0-3");
+    assert_eq!(f.fix(&s.root, &s.policy, 193, 193).unwrap(), Fix::UseEngine);
+    assert_eq!(affinity(&s), "0-3", "nothing written");
+    f.resync().unwrap();
+    assert!(matches!(
+        f.fix(&s.root, &s.policy, 193, 193).unwrap(),
+        Fix::Changed { .. }
+    ));
+    // No state file at all (a restore ran): the general path.
+    engine::restore(&s.root, &s.state).unwrap();
+    set_affinity(&s, "0-3");
+    assert_eq!(f.fix(&s.root, &s.policy, 193, 193).unwrap(), Fix::UseEngine);
+    // A task that is gone.
+    assert_eq!(f.fix(&s.root, &s.policy, 4242, 4242).unwrap(), Fix::Gone);
+}
+
+/// The daemon's periodic check (policy::watch): one read per value, and a new IRQ noticed.
+#[test]
+fn a_watch_sees_a_drifted_value_and_a_new_irq_and_nothing_else() {
+    use libtaskisol::policy::watch::Watch;
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    let mut scan = s.policy.clone();
+    scan.config.tasks = false;
+    scan.config.kthread_priority.clear();
+    let w = Watch::of(&s.root, &scan, &s.state).unwrap();
+    assert!(w.len() > 20, "{}", w.len());
+    assert_eq!(w.drifted(&s.root), None, "right after apply");
+    let si = s.tree.join("proc/sys/vm/stat_interval");
+    std::fs::write(&si, "1\n").unwrap();
+    assert_eq!(
+        w.drifted(&s.root).as_deref(),
+        Some("/proc/sys/vm/stat_interval")
+    );
+    std::fs::write(&si, "10\n").unwrap();
+    let irq4 = s.tree.join("proc/irq/4/smp_affinity_list");
+    std::fs::write(&irq4, "3\n").unwrap();
+    assert_eq!(
+        w.drifted(&s.root).as_deref(),
+        Some("/proc/irq/4/smp_affinity_list")
+    );
+    std::fs::write(&irq4, "0-1\n").unwrap();
+    assert_eq!(w.drifted(&s.root), None);
+    std::fs::create_dir_all(s.tree.join("proc/irq/99")).unwrap();
+    assert_eq!(w.drifted(&s.root).as_deref(), Some("/proc/irq"));
+    std::fs::remove_dir(s.tree.join("proc/irq/99")).unwrap();
+    assert_eq!(w.drifted(&s.root), None);
+}
