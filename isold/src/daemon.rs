@@ -877,32 +877,34 @@ pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs
     d.fill_status_policy();
     // Subscribe before the first apply: a task started meanwhile is seen either way.
     if root.is_host() {
-        match ProcEvents::open() {
-            Ok(p) => {
-                d.procs = Some(p);
-                d.status.task_events = "proc connector".into();
-            }
-            Err(e) => {
-                d.status.task_events = format!("periodic scans ({e})");
-                log.warn(&format!(
-                    "process events connector unavailable ({e}): new tasks are found by a /proc scan every {} s",
-                    args.task_interval
-                ));
-            }
-        }
-        match Uevents::open() {
-            Ok(u) => {
-                d.uevents = Some(u);
-                d.status.device_events = "uevents".into();
-            }
-            Err(e) => {
-                d.status.device_events = format!("none ({e})");
-                log.warn(&format!(
-                    "device uevents unavailable ({e}): new IRQs are found by the scan every {} s",
-                    args.interval
-                ));
-            }
-        }
+        d.procs = opened(
+            ProcEvents::open(),
+            ("proc connector", &mut d.status.task_events),
+            &log,
+            |e| {
+                (
+                    format!("periodic scans ({e})"),
+                    format!(
+                        "process events connector unavailable ({e}): new tasks are found by a /proc scan every {} s",
+                        args.task_interval
+                    ),
+                )
+            },
+        );
+        d.uevents = opened(
+            Uevents::open(),
+            ("uevents", &mut d.status.device_events),
+            &log,
+            |e| {
+                (
+                    format!("none ({e})"),
+                    format!(
+                        "device uevents unavailable ({e}): new IRQs are found by the scan every {} s",
+                        args.interval
+                    ),
+                )
+            },
+        );
     } else {
         d.status.task_events = "periodic scans (--root: a captured tree has no events)".into();
         d.status.device_events = "none (--root)".into();
@@ -1096,6 +1098,28 @@ pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs
             d.save_status();
             d.dirty = false;
             last_status = Instant::now();
+        }
+    }
+}
+
+/// An event source, or `None` with the status text and the one log line that say what
+/// replaces it (`instead` gives both from the error).
+fn opened<T>(
+    source: libtaskisol::Result<T>,
+    (ok, status): (&str, &mut String),
+    log: &Log,
+    instead: impl FnOnce(&libtaskisol::Error) -> (String, String),
+) -> Option<T> {
+    match source {
+        Ok(s) => {
+            *status = ok.into();
+            Some(s)
+        }
+        Err(e) => {
+            let (text, line) = instead(&e);
+            *status = text;
+            log.warn(&line);
+            None
         }
     }
 }

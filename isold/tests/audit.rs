@@ -592,3 +592,65 @@ fn the_audit_of_this_machine_leaves_itself_out() {
         "the audit ({audit_pid}) reported itself: {pids:?}"
     );
 }
+
+/// The CPU's settings follow the kernel's: the tick stopped only under nohz_full, RCU
+/// callbacks offloaded by rcu_nocbs or by nohz_full (which implies it), unbound workqueues
+/// allowed there only when the mask includes the CPU.
+#[test]
+fn tick_rcu_and_workqueue_settings_follow_nohz_full_rcu_nocbs_and_the_mask() {
+    let dir = tempfile::tempdir().unwrap();
+    let root_dir = dir.path().join("root");
+    copy_dir(&fixture("debian-6.12-rt-audit"), &root_dir);
+    std::fs::write(root_dir.join("sys/devices/system/cpu/nohz_full"), "3\n").unwrap();
+    std::fs::write(
+        root_dir.join("proc/cmdline"),
+        "console=ttyS0 nohz_full=3 rcu_nocbs=2\n",
+    )
+    .unwrap();
+    // CPUs 0-1 and 3, not 2.
+    std::fs::write(
+        root_dir.join("sys/devices/virtual/workqueue/cpumask"),
+        "b\n",
+    )
+    .unwrap();
+    let root = SysRoot::new(&root_dir);
+    let s = Sample::read(&root).unwrap();
+    let a = audit::audit(&root, &scope(), &s, &s, 0.0).unwrap();
+    let setting = |cpu: usize, name: &str| {
+        let c = a.per_cpu.iter().find(|c| c.cpu == cpu).unwrap();
+        let s = c
+            .can_disturb
+            .settings
+            .iter()
+            .find(|s| s.name == name)
+            .unwrap_or_else(|| panic!("CPU {cpu}: no setting {name}"));
+        (s.value.clone(), s.ok)
+    };
+    assert_eq!(setting(2, "tick"), ("periodic".to_string(), false));
+    assert_eq!(setting(3, "tick"), ("nohz_full".to_string(), true));
+    assert_eq!(setting(2, "rcu callbacks"), ("offloaded".to_string(), true));
+    assert_eq!(setting(3, "rcu callbacks"), ("offloaded".to_string(), true));
+    assert_eq!(
+        setting(2, "unbound workqueues"),
+        ("0-1,3".to_string(), true)
+    );
+    assert_eq!(
+        setting(3, "unbound workqueues"),
+        ("0-1,3".to_string(), false)
+    );
+}
+
+/// /proc/softirqs is optional (a kernel may lack it); any other error reading it is one.
+#[test]
+fn a_missing_softirqs_file_is_no_softirqs_and_an_unreadable_one_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let root_dir = dir.path().join("root");
+    copy_dir(&fixture("debian-6.12-rt-audit"), &root_dir);
+    let root = SysRoot::new(&root_dir);
+    assert!(Sample::read(&root).unwrap().softirqs.is_some());
+    std::fs::remove_file(root_dir.join("proc/softirqs")).unwrap();
+    assert!(Sample::read(&root).unwrap().softirqs.is_none());
+    std::fs::create_dir(root_dir.join("proc/softirqs")).unwrap();
+    let e = Sample::read(&root).unwrap_err().to_string();
+    assert!(e.contains("softirqs"), "{e}");
+}

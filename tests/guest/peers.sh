@@ -54,52 +54,55 @@ peak_rss() {
     return $_rc
 }
 
+# daemon_rss UNIT: the resident memory of UNIT's main process, kB.
+daemon_rss() {
+    sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' /proc/"$(systemctl show -p MainPID --value "$1")"/status
+}
+
+# timed CMD...: CMD timed (its output in /tmp/cmd.out).
+timed() {
+    _t=$(now_ns)
+    "$@" >/tmp/cmd.out 2>&1
+    _rc=$?
+    echo "apply_ms=$(ms_since "$_t")"
+    echo "apply_rc=$_rc"
+}
+
+# timed_peak LABEL CMD...: CMD timed, with its peak resident memory.
+timed_peak() {
+    _label=$1
+    shift
+    _t=$(now_ns)
+    _kb=$(peak_rss "$@")
+    _rc=$?
+    echo "apply_ms=$(ms_since "$_t")"
+    echo "apply_rc=$_rc"
+    echo "rss_kb=$_kb"
+    echo "rss_of=$_label (peak)"
+}
+
 # tool_apply TOOL: isolate 2-3 with TOOL.
 tool_apply() {
     case $1 in
     tuned)
-        # The daemon is started first (not timed: it is what a distribution boots with), then
-        # the profile switch is what a user runs.
+        # The daemon runs first (a distribution boots with it); the profile switch is what a
+        # user runs, and what is timed. Its resident memory is the daemon's.
         systemctl start tuned || return 1
-        _t=$(now_ns)
-        tuned-adm profile realtime-virtual-host >/tmp/cmd.out 2>&1
-        _rc=$?
-        echo "apply_ms=$(ms_since "$_t")"
-        echo "apply_rc=$_rc"
-        echo "rss_kb=$(sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' /proc/"$(systemctl show -p MainPID --value tuned)"/status)"
+        timed tuned-adm profile realtime-virtual-host
+        echo "rss_kb=$(daemon_rss tuned)"
         echo "rss_of=tuned daemon (VmRSS)"
         ;;
-    tuna)
-        _t=$(now_ns)
-        _kb=$(peak_rss tuna --cpus=2-3 --isolate)
-        _rc=$?
-        echo "apply_ms=$(ms_since "$_t")"
-        echo "apply_rc=$_rc"
-        echo "rss_kb=$_kb"
-        echo "rss_of=tuna --isolate (peak)"
-        ;;
+    tuna) timed_peak "tuna --isolate" tuna --cpus=2-3 --isolate ;;
     isold-run)
         # The service (dist/isold.service): its start returns once READY=1 is sent, after
         # the apply.
         mkdir -p /etc/isold
         cp "$PEERS_CFG" /etc/isold/isold.toml
-        _t=$(now_ns)
-        systemctl start isold >/tmp/cmd.out 2>&1
-        _rc=$?
-        echo "apply_ms=$(ms_since "$_t")"
-        echo "apply_rc=$_rc"
-        echo "rss_kb=$(sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' /proc/"$(systemctl show -p MainPID --value isold)"/status)"
+        timed systemctl start isold
+        echo "rss_kb=$(daemon_rss isold)"
         echo "rss_of=isold run daemon (VmRSS)"
         ;;
-    isold)
-        _t=$(now_ns)
-        _kb=$(peak_rss isold --config "$PEERS_CFG" apply)
-        _rc=$?
-        echo "apply_ms=$(ms_since "$_t")"
-        echo "apply_rc=$_rc"
-        echo "rss_kb=$_kb"
-        echo "rss_of=isold apply (peak)"
-        ;;
+    isold) timed_peak "isold apply" isold --config "$PEERS_CFG" apply ;;
     esac
     tail -n 3 /tmp/cmd.out | sed 's/^/  /'
 }

@@ -109,13 +109,14 @@ fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
         ],
     );
     // The bound is 49 of 50 within 20 ms of the exec. Under TCG (one host thread
-    // for four vCPUs, on a shared machine) 40-48 of 50 make it from run to run, median
+    // for four vCPUs, on a shared machine) 35-48 of 50 make it from run to run, median
     // 10-15 ms: the guest runs 50-100 times slower than a real CPU, and isold's own work is
-    // 1.6 ms of guest time of that (-v logs it). Asserted here: every task narrowed, at
-    // least 40 of 50 within 20 ms, none later than 200 ms. docs/TESTING.md has the runs.
+    // 1.6 ms of guest time of that (-v logs it). Ten tasks go first uncounted: the first
+    // runs of each code path are translated by TCG. Asserted: every task narrowed, at least
+    // 40 of 50 within 20 ms, none later than 200 ms. docs/TESTING.md has the runs.
     s.step_with_timeout(
         "wide_tasks_narrowed_at_exec",
-        &format!("{PRE}isol-reaction 50 0-3 2-3 1000"),
+        &format!("{PRE}isol-reaction 50 0-3 2-3 1000 10"),
         Duration::from_secs(120),
         vec![
             Expect::exit(0),
@@ -221,7 +222,7 @@ fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
         let figures: Vec<&str> = out
             .stdout
             .lines()
-            .filter(|l| !l.starts_with("task "))
+            .filter(|l| !l.starts_with("task ") && !l.starts_with("warm-up "))
             .collect();
         eprintln!("reaction to exec'd wide tasks: {}", figures.join(" "));
     }

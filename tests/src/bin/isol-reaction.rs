@@ -6,7 +6,10 @@
 //! runs; the child writes the clock to a shared page just before) and from the fork. Children
 //! are killed as soon as they are measured.
 //!
-//! Usage: isol-reaction N WIDE ISOLATED [TIMEOUT_MS]
+//! Usage: isol-reaction N WIDE ISOLATED [TIMEOUT_MS [WARMUP]]
+//! WARMUP tasks (default 0) go first and are not counted: under QEMU's software emulation the
+//! first run of every code path (the daemon's, the kernel's exec, this program's) is
+//! translated first, a cost real hardware does not have.
 //! Prints one line per task ("task I: MS ms (from fork MS ms)" or "task I: not narrowed in T
 //! ms"), then one `key=value` line each: count, narrowed, within_20ms, median_ms, p99_ms,
 //! max_ms (from the exec) and median_from_fork_ms.
@@ -19,7 +22,7 @@ use libtaskisol::{sched, CpuSet};
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 {
-        eprintln!("usage: isol-reaction N WIDE ISOLATED [TIMEOUT_MS]");
+        eprintln!("usage: isol-reaction N WIDE ISOLATED [TIMEOUT_MS [WARMUP]]");
         std::process::exit(2);
     }
     let n: usize = args[1].parse().expect("N");
@@ -27,6 +30,7 @@ fn main() {
     let isolated: CpuSet = args[3].parse().expect("ISOLATED");
     let timeout =
         Duration::from_millis(args.get(4).map_or(1000, |t| t.parse().expect("TIMEOUT_MS")));
+    let warmup: usize = args.get(5).map_or(0, |w| w.parse().expect("WARMUP"));
     let sleep = CString::new("/bin/sleep").unwrap();
     let arg1 = CString::new("1000").unwrap();
     // One shared page: the child's CLOCK_MONOTONIC at its execve, in nanoseconds.
@@ -46,7 +50,7 @@ fn main() {
     let exec_ns = page.cast::<u64>();
     let mut times: Vec<f64> = Vec::new();
     let mut from_fork: Vec<f64> = Vec::new();
-    for i in 0..n {
+    for i in 0..warmup + n {
         // SAFETY: exec_ns points into the live mapping.
         unsafe { exec_ns.write_volatile(0) };
         let start = Instant::now();
@@ -88,6 +92,18 @@ fn main() {
         let _ = nix::sys::wait::waitpid(pid, None);
         // SAFETY: exec_ns points into the live mapping; the child is gone.
         let exec_at = unsafe { exec_ns.read_volatile() };
+        if i < warmup {
+            println!(
+                "warm-up {i}: {}",
+                if done.is_some() {
+                    "narrowed"
+                } else {
+                    "not narrowed"
+                }
+            );
+            continue;
+        }
+        let i = i - warmup;
         match done {
             Some(d) => {
                 let fork_ms = d.as_secs_f64() * 1000.0;
