@@ -10,6 +10,7 @@
 //! [`HarnessError::Setup`] that names the command to run.
 
 mod cpio;
+pub mod daemon_bench;
 pub mod demo;
 pub mod fixture;
 mod kmod;
