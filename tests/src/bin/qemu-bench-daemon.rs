@@ -1,7 +1,9 @@
-//! The guest half of scripts/bench-daemon (see taskisol_tests::qemu::daemon_bench).
+//! The guest half of scripts/bench-daemon (see taskisol_tests::qemu::daemon_bench);
+//! `--bootargs` boots with the isolation arguments and measures only the interrupts.
 
 fn main() {
-    match taskisol_tests::qemu::daemon_bench::run_bench() {
+    let with_bootargs = std::env::args().nth(1).as_deref() == Some("--bootargs");
+    match taskisol_tests::qemu::daemon_bench::run_bench(with_bootargs) {
         Ok(true) => {}
         Ok(false) => std::process::exit(1),
         Err(e) => {

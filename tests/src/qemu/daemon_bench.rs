@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::{run, Expect, HarnessError, Outcome, Scenario};
+use super::{run, Expect, HarnessError, Outcome, Scenario, ISOL23};
 
 const BENCH_SH: &str = include_str!("../../guest/bench-daemon.sh");
 const UNIT: &[u8] = include_bytes!("../../../dist/isold.service");
@@ -15,8 +15,14 @@ fn script(call: &str) -> String {
     format!("taskset -pc 0-1 $$ >/dev/null\n{BENCH_SH}\n{call}\n")
 }
 
-fn scenario() -> Scenario {
-    let mut s = Scenario::debian("bench-daemon", "");
+/// The whole benchmark without isolation arguments; with them (`isolcpus=managed_irq,domain`,
+/// `nohz_full`, `rcu_nocbs`, `irqaffinity` for 2-3), only the interrupts on CPUs 2-3.
+fn scenario(with_bootargs: bool) -> Scenario {
+    let mut s = if with_bootargs {
+        Scenario::debian("bench-daemon-bootargs", ISOL23)
+    } else {
+        Scenario::debian("bench-daemon", "")
+    };
     s.timeout = Duration::from_secs(1800);
     s.binaries
         .extend(["isol-reaction".to_string(), "isol-forkstorm".to_string()]);
@@ -34,6 +40,9 @@ fn scenario() -> Scenario {
         ("storm", "bench_storm 10000", 600),
     ];
     for (name, call, secs) in steps {
+        if with_bootargs && !matches!(name, "setup" | "interrupts") {
+            continue;
+        }
         s.step_with_timeout(
             name,
             &script(call),
@@ -53,8 +62,8 @@ fn field(o: &Outcome, step: &str, key: &str) -> String {
 }
 
 /// Runs the boot; prints every step and the table; `Ok(false)` when a step failed.
-pub fn run_bench() -> Result<bool, HarnessError> {
-    let s = scenario();
+pub fn run_bench(with_bootargs: bool) -> Result<bool, HarnessError> {
+    let s = scenario(with_bootargs);
     let o = run(&s)?;
     println!("{}", o.summary());
     for step in &s.steps {
