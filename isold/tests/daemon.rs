@@ -34,7 +34,30 @@ fn tree(config: &str) -> Tree {
     }
 }
 
-fn start(t: &Tree, extra: &[&str]) -> Child {
+/// The daemon, killed if a test fails before stopping it (a panicking test must not leave
+/// it running).
+struct Running(Option<Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Running {
+    fn id(&self) -> u32 {
+        self.0.as_ref().expect("running").id()
+    }
+}
+
+fn start(t: &Tree, extra: &[&str]) -> Running {
+    Running(Some(start_child(t, extra)))
+}
+
+fn start_child(t: &Tree, extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_isold"))
         .arg("--root")
         .arg(&t.root)
@@ -76,14 +99,14 @@ fn status_json(t: &Tree) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn signal(c: &Child, sig: i32) {
+fn signal(c: &Running, sig: i32) {
     // SAFETY: kill(2) on our own child.
     assert_eq!(unsafe { libc::kill(c.id() as i32, sig) }, 0);
 }
 
-fn stop(c: Child) -> (i32, String) {
+fn stop(mut c: Running) -> (i32, String) {
     signal(&c, libc::SIGTERM);
-    let out = c.wait_with_output().unwrap();
+    let out = c.0.take().expect("running").wait_with_output().unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -255,8 +278,9 @@ fn after_kill_9_the_next_start_takes_the_state_over_and_stop_restores_the_first_
     let mut c = start(&t, &[]);
     eventually("applied", || read(&t, STAT_INTERVAL).trim() == "10");
     eventually("status", || running(&t));
-    c.kill().unwrap();
-    c.wait().unwrap();
+    let mut child = c.0.take().expect("running");
+    child.kill().unwrap();
+    child.wait().unwrap();
     // The state file remains; the values stay applied.
     assert!(t.root.join("run/isold/state.json").is_file());
     assert!(!running(&t));

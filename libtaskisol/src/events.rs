@@ -197,6 +197,18 @@ fn recv(fd: &OwnedFd, buf: &mut [u8], what: &str) -> std::result::Result<Option<
     }
 }
 
+/// The inode numbers of the initial PID and user namespaces (include/linux/proc_ns.h).
+const PROC_PID_INIT_INO: u64 = 0xEFFF_FFFC;
+const PROC_USER_INIT_INO: u64 = 0xEFFF_FFFD;
+
+/// Whether a `/proc/self/ns/*` link (`pid:[4026531836]`) names the initial namespace.
+fn in_initial_namespace(link: &str, init: u64) -> bool {
+    link.rsplit_once('[')
+        .and_then(|(_, n)| n.strip_suffix(']'))
+        .and_then(|n| n.parse::<u64>().ok())
+        == Some(init)
+}
+
 /// A subscription to the process events connector.
 #[derive(Debug)]
 pub struct ProcEvents {
@@ -208,6 +220,26 @@ impl ProcEvents {
     /// Subscribe. Fails with EPERM without CAP_NET_ADMIN, and with ECONNREFUSED or EPERM
     /// outside the initial namespaces (the connector only reports there).
     pub fn open() -> Result<ProcEvents> {
+        // The kernel ignores a subscription from outside the initial PID and user
+        // namespaces without an error (cn_proc_mcast_ctl): say so instead of listening to
+        // nothing.
+        for (ns, init) in [("pid", PROC_PID_INIT_INO), ("user", PROC_USER_INIT_INO)] {
+            let link = std::fs::read_link(format!("/proc/self/ns/{ns}")).map_err(|source| {
+                Error::Read {
+                    path: format!("/proc/self/ns/{ns}").into(),
+                    source,
+                }
+            })?;
+            if !in_initial_namespace(&link.to_string_lossy(), init) {
+                return Err(Error::syscall(
+                    format!(
+                        "process events connector: not in the initial {ns} namespace ({})",
+                        link.display()
+                    ),
+                    nix::errno::Errno::EPERM,
+                ));
+            }
+        }
         let fd = netlink_socket(NETLINK_CONNECTOR, CN_IDX_PROC, "connector")?;
         let mut msg = Vec::with_capacity(NLMSG_HDRLEN + CN_MSG_LEN + 4);
         let total = (NLMSG_HDRLEN + CN_MSG_LEN + 4) as u32;
@@ -418,6 +450,17 @@ mod tests {
         let mut zero = message(PROC_EVENT_EXEC, &ints(&[12, 12]));
         zero[0..4].copy_from_slice(&0u32.to_ne_bytes());
         assert_eq!(parse_proc_events(&zero), vec![]);
+    }
+
+    #[test]
+    fn the_initial_namespaces_are_known_by_their_fixed_inodes() {
+        assert!(in_initial_namespace("pid:[4026531836]", PROC_PID_INIT_INO));
+        assert!(in_initial_namespace(
+            "user:[4026531837]",
+            PROC_USER_INIT_INO
+        ));
+        assert!(!in_initial_namespace("pid:[4026532210]", PROC_PID_INIT_INO));
+        assert!(!in_initial_namespace("pid:", PROC_PID_INIT_INO));
     }
 
     #[test]
