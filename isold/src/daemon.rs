@@ -509,6 +509,23 @@ impl Daemon {
         self.dirty = true;
     }
 
+    /// A scan thread for the policy in force; `None` (said in the log) when it cannot start.
+    fn scanner(&self, interval: Duration) -> Option<Scanner> {
+        match Scanner::start(
+            self.root.clone(),
+            self.policy.clone(),
+            self.state_path.clone(),
+            interval,
+            self.inotify.is_none(),
+        ) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                self.log.warn(&format!("cannot start the scan thread: {e}"));
+                None
+            }
+        }
+    }
+
     /// The summary line of the task corrections since the last one.
     fn log_tasks(&mut self) {
         if self.tasks_unlogged == 0 {
@@ -940,18 +957,9 @@ pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs
 
     let interval = secs(args.interval);
     let task_interval = secs(args.task_interval);
-    let mut scanner = match Scanner::start(
-        root.clone(),
-        d.policy.clone(),
-        state_path.to_path_buf(),
-        interval,
-        d.inotify.is_none(),
-    ) {
-        Ok(s) => s,
-        Err(e) => {
-            log.warn(&format!("cannot start the scan thread: {e}"));
-            return stop(&mut d, Signal::SIGTERM).max(crate::EXIT_FAILURE);
-        }
+    let mut scanner = match d.scanner(interval) {
+        Some(s) => s,
+        None => return stop(&mut d, Signal::SIGTERM).max(crate::EXIT_FAILURE),
     };
     let mut next_sweep = Instant::now() + task_interval;
     let mut last_status = Instant::now();
@@ -1016,18 +1024,9 @@ pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs
                         // undo the new one.
                         scanner.stop();
                         d.reload();
-                        scanner = match Scanner::start(
-                            root.clone(),
-                            d.policy.clone(),
-                            state_path.to_path_buf(),
-                            interval,
-                            d.inotify.is_none(),
-                        ) {
-                            Ok(s) => s,
-                            Err(e) => {
-                                d.log.warn(&format!("cannot start the scan thread: {e}"));
-                                return stop(&mut d, Signal::SIGTERM).max(crate::EXIT_FAILURE);
-                            }
+                        scanner = match d.scanner(interval) {
+                            Some(s) => s,
+                            None => return stop(&mut d, Signal::SIGTERM).max(crate::EXIT_FAILURE),
                         };
                         notify(&format!(
                             "READY=1\nSTATUS=isolating CPUs {}; tasks: {}",
