@@ -347,8 +347,8 @@ struct Daemon {
     inotify: Option<nix::sys::inotify::Inotify>,
     /// The fast path for single tasks.
     fixer: TaskFixer,
-    /// kthreads forked by kthreadd, looked at once named: (when, pid, tid).
-    new_kthreads: Vec<(Instant, i32, i32)>,
+    /// kthreads forked by kthreadd, looked at once named: (when, forked at, pid, tid).
+    new_kthreads: Vec<(Instant, Instant, i32, i32)>,
     /// The status file is behind.
     dirty: bool,
     /// Task corrections not logged yet, and the last one.
@@ -580,6 +580,7 @@ impl Daemon {
                         if kthread_rules && self.new_kthreads.len() < 4096 {
                             self.new_kthreads.push((
                                 Instant::now() + Duration::from_millis(50),
+                                Instant::now(),
                                 child_tgid,
                                 child_pid,
                             ));
@@ -619,13 +620,26 @@ impl Daemon {
     }
 
     /// New kthreads whose names are due to be known: their priority rules applied.
+    /// A kthread still called `kthreadd` has not been named by its creator yet (naming sends
+    /// no process event): it is looked at again 100 ms later, for 5 s at most.
     fn due_kthreads(&mut self, now: Instant) {
-        let (due, later): (Vec<_>, Vec<_>) = self
+        let (due, mut later): (Vec<_>, Vec<_>) = self
             .new_kthreads
             .drain(..)
-            .partition(|(at, _, _)| *at <= now);
+            .partition(|(at, _, _, _)| *at <= now);
+        let mut ids = Vec::new();
+        for (_, forked, pid, tid) in due {
+            let comm = self
+                .root
+                .read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                .unwrap_or_default();
+            if comm.trim() == "kthreadd" && now.duration_since(forked) < Duration::from_secs(5) {
+                later.push((now + Duration::from_millis(100), forked, pid, tid));
+            } else if !comm.is_empty() {
+                ids.push((pid, tid));
+            }
+        }
         self.new_kthreads = later;
-        let ids: Vec<(i32, i32)> = due.into_iter().map(|(_, p, t)| (p, t)).collect();
         self.fix_with_engine(&ids);
     }
 
@@ -967,7 +981,7 @@ pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs
     loop {
         let now = Instant::now();
         let mut deadline = next_sweep;
-        if let Some((at, _, _)) = d.new_kthreads.iter().min_by_key(|k| k.0) {
+        if let Some((at, _, _, _)) = d.new_kthreads.iter().min_by_key(|k| k.0) {
             deadline = deadline.min(*at);
         }
         if d.dirty {

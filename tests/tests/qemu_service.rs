@@ -72,7 +72,7 @@ fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
     s.on_request("hotplug-net", hotplug_virtio_net("hotnet"));
     s.step_with_timeout(
         "setup",
-        "mkdir -p /etc/isold\nprintf 'isolated_cpus = \"2-3\"\\n' >/etc/isold/isold.toml\n\
+        "mkdir -p /etc/isold\nprintf 'isolated_cpus = \"2-3\"\\n[kthread_priority]\\n\"irq/*-virtio*\" = \"fifo:60\"\\n' >/etc/isold/isold.toml\n\
          i=0; while [ $i -lt 20 ]; do setsid taskset -c 0-3 sleep 100000 </dev/null >/dev/null 2>&1 & i=$((i+1)); done\n\
          setsid taskset -c 3 sleep 100000 </dev/null >/dev/null 2>&1 &\necho $! >/tmp/workload.pid\n\
          sleep 1\nisold_snapshot /tmp/snap.before; echo snapshot_lines=$(wc -l </tmp/snap.before)\n\
@@ -156,10 +156,25 @@ fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
         "hotplugged_nic_irqs_on_housekeeping",
         "host_request hotplug-net\n\
          wait_for 60 grep -q 'virtio.*input' /proc/interrupts || echo timeout=yes\nsleep 2\n\
-         for i in $(grep 'virtio.*put' /proc/interrupts | cut -d: -f1); do echo \"irq$i=$(cat /proc/irq/$i/smp_affinity_list)\"; done",
+         for i in $(grep 'virtio.*put' /proc/interrupts | cut -d: -f1); do echo \"irq$i=$(cat /proc/irq/$i/smp_affinity_list)\"; done\n\
+         for d in /proc/[0-9]*; do case $(cat $d/comm) in irq/*-virtio*) echo \"prio $(cat $d/comm) $(sched_of ${d##*/} | tr '\\n' ' ')\";; esac; done",
         Duration::from_secs(120),
         vec![
             Expect::stdout_has("=0-1"),
+            // The NIC's IRQ threads (PREEMPT_RT threads every IRQ) are new kthreads: the
+            // configuration's rule gives them FIFO 60 (the kernel's default is 50).
+            Expect::that("the NIC's IRQ threads at SCHED_FIFO 60", |o: &StepOutput| {
+                let prio: Vec<&str> = o.stdout.lines().filter(|l| l.starts_with("prio ")).collect();
+                if !prio.is_empty()
+                    && prio
+                        .iter()
+                        .all(|l| l.ends_with("rt_priority=60 policy=1 "))
+                {
+                    Ok(())
+                } else {
+                    Err(format!("{prio:?}"))
+                }
+            }),
             Expect::that("every queue IRQ of the NIC on 0-1", |o: &StepOutput| {
                 let bad: Vec<&str> = o
                     .stdout
