@@ -1,16 +1,19 @@
 //! `isold run`: apply the policy, then keep it true until stopped, and restore on the way out.
 //!
-//! One thread, pinned to the housekeeping CPUs, waiting in poll(2) on:
+//! Two threads, pinned to the housekeeping CPUs. The main one waits in poll(2) on:
 //! - the process events connector: a task that is exec'd, forked or renamed is checked at
 //!   once with one sched_getaffinity(2) call, and read from /proc only when its affinity
-//!   reaches into the isolated CPUs (or a kthread priority rule may match its name);
-//! - kobject uevents: a device that comes or goes triggers a rescan of the IRQs and files;
+//!   reaches into the isolated CPUs (or its new name matches a kthread priority rule);
+//! - kobject uevents: a device that comes or goes makes the scan thread look at once;
 //! - inotify on the cgroup partition's `cpuset.cpus.partition`;
 //! - a signalfd for SIGHUP (reload), SIGTERM and SIGINT (restore and exit);
-//! - the scan timer: every `--interval` the values that have no event (sysctls, sysfs, IRQ
-//!   affinity, workqueue masks) are compared and put right; every `--task-interval` the
-//!   affinity of every known thread is checked with sched_getaffinity(2), which catches
-//!   affinity changes made without an exec (no event exists for them).
+//! - the scan thread's reports, counted and logged here;
+//! - a timer: every `--task-interval` the affinity of every known thread is checked with
+//!   sched_getaffinity(2), which catches affinity changes made without an exec (no event
+//!   exists for them).
+//!
+//! The scan thread ([`Scanner`]) compares, every `--interval`, the values that have no event
+//! (sysctls, sysfs, IRQ affinity, workqueue masks) and puts them right.
 //!
 //! Without the connector (no CAP_NET_ADMIN, not in the initial namespaces) the task check is
 //! a full /proc scan every `--task-interval` instead, said in one log line.
@@ -27,9 +30,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use libtaskisol::events::{ProcEvent, ProcEvents, Uevents};
+use libtaskisol::policy::config::{glob_match, Config};
 use libtaskisol::policy::fastpath::{Fix, TaskFixer};
 use libtaskisol::policy::watch::Watch;
-use libtaskisol::policy::{config::Config, engine, plan, Policy, Report, Status};
+use libtaskisol::policy::{engine, plan, Policy, Report, Status};
 use libtaskisol::tasks::{self, Thread};
 use libtaskisol::{sched, CpuSet, SysRoot};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
@@ -459,6 +463,26 @@ impl Daemon {
         }
     }
 
+    /// What is kept per thread for the log and the status, dropped when the thread exits:
+    /// the memory of a long run stays bounded by the threads alive.
+    fn forget_thread(&mut self, tid: i32) {
+        for prefix in [format!("task:{tid}:"), format!("sched:{tid}:")] {
+            let ids: Vec<String> = self
+                .last_word
+                .range(prefix.clone()..)
+                .take_while(|(k, _)| k.starts_with(&prefix))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for id in ids {
+                self.last_word.remove(&id);
+            }
+        }
+        let (task, kthread) = (format!("task {tid} ("), format!("kthread {tid} ("));
+        self.status
+            .not_changeable
+            .retain(|n| !n.starts_with(&task) && !n.starts_with(&kthread));
+    }
+
     /// The fast path for one task (see libtaskisol::policy::fastpath); `true` when it must
     /// take the general path instead.
     fn fix_one(&mut self, pid: i32, tid: i32, since: Option<(Instant, u64)>) -> bool {
@@ -562,7 +586,6 @@ impl Daemon {
             }
         };
         let kthread_rules = !self.policy.config.kthread_priority.is_empty();
-        let names_matter = kthread_rules || !self.policy.config.allow_comm.is_empty();
         let mut check: Vec<(i32, i32)> = Vec::new();
         let mut engine: Vec<(i32, i32)> = Vec::new();
         for ev in batch.events {
@@ -593,9 +616,18 @@ impl Daemon {
                     self.settled.remove(&pid);
                     check.push((tgid, pid));
                 }
-                ProcEvent::Comm { pid, tgid, .. } => {
+                ProcEvent::Comm { pid, tgid, comm } => {
                     self.settled.remove(&pid);
-                    if names_matter {
+                    // Only a name a priority rule matches needs the general path; the fast
+                    // path reads the name itself for the allow-list. (An exec renames its
+                    // task too: it must not cost the general path.)
+                    let rule = self
+                        .policy
+                        .config
+                        .kthread_priority
+                        .iter()
+                        .any(|(p, _)| glob_match(p, &comm));
+                    if rule {
                         engine.push((tgid, pid));
                     } else {
                         check.push((tgid, pid));
@@ -604,6 +636,7 @@ impl Daemon {
                 ProcEvent::Exit { pid, .. } => {
                     self.known.remove(&pid);
                     self.settled.remove(&pid);
+                    self.forget_thread(pid);
                 }
             }
         }

@@ -90,13 +90,8 @@ fn eventually(what: &str, cond: impl Fn() -> bool) {
 }
 
 fn status_json(t: &Tree) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_isold"))
-        .arg("--root")
-        .arg(&t.root)
-        .args(["status", "--json"])
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout).unwrap()
+    let (_, out, _) = common::isold_at(Some(&t.root), &["status", "--json"]);
+    serde_json::from_str(&out).unwrap()
 }
 
 fn signal(c: &Running, sig: i32) {
@@ -171,14 +166,8 @@ fn run_applies_corrects_drift_reports_and_restores_on_sigterm() {
     );
 
     // The human form.
-    let out = Command::new(env!("CARGO_BIN_EXE_isold"))
-        .arg("--root")
-        .arg(&t.root)
-        .arg("status")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{text}");
+    let (code, text, _) = common::isold_at(Some(&t.root), &["status"]);
+    assert_eq!(code, 0, "{text}");
     assert!(
         text.contains("corrections: 2 (irq_affinity 1, sysctl 1)"),
         "{text}"
@@ -200,14 +189,9 @@ fn run_applies_corrects_drift_reports_and_restores_on_sigterm() {
     );
     assert_restored(&t);
     // Not running any more: status says so, exit 3.
-    let out = Command::new(env!("CARGO_BIN_EXE_isold"))
-        .arg("--root")
-        .arg(&t.root)
-        .arg("status")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3));
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("isold run is not running"));
+    let (code, text, _) = common::isold_at(Some(&t.root), &["status"]);
+    assert_eq!(code, 3);
+    assert!(text.starts_with("isold run is not running"), "{text}");
 }
 
 #[test]
