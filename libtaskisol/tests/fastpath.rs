@@ -198,3 +198,102 @@ fn a_watch_sees_a_drifted_value_and_a_new_irq_and_nothing_else() {
     std::fs::remove_dir(s.tree.join("proc/irq/99")).unwrap();
     assert_eq!(w.drifted(&s.root), None);
 }
+
+/// A kthread priority rule concerns kernel threads only: a user task of a matching name is
+/// narrowed here. A task whose stat vanished between the two reads is gone, not an error.
+#[test]
+fn priority_rules_are_for_kthreads_and_a_vanished_stat_is_gone() {
+    let s = setup("isolated_cpus = \"2-3\"\n[kthread_priority]\n\"s?\" = \"fifo:2\"\n");
+    let mut f = TaskFixer::new(&s.state);
+    f.resync().unwrap();
+    set_affinity(&s, "0-3");
+    assert!(matches!(
+        f.fix(&s.root, &s.policy, 193, 193).unwrap(),
+        Fix::Changed { .. }
+    ));
+    set_affinity(&s, "0-3");
+    std::fs::remove_file(s.tree.join("proc/193/task/193/stat")).unwrap();
+    assert_eq!(f.fix(&s.root, &s.policy, 193, 193).unwrap(), Fix::Gone);
+}
+
+/// Give thread 193 another start time: a new task on the same tid, with no original recorded.
+fn renew(s: &Setup, start: u64) {
+    let stat = s.tree.join("proc/193/task/193/stat");
+    let text = std::fs::read_to_string(&stat).unwrap();
+    let close = text.rfind(") ").unwrap() + 2;
+    let mut f: Vec<String> = text[close..].split(' ').map(str::to_string).collect();
+    f[19] = start.to_string();
+    std::fs::write(&stat, format!("{}{}", &text[..close], f.join(" "))).unwrap();
+}
+
+/// Reading a task's stat fails otherwise than by its exit: an error, not "gone".
+#[test]
+fn an_unreadable_stat_is_an_error() {
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    let mut f = TaskFixer::new(&s.state);
+    f.resync().unwrap();
+    set_affinity(&s, "0-3");
+    let stat = s.tree.join("proc/193/task/193/stat");
+    std::fs::remove_file(&stat).unwrap();
+    std::fs::create_dir(&stat).unwrap();
+    assert!(f.fix(&s.root, &s.policy, 193, 193).is_err());
+}
+
+/// The allow-listed cgroup of a task keeps it where it is.
+#[test]
+fn an_allow_listed_cgroup_settles_the_task() {
+    let s = setup("isolated_cpus = \"2-3\"\n[tasks]\nallow_cgroup = [\"/\"]\n");
+    let mut f = TaskFixer::new(&s.state);
+    f.resync().unwrap();
+    set_affinity(&s, "0-3");
+    assert_eq!(
+        f.fix(&s.root, &s.policy, 193, 193).unwrap(),
+        Fix::Settled("allow-listed cgroup /".into())
+    );
+}
+
+/// The journal is folded in by the general path once it passes 1 MiB: up to exactly the
+/// limit the fast path appends; one line more and it hands over.
+#[test]
+fn a_full_journal_hands_over_to_the_general_path() {
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    std::fs::write(
+        journal_path(&s.state),
+        vec![b'\n'; libtaskisol::policy::state::JOURNAL_MAX as usize],
+    )
+    .unwrap();
+    let mut f = TaskFixer::new(&s.state);
+    f.resync().unwrap();
+    renew(&s, 800_001);
+    set_affinity(&s, "0-3");
+    assert!(matches!(
+        f.fix(&s.root, &s.policy, 193, 193).unwrap(),
+        Fix::Changed { .. }
+    ));
+    renew(&s, 800_002);
+    set_affinity(&s, "0-3");
+    assert_eq!(f.fix(&s.root, &s.policy, 193, 193).unwrap(), Fix::UseEngine);
+}
+
+/// The policy's own files are watched too (here irqbalance's defaults file).
+#[test]
+fn a_watch_sees_a_changed_policy_file() {
+    use libtaskisol::policy::watch::Watch;
+    let s = setup("isolated_cpus = \"2-3\"\n[items]\nirqbalance = true\n");
+    let file = s.tree.join("etc/default/irqbalance");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, "#IRQBALANCE_ONESHOT=\n").unwrap();
+    engine::apply(&s.root, &s.policy, &s.state).unwrap();
+    let mut scan = s.policy.clone();
+    scan.config.tasks = false;
+    scan.config.kthread_priority.clear();
+    let w = Watch::of(&s.root, &scan, &s.state).unwrap();
+    assert!(!w.is_empty());
+    assert!(Watch::default().is_empty());
+    assert_eq!(w.drifted(&s.root), None);
+    std::fs::write(&file, "IRQBALANCE_BANNED_CPULIST=\n").unwrap();
+    assert_eq!(
+        w.drifted(&s.root).as_deref(),
+        Some("/etc/default/irqbalance")
+    );
+}

@@ -78,10 +78,9 @@ pub struct TaskFixer {
     /// The lock file of [`super::engine::lock`], kept open: two system calls a task instead
     /// of five.
     lock_file: Option<fs::File>,
-    /// The state file's journal, open for appending, and about how long it is: valid while
-    /// the state file is the one seen (a whole write removes the journal and replaces the
-    /// state file).
-    journal: Option<(fs::File, u64)>,
+    /// The state file's journal, open for appending: valid while the state file is the one
+    /// seen (a whole write removes the journal and replaces the state file).
+    journal: Option<fs::File>,
 }
 
 /// The lock held while the fixer records and writes; released when dropped. It holds the
@@ -187,7 +186,8 @@ impl TaskFixer {
         if let Some(p) = c.allow_comm.iter().find(|p| glob_match(p, &stat.comm)) {
             return Ok(Fix::Settled(format!("allow-listed thread name ({p})")));
         }
-        if !c.allow_cgroup.is_empty() && pid != std::process::id() as i32 {
+        // (isold itself is never here: it runs on the housekeeping CPUs only.)
+        if !c.allow_cgroup.is_empty() {
             if let Some(cg) = tasks::cgroup_of(root, pid)? {
                 if let Some(p) = allowed_cgroup(&c.allow_cgroup, &cg) {
                     return Ok(Fix::Settled(format!("allow-listed cgroup {p}")));
@@ -265,11 +265,10 @@ impl TaskFixer {
                 .append(true)
                 .open(&jpath)
                 .map_err(werr)?;
-            let len = f.metadata().map_or(0, |m| m.len());
-            self.journal = Some((f, len));
+            self.journal = Some(f);
         }
-        let (f, len) = self.journal.as_mut().expect("opened above");
-        if *len > state::JOURNAL_MAX {
+        let f = self.journal.as_mut().expect("opened above");
+        if f.metadata().map_err(werr)?.len() > state::JOURNAL_MAX {
             return Ok(false);
         }
         let mut line = serde_json::to_string(entry).expect("entry serializes");
@@ -277,19 +276,18 @@ impl TaskFixer {
         f.write_all(line.as_bytes())
             .and_then(|()| f.sync_data())
             .map_err(werr)?;
-        *len += line.len() as u64;
         Ok(true)
     }
 }
 
-/// A thread's affinity: a system call on the running system, its status file in a tree.
+/// A thread's affinity: a system call on the running system, the `Cpus_allowed_list` of its
+/// status file in a tree (nothing else is read, as on the running system).
 fn affinity(root: &SysRoot, pid: i32, tid: i32) -> Option<CpuSet> {
     if root.is_host() {
-        sched::get_affinity(tid).ok()
-    } else {
-        tasks::read_thread(root, pid, tid)
-            .ok()
-            .flatten()
-            .map(|t| t.affinity)
+        return sched::get_affinity(tid).ok();
     }
+    let status = root
+        .read_to_string(format!("/proc/{pid}/task/{tid}/status"))
+        .ok()?;
+    CpuSet::parse_list(crate::procfs::status_field(&status, "Cpus_allowed_list")?).ok()
 }
