@@ -71,8 +71,8 @@ pub enum Command {
 /// Options of `isold run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Seconds between scans of the values that have no event (sysctls, sysfs, IRQs,
-    /// workqueues).
+    /// Longest time, in seconds, a value that has no change event (sysctls, sysfs, IRQs,
+    /// workqueues) stays drifted before it is put back: each is read every half of it.
     #[arg(long = "interval", value_name = "SECS", default_value = "1",
           value_parser = parse_interval)]
     pub interval: f64,

@@ -5,15 +5,17 @@
 //!   once with one sched_getaffinity(2) call, and read from /proc only when its affinity
 //!   reaches into the isolated CPUs (or its new name matches a kthread priority rule);
 //! - kobject uevents: a device that comes or goes makes the scan thread look at once;
-//! - inotify on the cgroup partition's `cpuset.cpus.partition`;
+//! - inotify on the cgroup partition's `cpuset.cpus`, `cpuset.cpus.exclusive` and
+//!   `cpuset.cpus.partition`: a changed or invalid partition is made again at once;
 //! - a signalfd for SIGHUP (reload), SIGTERM and SIGINT (restore and exit);
 //! - the scan thread's reports, counted and logged here;
 //! - a timer: every `--task-interval` the affinity of every known thread is checked with
 //!   sched_getaffinity(2), which catches affinity changes made without an exec (no event
 //!   exists for them).
 //!
-//! The scan thread ([`Scanner`]) compares, every `--interval`, the values that have no event
-//! (sysctls, sysfs, IRQ affinity, workqueue masks) and puts them right.
+//! The scan thread ([`Scanner`]) reads, every half `--interval`, the values that have no event
+//! (sysctls, sysfs, IRQ affinity, workqueue masks) and puts the drifted ones right, so none
+//! stays drifted longer than `--interval`.
 //!
 //! Without the connector (no CAP_NET_ADMIN, not in the initial namespaces) the task check is
 //! a full /proc scan every `--task-interval` instead, said in one log line.
@@ -32,8 +34,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use libtaskisol::events::{ProcEvent, ProcEvents, Uevents};
 use libtaskisol::policy::config::{glob_match, Config};
 use libtaskisol::policy::fastpath::{Fix, TaskFixer};
-use libtaskisol::policy::watch::Watch;
-use libtaskisol::policy::{engine, plan, Policy, Report, Status};
+use libtaskisol::policy::watch::{Drift, Watch};
+use libtaskisol::policy::{engine, partition, plan, Policy, Report, Status};
 use libtaskisol::tasks::{self, Thread};
 use libtaskisol::{sched, CpuSet, SysRoot};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
@@ -227,7 +229,6 @@ impl Scanner {
         policy: Policy,
         state_path: PathBuf,
         interval: Duration,
-        with_partition: bool,
     ) -> std::io::Result<Scanner> {
         let (ctl, ctl_rx) = std::sync::mpsc::channel::<Ctl>();
         let (tx, reports) = std::sync::mpsc::channel();
@@ -237,20 +238,26 @@ impl Scanner {
             .name("isold-scan".into())
             .spawn(move || {
                 // Background work: the main thread (process events) goes first whenever both
-                // want the same CPU.
+                // want the same CPU, and so does everything else (nice 19: at nice 0 the
+                // check, a few milliseconds under QEMU's emulation, cost the exec'd tasks of
+                // the service test a third of their reactions within 20 ms).
                 // SAFETY: setpriority on this thread's own id; lowering priority needs no
                 // privilege.
                 unsafe {
                     libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
                 }
                 let scan = scan_policy(&policy);
-                let part = partition_policy(&policy).filter(|_| with_partition);
-                // One read per watched value each interval; the full compare only when one
-                // of them (or the set of IRQs) changed.
+                // One read per watched value each check; a drifted value's target applied
+                // alone; the full compare only when the set of IRQs changed, after a uevent,
+                // or without a watch. Checks run every half interval, start to start, so a
+                // drifted value is put back within one interval.
+                let period = interval / 2;
                 let mut watch = Watch::of(&root, &scan, &state_path).ok();
+                let mut next = Instant::now() + period;
                 loop {
                     let mut full = false;
-                    match ctl_rx.recv_timeout(interval) {
+                    let wait = next.saturating_duration_since(Instant::now());
+                    match ctl_rx.recv_timeout(wait) {
                         Ok(Ctl::Stop) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
                             return
                         }
@@ -265,31 +272,36 @@ impl Scanner {
                                 }
                             }
                         }
-                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                            // A check that ran late moves the next one, never bunches them.
+                            next = (next + period).max(Instant::now() + period / 2);
+                        }
                     }
-                    let watched = match &watch {
-                        Some(w) if !full => w.drifted(&root).is_some(),
-                        _ => true,
+                    let drift = match &watch {
+                        Some(w) if !full => w.drift(&root),
+                        _ => Drift::IrqSet,
                     };
-                    let policies: Vec<&Policy> = if watched {
-                        std::iter::once(&scan).chain(part.as_ref()).collect()
-                    } else {
-                        part.iter().collect()
-                    };
-                    if watched {
-                        watch = None;
+                    let mut outs = Vec::new();
+                    match drift {
+                        Drift::None => {}
+                        Drift::Targets(targets) => {
+                            outs.push(engine::apply_only(&root, &scan, &state_path, targets));
+                        }
+                        Drift::IrqSet => {
+                            outs.push(drifted(&root, &scan, &state_path).and_then(|d| {
+                                if d {
+                                    engine::apply(&root, &scan, &state_path)
+                                } else {
+                                    Ok(Report::default())
+                                }
+                            }))
+                        }
                     }
-                    for p in policies {
-                        let out = drifted(&root, p, &state_path).and_then(|d| {
-                            if d {
-                                engine::apply(&root, p, &state_path).map(Some)
-                            } else {
-                                Ok(None)
-                            }
-                        });
+                    let applied = !outs.is_empty();
+                    for out in outs {
                         let msg = match out {
-                            Ok(None) => continue,
-                            Ok(Some(rep)) => Ok(rep),
+                            Ok(rep) if rep.outcomes.is_empty() && rep.notes.is_empty() => continue,
+                            Ok(rep) => Ok(rep),
                             Err(e) => Err(e.to_string()),
                         };
                         if tx.send(msg).is_err() {
@@ -297,7 +309,7 @@ impl Scanner {
                         }
                         let _ = notify_main.write_all(b"r");
                     }
-                    if watch.is_none() {
+                    if applied {
                         watch = Watch::of(&root, &scan, &state_path).ok();
                     }
                 }
@@ -349,6 +361,10 @@ struct Daemon {
     last_word: BTreeMap<String, &'static str>,
     dma: Option<fs::File>,
     inotify: Option<nix::sys::inotify::Inotify>,
+    /// The last attempt to make the partition failed: periodic checks wait for an event.
+    partition_failed: bool,
+    /// The partition could not be watched (said once).
+    partition_unwatched: bool,
     /// The fast path for single tasks.
     fixer: TaskFixer,
     /// kthreads forked by kthreadd, looked at once named: (when, forked at, pid, tid).
@@ -383,6 +399,9 @@ impl Daemon {
         for o in &rep.outcomes {
             let word = o.status.word();
             let before = self.last_word.insert(o.id.clone(), word);
+            if o.item == "cgroup_partition" {
+                self.partition_failed = matches!(o.status, Status::Failed { .. });
+            }
             if let Status::NotChangeable { reason } = &o.status {
                 if before != Some(word) {
                     let entry = format!("{}: {reason}", o.label);
@@ -540,7 +559,6 @@ impl Daemon {
             self.policy.clone(),
             self.state_path.clone(),
             interval,
-            self.inotify.is_none(),
         ) {
             Ok(s) => Some(s),
             Err(e) => {
@@ -742,37 +760,79 @@ impl Daemon {
         }
     }
 
-    fn check_partition(&mut self) {
+    /// The partition checked (two reads) and, when it is not an isolated partition of the
+    /// isolated CPUs, made again. `event`: a watched file changed (else a periodic check,
+    /// skipped while the last attempt failed: retried on an event, a uevent or a reload).
+    fn check_partition(&mut self, event: bool) {
+        let Some(dir) = self.policy.config.cgroup_partition.clone() else {
+            return;
+        };
+        if self.partition_failed && !event {
+            return;
+        }
         let Some(p) = partition_policy(&self.policy) else {
             return;
         };
-        match engine::apply(&self.root, &p, &self.state_path) {
-            Ok(rep) => {
-                self.take_report(&rep, false);
+        // A change that lands while the partition is made again has its event dropped with
+        // the old watches: looked at again after the new ones are in place (three tries).
+        for _ in 0..3 {
+            if partition::holds(&self.root, &dir, &self.policy.isolated) {
+                return;
             }
-            Err(e) => self.log.warn(&format!("cgroup partition: {e}")),
+            // A partition this daemon made (its directory is there): remade without the
+            // workload scan of every task; otherwise the whole item, as apply does it.
+            let out = match plan::partition_repair_target(&p) {
+                Some(t) if self.root.exists(&dir) => {
+                    engine::apply_only(&self.root, &p, &self.state_path, vec![t])
+                }
+                _ => engine::apply(&self.root, &p, &self.state_path),
+            };
+            match out {
+                Ok(rep) => {
+                    self.take_report(&rep, false);
+                }
+                Err(e) => self.log.warn(&format!("cgroup partition: {e}")),
+            }
+            // The apply's own writes queued events, and a directory made again needs new
+            // watches.
+            self.watch_partition();
+            if self.partition_failed {
+                return;
+            }
         }
     }
 
+    /// inotify on the partition's files; without it (no directory, no inotify) the main loop
+    /// checks the partition every interval.
     fn watch_partition(&mut self) {
         self.inotify = None;
         let Some(dir) = &self.policy.config.cgroup_partition else {
             return;
         };
-        let file = self.root.path(format!(
-            "{}/cpuset.cpus.partition",
-            dir.trim_end_matches('/')
-        ));
         use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
-        match Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).and_then(|i| {
-            i.add_watch(&file, AddWatchFlags::IN_MODIFY)?;
+        let watched = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).and_then(|i| {
+            for f in partition::watched_files(dir.trim_end_matches('/')) {
+                let path = self.root.path(&f);
+                // cpuset.cpus.exclusive is new in 6.7.
+                if f.ends_with(".exclusive") && !path.exists() {
+                    continue;
+                }
+                i.add_watch(&path, AddWatchFlags::IN_MODIFY)?;
+            }
             Ok(i)
-        }) {
-            Ok(i) => self.inotify = Some(i),
-            Err(e) => self.log.warn(&format!(
-                "cannot watch {}: {e}; the partition is checked every scan instead",
-                file.display()
-            )),
+        });
+        match watched {
+            Ok(i) => {
+                self.inotify = Some(i);
+                self.partition_unwatched = false;
+            }
+            Err(e) if !self.partition_unwatched => {
+                self.partition_unwatched = true;
+                self.log.warn(&format!(
+                    "cannot watch the partition {dir}: {e}; it is checked every interval instead"
+                ));
+            }
+            Err(_) => {}
         }
     }
 
@@ -932,6 +992,8 @@ pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs
         last_word: BTreeMap::new(),
         dma: None,
         inotify: None,
+        partition_failed: false,
+        partition_unwatched: false,
         fixer: TaskFixer::new(state_path),
         new_kthreads: Vec::new(),
         dirty: false,
@@ -1009,11 +1071,17 @@ pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs
         None => return stop(&mut d, Signal::SIGTERM).max(crate::EXIT_FAILURE),
     };
     let mut next_sweep = Instant::now() + task_interval;
+    // The partition when it cannot be watched: two reads every interval.
+    let mut next_partition = Instant::now() + interval;
     let mut last_status = Instant::now();
     let mut last_task_log = Instant::now();
     loop {
         let now = Instant::now();
         let mut deadline = next_sweep;
+        let partition_unwatched = d.inotify.is_none() && d.policy.config.cgroup_partition.is_some();
+        if partition_unwatched {
+            deadline = deadline.min(next_partition);
+        }
         if let Some((at, _, _, _)) = d.new_kthreads.iter().min_by_key(|k| k.0) {
             deadline = deadline.min(*at);
         }
@@ -1099,6 +1167,8 @@ pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs
                     Ok((evs, lost)) => {
                         if !evs.is_empty() || lost {
                             d.log.trace(&format!("{} uevent(s)", evs.len()));
+                            // A CPU that came or went may let a failed partition be made.
+                            d.partition_failed = false;
                             // Drivers request their IRQs after the uevent: the scan thread
                             // looks again shortly, once the burst is over.
                             scanner.send(Ctl::Rescan);
@@ -1112,7 +1182,7 @@ pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs
             if let Some(i) = d.inotify.as_ref() {
                 let _ = i.read_events();
             }
-            d.check_partition();
+            d.check_partition(true);
         }
         if scan_r {
             let mut byte = [0u8; 64];
@@ -1127,6 +1197,10 @@ pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs
             }
         }
         let now = Instant::now();
+        if partition_unwatched && now >= next_partition {
+            d.check_partition(false);
+            next_partition = Instant::now() + interval;
+        }
         if now >= next_sweep {
             d.sweep_tasks();
             next_sweep = Instant::now() + task_interval;

@@ -276,3 +276,45 @@ fn after_kill_9_the_next_start_takes_the_state_over_and_stop_restores_the_first_
     assert!(!t.root.join("run/isold/state.journal").exists());
     assert_restored(&t);
 }
+
+/// The cgroup partition is watched by inotify on its files: a write that turns it into a
+/// member, or gives it other CPUs, is undone at once and counted; stop removes it.
+#[test]
+fn a_changed_partition_is_made_again_and_stop_removes_it() {
+    let t = tree("isolated_cpus = \"2-3\"\n[items]\ncgroup_partition = true\n");
+    let part = "/sys/fs/cgroup/isolated/cpuset.cpus.partition";
+    let cpus = "/sys/fs/cgroup/isolated/cpuset.cpus";
+    let c = start(&t, &[]);
+    eventually("status written", || running(&t));
+    assert_eq!(read(&t, part), "isolated\n");
+    assert_eq!(read(&t, cpus), "2-3\n");
+    assert_eq!(
+        status_json(&t)["status"]["corrections"],
+        serde_json::json!({})
+    );
+    write(&t, part, "member\n");
+    eventually("made isolated again", || read(&t, part) == "isolated\n");
+    write(&t, cpus, "2\n");
+    eventually("its CPUs put back", || read(&t, cpus) == "2-3\n");
+    eventually("counted", || {
+        status_json(&t)["status"]["corrections"]["cgroup_partition"]
+            .as_u64()
+            .is_some_and(|n| n >= 2)
+    });
+    let (code, log) = stop(c);
+    assert_eq!(code, 0, "{log}");
+    // Each write is a truncation and then the text, two events: which one the daemon saw
+    // first decides the "from" it logs.
+    assert!(
+        log.contains("corrected isolated partition /sys/fs/cgroup/isolated: changed: ")
+            && log.contains(" -> isolated partition of CPUs 2-3, 0 workload(s) moved in"),
+        "{log}"
+    );
+    assert!(!t.root.join("sys/fs/cgroup/isolated").exists());
+    // The fake root's subtree_control keeps the text restore wrote ("-cpuset"); the kernel's
+    // reads back the controllers left, as before.
+    let subtree = "/sys/fs/cgroup/cgroup.subtree_control";
+    assert_eq!(read(&t, subtree), "-cpuset\n");
+    write(&t, subtree, "");
+    assert_restored(&t);
+}

@@ -199,6 +199,41 @@ fn a_watch_sees_a_drifted_value_and_a_new_irq_and_nothing_else() {
     assert_eq!(w.drifted(&s.root), None);
 }
 
+/// What the daemon's check does on drift: the drifted targets named (all of them, in one
+/// pass), applied alone, the originals of the first apply kept for the restore.
+#[test]
+fn a_drift_names_its_targets_and_applying_them_alone_keeps_the_originals() {
+    use libtaskisol::policy::watch::{Drift, Watch};
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    let mut scan = s.policy.clone();
+    scan.config.tasks = false;
+    scan.config.kthread_priority.clear();
+    let w = Watch::of(&s.root, &scan, &s.state).unwrap();
+    assert_eq!(w.drift(&s.root), Drift::None);
+    let si = s.tree.join("proc/sys/vm/stat_interval");
+    let irq4 = s.tree.join("proc/irq/4/smp_affinity_list");
+    std::fs::write(&si, "1\n").unwrap();
+    std::fs::write(&irq4, "3\n").unwrap();
+    let Drift::Targets(targets) = w.drift(&s.root) else {
+        panic!("{:?}", w.drift(&s.root));
+    };
+    let ids: Vec<&str> = targets.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["sysctl:vm.stat_interval", "irq:4"]);
+    let rep = engine::apply_only(&s.root, &scan, &s.state, targets).unwrap();
+    assert_eq!(rep.outcomes.len(), 2, "{rep:?}");
+    assert_eq!(rep.written.len(), 2, "{rep:?}");
+    assert_eq!(std::fs::read_to_string(&si).unwrap(), "10\n");
+    assert_eq!(std::fs::read_to_string(&irq4).unwrap(), "0-1\n");
+    assert_eq!(w.drift(&s.root), Drift::None);
+    std::fs::create_dir_all(s.tree.join("proc/irq/99")).unwrap();
+    assert_eq!(w.drift(&s.root), Drift::IrqSet);
+    std::fs::remove_dir(s.tree.join("proc/irq/99")).unwrap();
+    // The originals are those of the first apply, not the drifted values.
+    engine::restore(&s.root, &s.state).unwrap();
+    assert_eq!(std::fs::read_to_string(&si).unwrap(), "1\n");
+    assert_ne!(std::fs::read_to_string(&irq4).unwrap(), "3\n");
+}
+
 /// A kthread priority rule concerns kernel threads only: a user task of a matching name is
 /// narrowed here. A task whose stat vanished between the two reads is gone, not an error.
 #[test]

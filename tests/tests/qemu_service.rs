@@ -68,6 +68,7 @@ fn start_checks(s: &mut Scenario, step: &str) {
 fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
     let mut s = Scenario::debian("rt612_isold_service", "");
     s.binaries.push("isol-reaction".into());
+    s.binaries.push("isol-drift".into());
     s.file("/etc/systemd/system/isold.service", 0o644, UNIT);
     s.on_request("hotplug-net", hotplug_virtio_net("hotnet"));
     s.step_with_timeout(
@@ -140,16 +141,23 @@ fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
             at_most("max_ms", 500.0),
         ],
     );
-    s.step(
+    // Ten times, at random phases of the check: the sysctl reset and IRQ 4 moved onto CPU 3,
+    // both put back within the interval (1 s), each correction counted.
+    s.step_with_timeout(
         "drift_put_back_within_the_interval",
-        "echo 1 >/proc/sys/vm/stat_interval\necho 3 >/proc/irq/4/smp_affinity_list\nsleep 2\n\
-         echo stat_interval=$(cat /proc/sys/vm/stat_interval)\necho irq4=$(cat /proc/irq/4/smp_affinity_list)\n\
-         isold status",
+        &format!(
+            "{PRE}isol-drift 10 3000 /proc/sys/vm/stat_interval=1 /proc/irq/4/smp_affinity_list=3\n\
+             echo stat_interval=$(cat /proc/sys/vm/stat_interval)\n\
+             echo irq4=$(cat /proc/irq/4/smp_affinity_list)\nsleep 0.5\nisold status"
+        ),
+        Duration::from_secs(120),
         vec![
+            Expect::field("put_back", "10"),
+            at_most("max_ms", 1000.0),
             Expect::field("stat_interval", "10"),
             Expect::field("irq4", "0-1"),
-            Expect::stdout_has("irq_affinity 1"),
-            Expect::stdout_has("sysctl 1"),
+            Expect::stdout_has("irq_affinity 10"),
+            Expect::stdout_has("sysctl 10"),
         ],
     );
     s.step_with_timeout(
@@ -266,6 +274,42 @@ kill $w
             Expect::field("narrowed", "yes"),
             Expect::field("rc", "0"),
             Expect::field("warnings", "1"),
+        ],
+    );
+    // The partition, kept by inotify on its files: made at the start with the workload
+    // pinned to CPU 3 moved in; turned into a member by hand five times, an isolated
+    // partition again each time within 100 ms; the stop removes it and every value is as
+    // before.
+    s.step_with_timeout(
+        "partition_made_again_at_once_and_removed_on_stop",
+        &format!(
+            "{PRE}printf 'isolated_cpus = \"2-3\"\\n[items]\\ncgroup_partition = true\\n' >/etc/isold/isold.toml
+             systemctl start isold; echo start_rc=$?
+             echo partition=$(cat /sys/fs/cgroup/isolated/cpuset.cpus.partition)
+             echo workload_cgroup=$(cat /proc/$(cat /tmp/workload.pid)/cgroup)
+             isol-drift 5 3000 /sys/fs/cgroup/isolated/cpuset.cpus.partition=member
+             echo partition_after=$(cat /sys/fs/cgroup/isolated/cpuset.cpus.partition)
+             echo workload_after=$(grep Cpus_allowed_list /proc/$(cat /tmp/workload.pid)/status | cut -f2)
+             sleep 0.5; isold status | grep -o 'cgroup_partition [0-9]*' | sed 's/ /=/'
+             journalctl -u isold --no-pager -o cat | grep -c 'corrected isolated partition' | sed 's/^/logged=/'
+             systemctl stop isold; echo stop_rc=$?
+             [ -e /sys/fs/cgroup/isolated ] && echo dir=present || echo dir=absent
+             isold_snapshot /tmp/snap.after3\nsnapshot_diff /tmp/snap.before /tmp/snap.after3"
+        ),
+        Duration::from_secs(180),
+        vec![
+            Expect::field("start_rc", "0"),
+            Expect::field("partition", "isolated"),
+            Expect::field("workload_cgroup", "0::/isolated"),
+            Expect::field("put_back", "5"),
+            at_most("max_ms", 100.0),
+            Expect::field("partition_after", "isolated"),
+            Expect::field("workload_after", "3"),
+            Expect::field("cgroup_partition", "5"),
+            at_least("logged", 5.0),
+            Expect::field("stop_rc", "0"),
+            Expect::field("dir", "absent"),
+            Expect::field("differences", "0"),
         ],
     );
     let o = run(&s).unwrap_or_else(|e| panic!("{e}"));

@@ -484,6 +484,20 @@ pub fn apply_threads(
     apply_targets(root, policy, state_path, targets)
 }
 
+/// Apply these targets of `policy` only (from its plan, such as a
+/// [`Watch`](super::watch::Watch) found drifted), as [`apply`] would: a daemon's repair of
+/// values that drifted, without planning the rest. Originals recorded by an earlier apply are
+/// kept.
+pub fn apply_only(
+    root: &SysRoot,
+    policy: &Policy,
+    state_path: &Path,
+    targets: Vec<Target>,
+) -> Result<Report> {
+    let _lock = lock(state_path)?;
+    apply_targets(root, policy, state_path, targets)
+}
+
 fn apply_targets(
     root: &SysRoot,
     policy: &Policy,

@@ -140,6 +140,30 @@ fn has_word(text: &str, word: &str) -> bool {
     text.split_whitespace().any(|w| w == word)
 }
 
+/// Whether `dir` is an isolated partition of exactly `cpus`, in two reads and no task scan:
+/// a daemon's check between applies (workloads outside it are the apply's business).
+pub fn holds(root: &SysRoot, dir: &str, cpus: &CpuSet) -> bool {
+    let part = root.read_to_string(file(dir, "cpuset.cpus.partition"));
+    let list = root.read_to_string(file(dir, "cpuset.cpus"));
+    match (part, list) {
+        (Ok(part), Ok(list)) => {
+            part.trim() == "isolated" && CpuSet::parse_list(list.trim()).is_ok_and(|s| &s == cpus)
+        }
+        _ => false,
+    }
+}
+
+/// The files of the partition `dir` a write to which can undo it: `cpuset.cpus`,
+/// `cpuset.cpus.exclusive` and `cpuset.cpus.partition` (which the kernel also marks modified
+/// when it makes the partition invalid).
+pub fn watched_files(dir: &str) -> [String; 3] {
+    [
+        file(dir, "cpuset.cpus"),
+        file(dir, "cpuset.cpus.exclusive"),
+        file(dir, "cpuset.cpus.partition"),
+    ]
+}
+
 /// What reading the partition found: right, or its original and how it looks now.
 #[derive(Debug)]
 pub enum Found {

@@ -315,8 +315,7 @@ pub fn plan(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {
     if let Some(dir) = &c.cgroup_partition {
         // After the tasks: the workloads it moves in keep their CPUs, the rest already left.
         let p = super::partition::plan(root, dir, iso, &threads)?;
-        let id = format!("cgroup_partition:{dir}");
-        let label = format!("isolated partition {dir}");
+        let (id, label) = partition_names(dir);
         // A workload the allow-list keeps in its cgroup (a VM's vCPUs under libvirt's
         // machine.slice) would lose its CPUs to the partition: refuse before any write.
         let kept: Vec<String> = p
@@ -357,6 +356,31 @@ pub fn plan(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {
         });
     }
     Ok(out)
+}
+
+fn partition_names(dir: &str) -> (String, String) {
+    (
+        format!("cgroup_partition:{dir}"),
+        format!("isolated partition {dir}"),
+    )
+}
+
+/// The `cgroup_partition` target of `policy` without its workload scan (none to move in): a
+/// daemon's repair of a partition it made, which a write by hand or the kernel turned into
+/// something else. No /proc read; `None` without the item.
+pub fn partition_repair_target(policy: &Policy) -> Option<Target> {
+    let dir = policy.config.cgroup_partition.as_ref()?;
+    let (id, label) = partition_names(dir);
+    Some(Target {
+        item: "cgroup_partition",
+        id,
+        label,
+        op: Op::Partition(super::partition::PartitionPlan {
+            dir: dir.clone(),
+            cpus: policy.isolated.clone(),
+            workloads: Vec::new(),
+        }),
+    })
 }
 
 /// The `allow_cgroup` entry that holds the cgroup `cg`, if any.
