@@ -27,22 +27,6 @@ bench_setup() {
     daemon_mem
 }
 
-# bench_irq N: IRQ 4 moved to CPU 3 N times; how long until isold put it back (polled every
-# 10 ms), milliseconds, one "irq_ms=" line each.
-bench_irq() {
-    _i=0
-    while [ $_i -lt "$1" ]; do
-        echo 3 >/proc/irq/4/smp_affinity_list
-        _t=$(/usr/bin/date +%s%N)
-        while [ "$(cat /proc/irq/4/smp_affinity_list)" = 3 ]; do usleep 10000; done
-        _now=$(/usr/bin/date +%s%N)
-        echo "irq_ms=$(((_now - _t) / 1000000))"
-        # Not in step with the scan: a random wait of 0-0.99 s.
-        usleep $((RANDOM % 100 * 10000))
-        _i=$((_i + 1))
-    done
-}
-
 # bench_idle SECS: isold's CPU time while nothing changes.
 bench_idle() {
     _a=$(daemon_cpu_ms)
