@@ -332,3 +332,68 @@ fn a_watch_sees_a_changed_policy_file() {
         Some("/etc/default/irqbalance")
     );
 }
+
+fn text(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap()
+}
+
+/// A daemon's reload (engine::restore_where): only the picked originals are put back and
+/// leave the state file; the others stay for the final restore.
+#[test]
+fn restore_where_puts_back_the_picked_originals_and_keeps_the_rest() {
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    let si = s.tree.join("proc/sys/vm/stat_interval");
+    let tm = s.tree.join("proc/sys/kernel/timer_migration");
+    assert_eq!((text(&si).as_str(), text(&tm).as_str()), ("10\n", "0\n"));
+    let ids = |s: &Setup| -> Vec<String> {
+        State::load(&s.state)
+            .unwrap()
+            .map(|st| st.entries.into_iter().map(|e| e.id).collect())
+            .unwrap_or_default()
+    };
+    let before = ids(&s);
+    // Nothing picked: nothing restored, nothing forgotten.
+    let rep = engine::restore_where(&s.root, &s.state, |_| false).unwrap();
+    assert!(rep.outcomes.is_empty(), "{rep:?}");
+    assert_eq!(ids(&s), before);
+    let rep =
+        engine::restore_where(&s.root, &s.state, |id| id == "sysctl:vm.stat_interval").unwrap();
+    assert_eq!(rep.outcomes.len(), 1, "{rep:?}");
+    assert!(matches!(
+        rep.outcomes[0].status,
+        libtaskisol::policy::Status::Restored { .. }
+    ));
+    assert_eq!((text(&si).as_str(), text(&tm).as_str()), ("1\n", "0\n"));
+    let after = ids(&s);
+    assert!(!after.contains(&"sysctl:vm.stat_interval".to_string()));
+    assert_eq!(after.len(), before.len() - 1);
+    let rep = engine::restore(&s.root, &s.state).unwrap();
+    assert!(!rep.outcomes.iter().any(|o| o.id == "sysctl:vm.stat_interval"));
+    assert_eq!(rep.outcomes.len(), after.len());
+    assert_eq!(text(&tm), "1\n");
+    assert!(!s.state.exists());
+}
+
+/// The general path for single threads (engine::apply_threads): a thread widened again is
+/// narrowed to the housekeeping CPUs it asked for, its original from the first apply kept; a thread already right is not written.
+#[test]
+fn apply_threads_narrows_the_given_threads_and_keeps_their_first_original() {
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    assert_eq!(affinity(&s), "0-1");
+    set_affinity(&s, "1-3");
+    let t = libtaskisol::tasks::read_thread(&s.root, 193, 193)
+        .unwrap()
+        .unwrap();
+    let rep = engine::apply_threads(&s.root, &s.policy, &s.state, &[t]).unwrap();
+    assert_eq!(rep.written.len(), 1, "{rep:?}");
+    // Its housekeeping part: what it asked for, without the isolated CPUs.
+    assert_eq!(affinity(&s), "1");
+    let t = libtaskisol::tasks::read_thread(&s.root, 193, 193)
+        .unwrap()
+        .unwrap();
+    let rep = engine::apply_threads(&s.root, &s.policy, &s.state, &[t]).unwrap();
+    assert!(rep.written.is_empty(), "{rep:?}");
+    engine::restore(&s.root, &s.state).unwrap();
+    // The fixture's 0-3, not the 1-3 it had when apply_threads narrowed it.
+    assert_eq!(affinity(&s), "0-3");
+}
