@@ -47,10 +47,19 @@ pub enum ProcEvent {
     Exit { pid: i32, tgid: i32 },
 }
 
+/// A process event and when the kernel sent it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamped {
+    /// The event's `timestamp_ns`: CLOCK_MONOTONIC when the kernel made it (for an exec: at
+    /// the end of execve(2), the new image loaded).
+    pub at_ns: u64,
+    pub event: ProcEvent,
+}
+
 /// What one read of the connector gave.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct ProcBatch {
-    pub events: Vec<ProcEvent>,
+    pub events: Vec<Stamped>,
     /// The socket overflowed (ENOBUFS): events were lost and the caller must rescan.
     pub lost: bool,
 }
@@ -68,10 +77,11 @@ fn i32_at(b: &[u8], at: usize) -> Option<i32> {
 }
 
 /// One `struct proc_event` (what, cpu, timestamp_ns, then the union at offset 16).
-fn parse_proc_event(ev: &[u8]) -> Option<ProcEvent> {
+fn parse_proc_event(ev: &[u8]) -> Option<Stamped> {
     const D: usize = 16;
     let what = u32_at(ev, 0)?;
-    Some(match what {
+    let at_ns = u64::from_ne_bytes(ev.get(8..16)?.try_into().ok()?);
+    let event = match what {
         PROC_EVENT_FORK => ProcEvent::Fork {
             parent_tgid: i32_at(ev, D + 4)?,
             child_pid: i32_at(ev, D + 8)?,
@@ -95,7 +105,8 @@ fn parse_proc_event(ev: &[u8]) -> Option<ProcEvent> {
             tgid: i32_at(ev, D + 4)?,
         },
         _ => return None,
-    })
+    };
+    Some(Stamped { at_ns, event })
 }
 
 /// The events in one datagram of the connector: netlink messages, each a `cn_msg` whose data
@@ -103,6 +114,14 @@ fn parse_proc_event(ev: &[u8]) -> Option<ProcEvent> {
 /// kinds of events not listed in [`ProcEvent`] are skipped; a truncated message ends the
 /// parse.
 pub fn parse_proc_events(buf: &[u8]) -> Vec<ProcEvent> {
+    parse_stamped_events(buf)
+        .into_iter()
+        .map(|s| s.event)
+        .collect()
+}
+
+/// [`parse_proc_events`] with each event's time.
+pub fn parse_stamped_events(buf: &[u8]) -> Vec<Stamped> {
     let mut out = Vec::new();
     let mut at = 0;
     while at + NLMSG_HDRLEN <= buf.len() {
@@ -274,7 +293,7 @@ impl ProcEvents {
         let mut batch = ProcBatch::default();
         loop {
             match recv(&self.fd, &mut self.buf, "connector") {
-                Ok(Some(n)) => batch.events.extend(parse_proc_events(&self.buf[..n])),
+                Ok(Some(n)) => batch.events.extend(parse_stamped_events(&self.buf[..n])),
                 Ok(None) => return Ok(batch),
                 Err(e) if e.errno() == Some(libc::ENOBUFS) => batch.lost = true,
                 Err(e) => return Err(e),
@@ -424,6 +443,17 @@ mod tests {
                     tgid: 100
                 },
             ]
+        );
+        // Each event keeps the kernel's timestamp_ns.
+        let stamped = parse_stamped_events(&buf);
+        assert_eq!(stamped.len(), 5);
+        assert!(stamped.iter().all(|e| e.at_ns == 123_456));
+        assert_eq!(
+            stamped[2].event,
+            ProcEvent::Exec {
+                pid: 200,
+                tgid: 200
+            }
         );
     }
 

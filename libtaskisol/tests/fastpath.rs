@@ -368,7 +368,10 @@ fn restore_where_puts_back_the_picked_originals_and_keeps_the_rest() {
     assert!(!after.contains(&"sysctl:vm.stat_interval".to_string()));
     assert_eq!(after.len(), before.len() - 1);
     let rep = engine::restore(&s.root, &s.state).unwrap();
-    assert!(!rep.outcomes.iter().any(|o| o.id == "sysctl:vm.stat_interval"));
+    assert!(!rep
+        .outcomes
+        .iter()
+        .any(|o| o.id == "sysctl:vm.stat_interval"));
     assert_eq!(rep.outcomes.len(), after.len());
     assert_eq!(text(&tm), "1\n");
     assert!(!s.state.exists());
