@@ -493,7 +493,12 @@ impl Daemon {
 
     /// Read these threads and apply the thread items to them; `since`: when the event that
     /// asked for it was read, for the log.
-    fn fix_threads(&mut self, ids: &[(i32, i32)], since: Option<(Instant, u64)>) {
+    fn fix_threads(
+        &mut self,
+        ids: &[(i32, i32)],
+        since: Option<(Instant, u64)>,
+        stamps: &[(i32, u64)],
+    ) {
         let mut threads: Vec<Thread> = Vec::new();
         for &(pid, tid) in ids {
             match tasks::read_thread(&self.root, pid, tid) {
@@ -518,6 +523,12 @@ impl Daemon {
                         {
                             self.settled.insert(t.tid);
                         }
+                    }
+                }
+                for &(tid, at) in stamps {
+                    let prefix = format!("task:{tid}:");
+                    if rep.written.iter().any(|id| id.starts_with(&prefix)) {
+                        self.reacted(at);
                     }
                 }
                 if let Some((t, cpu)) = since.filter(|_| !rep.written.is_empty()) {
@@ -572,11 +583,7 @@ impl Daemon {
             }
             Ok(Fix::Changed { label, from, to }) => {
                 if let Some(at) = event_ns {
-                    if self.reactions.len() == REACTIONS_KEPT {
-                        self.reactions.pop_front();
-                    }
-                    self.reactions.push_back(monotonic_ns().saturating_sub(at));
-                    self.reactions_count += 1;
+                    self.reacted(at);
                 }
                 if let Some((t, cpu)) = since {
                     self.log.debug(&format!(
@@ -645,12 +652,23 @@ impl Daemon {
         self.tasks_unlogged = 0;
     }
 
+    /// A task narrowed in answer to an event the kernel stamped `at_ns`: its reaction time.
+    fn reacted(&mut self, at_ns: u64) {
+        if self.reactions.len() == REACTIONS_KEPT {
+            self.reactions.pop_front();
+        }
+        self.reactions
+            .push_back(monotonic_ns().saturating_sub(at_ns));
+        self.reactions_count += 1;
+    }
+
     /// Tasks for the general path, then the fast path's memory of the state file renewed.
-    fn fix_with_engine(&mut self, ids: &[(i32, i32)]) {
+    /// `stamps`: the event time of threads that are there in answer to an event.
+    fn fix_with_engine(&mut self, ids: &[(i32, i32)], stamps: &[(i32, u64)]) {
         if ids.is_empty() {
             return;
         }
-        self.fix_threads(ids, None);
+        self.fix_threads(ids, None, stamps);
         if let Err(e) = self.fixer.resync() {
             self.log.warn(&format!("state file: {e}"));
         }
@@ -723,15 +741,17 @@ impl Daemon {
                 }
             }
         }
+        let mut stamps = Vec::new();
         for (pid, tid, at_ns) in check {
             if engine.contains(&(pid, tid)) || self.settled.contains(&tid) {
                 continue;
             }
             if self.fix_one(pid, tid, Some(read_at), Some(at_ns)) {
                 engine.push((pid, tid));
+                stamps.push((tid, at_ns));
             }
         }
-        self.fix_with_engine(&engine);
+        self.fix_with_engine(&engine, &stamps);
         batch.lost
     }
 
@@ -756,7 +776,7 @@ impl Daemon {
             }
         }
         self.new_kthreads = later;
-        self.fix_with_engine(&ids);
+        self.fix_with_engine(&ids, &[]);
     }
 
     /// Every known thread's affinity by system call; the suspicious ones read and fixed.
@@ -802,7 +822,7 @@ impl Daemon {
                 engine.push((tgid, tid));
             }
         }
-        self.fix_with_engine(&engine);
+        self.fix_with_engine(&engine, &[]);
     }
 
     /// Every thread read from /proc and the thread items applied (start, lost events, no

@@ -326,7 +326,10 @@ fn a_watch_sees_a_changed_policy_file() {
     assert!(!w.is_empty());
     assert!(Watch::default().is_empty());
     assert_eq!(w.drifted(&s.root), None);
-    std::fs::write(&file, "IRQBALANCE_BANNED_CPULIST=\n").unwrap();
+    // An editor writes a new file and renames it over the old one: still seen.
+    let new = file.with_extension("new");
+    std::fs::write(&new, "IRQBALANCE_BANNED_CPULIST=\n").unwrap();
+    std::fs::rename(&new, &file).unwrap();
     assert_eq!(
         w.drifted(&s.root).as_deref(),
         Some("/etc/default/irqbalance")

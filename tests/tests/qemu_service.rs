@@ -135,6 +135,7 @@ fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
         &format!(
             "{PRE}isol-reaction 50 0-3 2-3 1000 10 || exit 1\nsleep 0.5\n\
              isold status --json | tr -d ' \\n' >/tmp/st.json\n\
+             echo tasks_corrected=$(grep -o '\"tasks\":[0-9]*' /tmp/st.json | cut -d: -f2)\n\
              for k in count median_ms p99_ms max_ms; do echo \"daemon_$k=$(grep -o \"\\\"$k\\\":[0-9.e-]*\" /tmp/st.json | cut -d: -f2)\"; done"
         ),
         Duration::from_secs(180),

@@ -552,6 +552,44 @@ mod tests {
         assert!(has_word("cpuset cpu", "cpu") && !has_word("cpuset", "cpu"));
     }
 
+    /// A daemon's two-read check: an isolated partition of exactly the CPUs, nothing else.
+    #[test]
+    fn holds_only_an_isolated_partition_of_the_cpus() {
+        let t = tree();
+        let r = t.path();
+        let root = SysRoot::new(r);
+        let cpus: CpuSet = "2-3".parse().unwrap();
+        let dir = "/sys/fs/cgroup/iso";
+        assert!(!holds(&root, dir, &cpus), "no directory");
+        put(r, "sys/fs/cgroup/iso/cpuset.cpus", "2-3\n");
+        assert!(!holds(&root, dir, &cpus), "no partition file");
+        for (part, list, right) in [
+            ("isolated\n", "2-3\n", true),
+            ("member\n", "2-3\n", false),
+            (
+                "isolated invalid (Cpu list in cpuset.cpus not exclusive)\n",
+                "2-3\n",
+                false,
+            ),
+            ("root\n", "2-3\n", false),
+            ("isolated\n", "2\n", false),
+            ("isolated\n", "1-3\n", false),
+            ("isolated\n", "garbage\n", false),
+        ] {
+            put(r, "sys/fs/cgroup/iso/cpuset.cpus.partition", part);
+            put(r, "sys/fs/cgroup/iso/cpuset.cpus", list);
+            assert_eq!(holds(&root, dir, &cpus), right, "{part:?} {list:?}");
+        }
+        assert_eq!(
+            watched_files(dir),
+            [
+                "/sys/fs/cgroup/iso/cpuset.cpus",
+                "/sys/fs/cgroup/iso/cpuset.cpus.exclusive",
+                "/sys/fs/cgroup/iso/cpuset.cpus.partition"
+            ]
+        );
+    }
+
     /// Workloads are user processes with every thread inside the CPUs, outside the
     /// partition; kthreads, a process with one thread outside and one already in are not.
     #[test]

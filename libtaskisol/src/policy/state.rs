@@ -246,11 +246,11 @@ impl State {
         };
         let jpath = journal_path(path);
         let journal = read_opt(&jpath)?.unwrap_or_default();
-        // Start from what was parsed before when the state file is the same and the journal
-        // only grew since.
+        // Start from what was parsed before when the state file reads the same and the
+        // journal only grew since (the content is the key: the path adds nothing).
         let cached = LAST.lock().ok().and_then(|last| {
             let l = last.as_ref()?;
-            (l.path == path && l.main == main && journal.starts_with(&l.journal))
+            (l.main == main && journal.starts_with(&l.journal))
                 .then(|| (l.state.clone(), l.journal.len()))
         });
         let (mut st, from) = match cached {
@@ -258,7 +258,8 @@ impl State {
             None => (Self::parse(path, &main)?, 0),
         };
         // Only whole lines: a line cut by a crash in the middle of its write is not an entry.
-        let whole = journal.rfind('\n').map_or(0, |i| i + 1).max(from);
+        let tail = journal.rsplit('\n').next().map_or(0, str::len);
+        let whole = (journal.len() - tail).max(from);
         for (n, line) in journal[from..whole].lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
@@ -285,7 +286,7 @@ impl State {
             return Ok(BTreeMap::new());
         };
         if let Ok(last) = LAST.lock() {
-            if let Some(l) = last.as_ref().filter(|l| l.path == path && l.main == main) {
+            if let Some(l) = last.as_ref().filter(|l| l.main == main) {
                 // The journal only ever adds entries, never unchangeable marks.
                 return Ok(l.state.unchangeable.clone());
             }
@@ -515,6 +516,63 @@ mod tests {
         State::remove(&path).unwrap();
         assert!(!jpath.exists() && !path.exists());
         assert_eq!(State::load(&path).unwrap(), None);
+    }
+
+    fn with_unchangeable(id: &str, why: &str, e: Entry) -> State {
+        let mut st = State::new("b".into(), "2-3".into(), "c".into());
+        st.record(e);
+        st.unchangeable.insert(id.into(), why.into());
+        st
+    }
+
+    /// What was read last is kept to save a parse, keyed by the file's content: a state file
+    /// another process rewrote is read anew, entries and unchangeable marks alike.
+    #[test]
+    fn a_state_file_rewritten_elsewhere_is_read_anew() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let a = with_unchangeable("irq:0", "EPERM", entry("sysctl:a", "1\n"));
+        a.save(&path).unwrap();
+        assert_eq!(State::load(&path).unwrap().unwrap(), a);
+        assert_eq!(State::unchangeable_of(&path).unwrap(), a.unchangeable);
+        // Another process's write (this one's save would be remembered).
+        let b = with_unchangeable("irq:2", "EIO", entry("sysctl:b", "2\n"));
+        fs::write(&path, serde_json::to_string(&b).unwrap()).unwrap();
+        assert_eq!(State::unchangeable_of(&path).unwrap(), b.unchangeable);
+        assert_eq!(State::load(&path).unwrap().unwrap(), b);
+    }
+
+    /// An append to one state file never passes for another file's content.
+    #[test]
+    fn appending_to_one_state_file_leaves_another_as_it_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let (pa, pb) = (dir.path().join("a.json"), dir.path().join("b.json"));
+        let a = with_unchangeable("irq:0", "EPERM", entry("sysctl:a", "1\n"));
+        a.save(&pa).unwrap();
+        let mut b = with_unchangeable("irq:2", "EIO", entry("sysctl:b", "2\n"));
+        b.save(&pb).unwrap();
+        assert_eq!(State::load(&pa).unwrap().unwrap(), a);
+        b.record(entry("sysctl:c", "3\n"));
+        b.append(&pb, &[entry("sysctl:c", "3\n")]).unwrap();
+        assert_eq!(State::unchangeable_of(&pa).unwrap(), a.unchangeable);
+        assert_eq!(State::load(&pa).unwrap().unwrap(), a);
+        assert_eq!(State::load(&pb).unwrap().unwrap(), b);
+    }
+
+    /// The journal takes appends up to JOURNAL_MAX bytes; past it, the caller folds it in.
+    #[test]
+    fn the_journal_limit_is_inclusive() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let j = fs::File::create(journal_path(&path)).unwrap();
+        j.set_len(JOURNAL_MAX).unwrap();
+        assert!(append_entries(&path, &[entry("sysctl:a", "1\n")]).unwrap());
+        j.set_len(JOURNAL_MAX + 1).unwrap();
+        assert!(!append_entries(&path, &[entry("sysctl:b", "1\n")]).unwrap());
+        assert_eq!(
+            fs::metadata(journal_path(&path)).unwrap().len(),
+            JOURNAL_MAX + 1
+        );
     }
 
     #[test]

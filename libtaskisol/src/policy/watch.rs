@@ -3,11 +3,11 @@
 //! Sysctls, sysfs values, IRQ affinities and the policy's files have no change event. A
 //! [`Watch`] keeps, for every such target of a policy, the file and what it must hold, plus the
 //! IRQ numbers under `/proc/irq`. [`Watch::drifted`] reads each file once and compares: no
-//! plan, no `/proc/interrupts`, no state file, no lock. Files under `/proc` and `/sys` stay
-//! open, and a check is one pread(2) at offset 0 each (the kernel makes the text anew on every
+//! plan, no `/proc/interrupts`, no state file, no lock. The kernel's attributes stay open and
+//! a check reads each with one pread(2) at offset 0 (the kernel makes the text anew on every
 //! read from 0), plus one rewind and read of the open `/proc/irq` directory; the policy's own
-//! files are read by path, since an editor replaces them with a new file. When values differ, [`Watch::drift`]
-//! names their targets, for the caller to apply those alone
+//! files are read by path, since an editor replaces them with a new file. When values differ,
+//! [`Watch::drift`] names their targets, for the caller to apply those alone
 //! ([`engine::apply_only`](super::engine::apply_only)); when an IRQ came or went, the watch no
 //! longer covers every IRQ, and the caller runs the full verify and apply. Either way it then
 //! builds a new watch.
@@ -34,8 +34,8 @@ enum Check {
     Content(String),
 }
 
-/// One watched file: its target, its kernel path, what it must hold, and (under `/proc` and
-/// `/sys`) the file kept open.
+/// One watched file: its target, its kernel path, what it must hold, and (a kernel
+/// attribute) the file kept open.
 #[derive(Debug)]
 struct Item {
     target: Target,
@@ -109,10 +109,10 @@ impl Watch {
                 Op::File { path, content } => (path.clone(), Check::Content(content.clone())),
                 _ => continue,
             };
-            let file = if path.starts_with("/proc/") || path.starts_with("/sys/") {
-                File::open(root.path(&path)).ok()
-            } else {
-                None
+            // Kernel attributes stay open; the policy's own files are read by path.
+            let file = match check {
+                Check::Content(_) => None,
+                _ => File::open(root.path(&path)).ok(),
             };
             items.push(Item {
                 target: t,
@@ -121,15 +121,11 @@ impl Watch {
                 file,
             });
         }
-        let irq_dir = nix::dir::Dir::open(
-            &root.path("/proc/irq"),
-            nix::fcntl::OFlag::O_RDONLY
-                | nix::fcntl::OFlag::O_DIRECTORY
-                | nix::fcntl::OFlag::O_CLOEXEC,
-            nix::sys::stat::Mode::empty(),
-        )
-        .ok()
-        .map(std::sync::Mutex::new);
+        // std opens it read-only and close-on-exec; fdopendir takes the descriptor over.
+        let irq_dir = File::open(root.path("/proc/irq"))
+            .ok()
+            .and_then(|f| nix::dir::Dir::from_fd(std::os::fd::IntoRawFd::into_raw_fd(f)).ok())
+            .map(std::sync::Mutex::new);
         Ok(Watch {
             items,
             irqs: irq_numbers(root),
@@ -137,17 +133,14 @@ impl Watch {
         })
     }
 
-    /// Whether the IRQs under `/proc/irq` are still those the watch was made with.
+    /// Whether the IRQs under `/proc/irq` are still those the watch was made with (a read
+    /// that fails says no: the caller then compares everything).
     fn same_irqs(&self, root: &SysRoot) -> bool {
         let now = match &self.irq_dir {
-            Some(d) => d
-                .lock()
-                .ok()
-                .and_then(|mut d| irq_numbers_in(&mut d))
-                .unwrap_or_else(|| irq_numbers(root)),
-            None => irq_numbers(root),
+            Some(d) => d.lock().ok().and_then(|mut d| irq_numbers_in(&mut d)),
+            None => Some(irq_numbers(root)),
         };
-        now == self.irqs
+        now.is_some_and(|n| n == self.irqs)
     }
 
     /// How many files a check reads.
@@ -166,9 +159,10 @@ impl Watch {
         if !self.same_irqs(root) {
             return Some("/proc/irq".into());
         }
+        let mut buf = [0u8; READ_MAX];
         self.items
             .iter()
-            .find(|i| !i.holds(root))
+            .find(|i| !i.holds(root, &mut buf))
             .map(|i| i.path.clone())
     }
 
@@ -177,10 +171,11 @@ impl Watch {
         if !self.same_irqs(root) {
             return Drift::IrqSet;
         }
+        let mut buf = [0u8; READ_MAX];
         let off: Vec<Target> = self
             .items
             .iter()
-            .filter(|i| !i.holds(root))
+            .filter(|i| !i.holds(root, &mut buf))
             .map(|i| i.target.clone())
             .collect();
         if off.is_empty() {
@@ -191,43 +186,44 @@ impl Watch {
     }
 }
 
+/// The longest kernel attribute read through its open file: more than any value watched
+/// (a mask of 8192 CPUs is 2 KiB); a longer one reads as unreadable, so it is compared by the
+/// full verify instead.
+const READ_MAX: usize = 16 * 1024;
+
 impl Item {
-    /// Whether the file holds what the check wants (unreadable: no).
-    fn holds(&self, root: &SysRoot) -> bool {
+    /// Whether the file holds what the check wants (unreadable: no). `buf`: room to read an
+    /// open attribute into.
+    fn holds(&self, root: &SysRoot, buf: &mut [u8]) -> bool {
+        let by_path;
         let text = match &self.file {
-            Some(f) => read_from_start(f),
-            None => root.read_to_string(self.path.as_str()).ok(),
+            Some(f) => match read_from_start(f, buf) {
+                Some(t) => t,
+                None => return false,
+            },
+            None => match root.read_to_string(self.path.as_str()) {
+                Ok(t) => {
+                    by_path = t;
+                    by_path.as_str()
+                }
+                Err(_) => return false,
+            },
         };
-        match (text, &self.check) {
-            (Some(raw), Check::Want(w)) => w.matches(&raw),
-            (Some(raw), Check::Cpus(want)) => {
-                CpuSet::parse_list(raw.trim()).is_ok_and(|c| &c == want)
-            }
-            (Some(raw), Check::Content(c)) => &raw == c,
-            (None, _) => false,
+        match &self.check {
+            Check::Want(w) => w.matches(text),
+            Check::Cpus(want) => CpuSet::parse_list(text.trim()).is_ok_and(|c| &c == want),
+            Check::Content(c) => text == c,
         }
     }
 }
 
-/// The whole text of an open kernel file, read from offset 0: one pread(2) for anything
-/// shorter than 4 KiB.
-fn read_from_start(f: &File) -> Option<String> {
-    let mut buf = vec![0u8; 4096];
-    let mut len = 0;
-    loop {
-        match f.read_at(&mut buf[len..], len as u64) {
-            Ok(0) => break,
-            Ok(n) => {
-                len += n;
-                if len < buf.len() {
-                    break;
-                }
-                buf.resize(buf.len() * 2, 0);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
-        }
+/// The text of an open kernel attribute, from offset 0, in one pread(2) into `buf`: the
+/// kernel makes it anew on each read from 0. `None` when the read fails, the text fills
+/// `buf` (it may go on), or it is not UTF-8.
+fn read_from_start<'a>(f: &File, buf: &'a mut [u8]) -> Option<&'a str> {
+    let n = f.read_at(buf, 0).ok()?;
+    if n == buf.len() {
+        return None;
     }
-    buf.truncate(len);
-    String::from_utf8(buf).ok()
+    std::str::from_utf8(&buf[..n]).ok()
 }
