@@ -144,10 +144,11 @@ fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
             Expect::field("narrowed", "50"),
             at_most("median_ms", 50.0),
             at_most("max_ms", 500.0),
-            // isold's own measure, from the kernel's exec event to the affinity read back,
-            // kept in its status: the 60 tasks at least (other services' processes exec'd
-            // meanwhile are wide too).
-            at_least("daemon_count", 60.0),
+            // isold's own measure, from the kernel's process event to the affinity read
+            // back, kept in its status. Of the 60 tasks some are caught at their fork event,
+            // between their widening and their exec, and a few were seen narrow by then
+            // (58-60 counted in the runs): at least the 50 measured.
+            at_least("daemon_count", 50.0),
             at_most("daemon_median_ms", 20.0),
         ],
     );
