@@ -845,7 +845,7 @@ impl Daemon {
         }
     }
 
-    /// The partition checked (two reads) and, when it is not an isolated partition of the
+    /// The partition checked (three reads) and, when it is not an isolated partition of the
     /// isolated CPUs, made again. `event`: a watched file changed (else a periodic check,
     /// skipped while the last attempt failed: retried on an event, a uevent or a reload).
     fn check_partition(&mut self, event: bool) {
@@ -895,7 +895,8 @@ impl Daemon {
             return;
         };
         use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
-        let watched = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).and_then(|i| {
+        // All the flags there are: IN_NONBLOCK and IN_CLOEXEC.
+        let watched = Inotify::init(InitFlags::all()).and_then(|i| {
             for f in partition::watched_files(dir.trim_end_matches('/')) {
                 let path = self.root.path(&f);
                 // cpuset.cpus.exclusive is new in 6.7.
@@ -1158,7 +1159,7 @@ pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs
         None => return stop(&mut d, Signal::SIGTERM).max(crate::EXIT_FAILURE),
     };
     let mut next_sweep = Instant::now() + task_interval;
-    // The partition when it cannot be watched: two reads every interval.
+    // The partition when it cannot be watched: three reads every interval.
     let mut next_partition = Instant::now() + interval;
     let mut last_status = Instant::now();
     let mut last_task_log = Instant::now();

@@ -296,10 +296,19 @@ fn a_changed_partition_is_made_again_and_stop_removes_it() {
     eventually("made isolated again", || read(&t, part) == "isolated\n");
     write(&t, cpus, "2\n");
     eventually("its CPUs put back", || read(&t, cpus) == "2-3\n");
+    // Settled (each write by hand is two events, truncation and text): only this file's
+    // own event can set it right now.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(read(&t, cpus), "2-3\n");
+    let exclusive = "/sys/fs/cgroup/isolated/cpuset.cpus.exclusive";
+    write(&t, exclusive, "3\n");
+    eventually("its exclusive CPUs put back", || {
+        read(&t, exclusive) == "2-3\n"
+    });
     eventually("counted", || {
         status_json(&t)["status"]["corrections"]["cgroup_partition"]
             .as_u64()
-            .is_some_and(|n| n >= 2)
+            .is_some_and(|n| n >= 3)
     });
     let (code, log) = stop(c);
     assert_eq!(code, 0, "{log}");

@@ -140,15 +140,19 @@ fn has_word(text: &str, word: &str) -> bool {
     text.split_whitespace().any(|w| w == word)
 }
 
-/// Whether `dir` is an isolated partition of exactly `cpus`, in two reads and no task scan:
-/// a daemon's check between applies (workloads outside it are the apply's business).
+/// Whether `dir` is an isolated partition of exactly `cpus`, in three reads and no task scan:
+/// a daemon's check between applies (workloads outside it are the apply's business). Its
+/// `cpuset.cpus.exclusive`, where the kernel has one, must be empty or the same CPUs: a
+/// narrower one leaves the partition valid with fewer CPUs.
 pub fn holds(root: &SysRoot, dir: &str, cpus: &CpuSet) -> bool {
-    let part = root.read_to_string(file(dir, "cpuset.cpus.partition"));
-    let list = root.read_to_string(file(dir, "cpuset.cpus"));
-    match (part, list) {
-        (Ok(part), Ok(list)) => {
-            part.trim() == "isolated" && CpuSet::parse_list(list.trim()).is_ok_and(|s| &s == cpus)
-        }
+    let read = |name: &str| root.read_to_string(file(dir, name));
+    let same = |t: &str| CpuSet::parse_list(t.trim()).is_ok_and(|s| &s == cpus);
+    let exclusive = match read("cpuset.cpus.exclusive") {
+        Ok(t) => t.trim().is_empty() || same(&t),
+        Err(e) => e.errno() == Some(libc::ENOENT),
+    };
+    match (read("cpuset.cpus.partition"), read("cpuset.cpus")) {
+        (Ok(part), Ok(list)) => part.trim() == "isolated" && same(&list) && exclusive,
         _ => false,
     }
 }
@@ -205,11 +209,14 @@ pub fn evaluate(root: &SysRoot, p: &PartitionPlan) -> Result<Found> {
     } else {
         (None, None, None)
     };
-    let cpus_right = cpus
+    let same = |c: &str| CpuSet::parse_list(c.trim()).is_ok_and(|s| s == p.cpus);
+    let cpus_right = cpus.as_deref().is_some_and(same);
+    // Where the kernel has it: empty (the CPUs of cpuset.cpus) or the same CPUs.
+    let exclusive_right = exclusive
         .as_deref()
-        .is_some_and(|c| CpuSet::parse_list(c.trim()).is_ok_and(|s| s == p.cpus));
+        .map_or(true, |e| e.trim().is_empty() || same(e));
     let part = partition.as_deref().map(str::trim).unwrap_or("");
-    if cpus_right && part == "isolated" && p.workloads.is_empty() {
+    if cpus_right && exclusive_right && part == "isolated" && p.workloads.is_empty() {
         return Ok(Found::Done(Status::AlreadyRight));
     }
     let mut from = if exists {
@@ -225,6 +232,12 @@ pub fn evaluate(root: &SysRoot, p: &PartitionPlan) -> Result<Found> {
     } else {
         "absent".to_string()
     };
+    if !exclusive_right {
+        from.push_str(&format!(
+            " (exclusive CPUs {})",
+            exclusive.as_deref().map(str::trim).unwrap_or("?")
+        ));
+    }
     if !p.workloads.is_empty() {
         from.push_str(&format!(
             ", {} workload(s) outside: {}",
@@ -580,6 +593,38 @@ mod tests {
             put(r, "sys/fs/cgroup/iso/cpuset.cpus", list);
             assert_eq!(holds(&root, dir, &cpus), right, "{part:?} {list:?}");
         }
+        // cpuset.cpus.exclusive (6.7 and later): empty or the same CPUs.
+        put(r, "sys/fs/cgroup/iso/cpuset.cpus.partition", "isolated\n");
+        put(r, "sys/fs/cgroup/iso/cpuset.cpus", "2-3\n");
+        for (exclusive, right) in [("2-3\n", true), ("\n", true), ("2\n", false)] {
+            put(r, "sys/fs/cgroup/iso/cpuset.cpus.exclusive", exclusive);
+            assert_eq!(holds(&root, dir, &cpus), right, "exclusive {exclusive:?}");
+        }
+        std::fs::create_dir(r.join("sys/fs/cgroup/iso/cpuset.cpus.exclusive.d")).unwrap();
+        std::fs::remove_file(r.join("sys/fs/cgroup/iso/cpuset.cpus.exclusive")).unwrap();
+        assert!(holds(&root, dir, &cpus), "no exclusive file");
+        // Unreadable (here a directory in its place): not known to hold.
+        std::fs::create_dir(r.join("sys/fs/cgroup/iso/cpuset.cpus.exclusive")).unwrap();
+        assert!(!holds(&root, dir, &cpus), "unreadable exclusive file");
+        // The apply's own check agrees, and says what is off.
+        std::fs::remove_dir(r.join("sys/fs/cgroup/iso/cpuset.cpus.exclusive")).unwrap();
+        let p = PartitionPlan {
+            dir: dir.into(),
+            cpus: cpus.clone(),
+            workloads: Vec::new(),
+        };
+        put(r, "sys/fs/cgroup/iso/cpuset.cpus.exclusive", "2\n");
+        match evaluate(&root, &p).unwrap() {
+            Found::Change { from, .. } => {
+                assert_eq!(from, "isolated of CPUs 2-3 (exclusive CPUs 2)")
+            }
+            other => panic!("{other:?}"),
+        }
+        put(r, "sys/fs/cgroup/iso/cpuset.cpus.exclusive", "2-3\n");
+        assert!(matches!(
+            evaluate(&root, &p).unwrap(),
+            Found::Done(Status::AlreadyRight)
+        ));
         assert_eq!(
             watched_files(dir),
             [
