@@ -114,13 +114,7 @@ impl Reaction {
 
 /// CLOCK_MONOTONIC in nanoseconds: the clock of the connector's timestamps.
 fn monotonic_ns() -> u64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: t is a valid timespec to write to.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+    clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 /// One value put right.
@@ -136,12 +130,17 @@ pub struct Correction {
 
 /// The CPU time this thread has used, in nanoseconds.
 fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// The clock `clock` in nanoseconds.
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut t = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: t is a valid timespec to write to.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    unsafe { libc::clock_gettime(clock, &mut t) };
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
