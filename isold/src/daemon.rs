@@ -74,8 +74,9 @@ pub struct DaemonStatus {
     pub reloads: u64,
     /// "running", or "stopping" while the restore runs.
     pub state: String,
-    /// How fast wide tasks were narrowed by the fast path: from the kernel's process event to
-    /// the affinity read back, over the last [`REACTIONS_KEPT`] corrections.
+    /// How fast wide tasks were narrowed in answer to their process event (fast or general
+    /// path): from the kernel's event to the affinity read back, over the last
+    /// [`REACTIONS_KEPT`] corrections.
     #[serde(default)]
     pub task_reaction: Option<Reaction>,
 }
@@ -420,8 +421,8 @@ struct Daemon {
     /// Task corrections not logged yet, and the last one.
     tasks_unlogged: u64,
     tasks_last: String,
-    /// The fast path's last reaction times (event to read back), nanoseconds, and how many
-    /// were measured in all.
+    /// The last reaction times to process events (event to read back), nanoseconds, and how
+    /// many were measured in all.
     reactions: std::collections::VecDeque<u64>,
     reactions_count: u64,
 }

@@ -10,6 +10,8 @@
 
 use std::time::{Duration, Instant};
 
+use taskisol_tests::percentile;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 {
@@ -62,16 +64,8 @@ fn main() {
             ),
         }
     }
-    times.sort_by(|a, b| a.total_cmp(b));
     println!("count={n}");
     println!("put_back={}", times.len());
-    let at = |p: f64| {
-        if times.is_empty() {
-            f64::NAN
-        } else {
-            times[((times.len() as f64 * p).ceil() as usize).clamp(1, times.len()) - 1]
-        }
-    };
-    println!("median_ms={:.1}", at(0.5));
-    println!("max_ms={:.1}", at(1.0));
+    println!("median_ms={:.1}", percentile(&mut times, 0.5));
+    println!("max_ms={:.1}", percentile(&mut times, 1.0));
 }

@@ -18,6 +18,7 @@ use std::ffi::CString;
 use std::time::{Duration, Instant};
 
 use libtaskisol::{sched, CpuSet};
+use taskisol_tests::percentile;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -127,21 +128,13 @@ fn main() {
     }
     let narrowed = times.len();
     let within = times.iter().filter(|t| **t <= 20.0).count();
-    let pct = |v: &mut Vec<f64>, p: f64| {
-        v.sort_by(|a, b| a.total_cmp(b));
-        if v.is_empty() {
-            f64::NAN
-        } else {
-            v[((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1]
-        }
-    };
     println!("count={n}");
     println!("narrowed={narrowed}");
     println!("within_20ms={within}");
-    println!("median_ms={:.2}", pct(&mut times, 0.5));
-    println!("p99_ms={:.2}", pct(&mut times, 0.99));
-    println!("max_ms={:.2}", pct(&mut times, 1.0));
-    println!("median_from_fork_ms={:.2}", pct(&mut from_fork, 0.5));
+    println!("median_ms={:.2}", percentile(&mut times, 0.5));
+    println!("p99_ms={:.2}", percentile(&mut times, 0.99));
+    println!("max_ms={:.2}", percentile(&mut times, 1.0));
+    println!("median_from_fork_ms={:.2}", percentile(&mut from_fork, 0.5));
 }
 
 /// CLOCK_MONOTONIC in nanoseconds (async-signal-safe: the forked child calls it).
