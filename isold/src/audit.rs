@@ -8,8 +8,9 @@ use libtaskisol::audit::{self, Audit, CpuAudit, Scope};
 use libtaskisol::osnoise;
 use libtaskisol::policy::bootargs::{self, BootArg};
 use libtaskisol::policy::config::{Config, CpuSpec};
+use libtaskisol::policy::engine;
 use libtaskisol::policy::preset::Preset;
-use libtaskisol::policy::state::State;
+use libtaskisol::policy::state::{State, StateFiles};
 use libtaskisol::policy::Policy;
 use libtaskisol::topology::{self, IsolatedCpus};
 use libtaskisol::{CpuSet, SysRoot};
@@ -386,7 +387,7 @@ pub fn human(a: &Audit, verbose: bool) -> String {
 
 /// `isold bootargs`: exit 0 when the running kernel has every argument, 1 when some are
 /// missing (after writing the GRUB drop-in with --write-grub, 0).
-pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs) -> i32 {
+pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &StateFiles) -> i32 {
     let online = match topology::online_cpus(root) {
         Ok(o) => o,
         Err(e) => return fail(e),
@@ -413,27 +414,25 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs) -> i32 {
                 bootargs::GRUB_DROP_IN
             ));
         }
-        let path = root.path(bootargs::GRUB_DROP_IN);
-        if let Some(dir) = path.parent() {
-            if let Err(e) = std::fs::create_dir_all(dir) {
-                return fail(format!(
-                    "{}: {}",
-                    dir.display(),
-                    libtaskisol::error::io_strerror(&e)
-                ));
-            }
-        }
         let text = bootargs::grub_drop_in(&missing);
-        if let Err(e) = std::fs::write(&path, text) {
-            return fail(format!(
-                "{}: {}",
-                path.display(),
-                libtaskisol::error::io_strerror(&e)
-            ));
+        // Through the engine: its original (none, usually) is recorded in the persistent
+        // state file first, so that isold restore removes it after any number of reboots.
+        let rep = match engine::write_owned_file(
+            root,
+            files,
+            "bootargs",
+            bootargs::GRUB_DROP_IN,
+            &text,
+        ) {
+            Ok(rep) => rep,
+            Err(e) => return fail(e),
+        };
+        if let Some(o) = rep.problems().next() {
+            return fail(format!("{}: {}", o.label, o.status));
         }
         return print_out(&format!(
-            "wrote {}; run update-grub and reboot to use it\n",
-            path.display()
+            "wrote {}; run update-grub and reboot to use it (isold restore removes it)\n",
+            root.path(bootargs::GRUB_DROP_IN).display()
         ));
     }
     if args.json {
@@ -454,8 +453,17 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs) -> i32 {
         "isold bootargs: CPUs {} ({}), preset {}\n",
         scope.cpus, scope.source, scope.preset
     );
+    let drop_in = root
+        .read_to_string(bootargs::GRUB_DROP_IN)
+        .unwrap_or_default();
+    let written = bootargs::drop_in_args(&drop_in);
     for a in &all {
-        let state = if a.satisfied && a.current.is_none() {
+        let state = if !a.satisfied && written.contains(&a.arg.as_str()) {
+            format!(
+                "MISSING (in {}: waits for update-grub and a reboot)",
+                bootargs::GRUB_DROP_IN
+            )
+        } else if a.satisfied && a.current.is_none() {
             "kernel default".to_string()
         } else if a.satisfied {
             "have".to_string()

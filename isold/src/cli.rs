@@ -22,9 +22,13 @@ pub struct Cli {
     #[arg(long = "root", value_name = "DIR", global = true)]
     pub root: Option<PathBuf>,
 
-    /// The state file that keeps the original values [default: /run/isold/state.json below --root].
+    /// The state file that keeps the original values of the running kernel [default: /run/isold/state.json below --root].
     #[arg(long = "state", value_name = "FILE", global = true)]
     pub state: Option<PathBuf>,
+
+    /// The state file that keeps the original content of the files isold writes, across reboots [default: /var/lib/isold/state.json below --root].
+    #[arg(long = "persistent-state", value_name = "FILE", global = true)]
+    pub persistent_state: Option<PathBuf>,
 
     /// Print version information and exit.
     #[arg(short = 'V', long = "version", action = ArgAction::Version)]
@@ -54,7 +58,7 @@ pub enum Command {
     Apply(Output),
     /// Compare the running system with the policy; exit 1 on any deviation.
     Verify(Output),
-    /// Put back every original value recorded by apply.
+    /// Put back every original value recorded by apply (refused while `isold run` runs).
     Restore(Output),
     /// Check the configuration file and print the resolved policy; change nothing.
     Check(Output),
@@ -62,7 +66,7 @@ pub enum Command {
     Audit(AuditArgs),
     /// The kernel arguments the policy needs and which of them the running kernel lacks.
     Bootargs(BootargsArgs),
-    /// Apply the policy and keep it true until SIGTERM or SIGINT, then restore (the service).
+    /// Apply the policy and keep it true until SIGTERM or SIGINT (the service); on_stop says whether stopping restores.
     Run(RunArgs),
     /// Whether `isold run` is running, its policy and the corrections it made.
     Status(StatusArgs),

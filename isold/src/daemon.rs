@@ -22,7 +22,10 @@
 //!
 //! Every correction goes through the engine (libtaskisol::policy::engine): the original is in
 //! the state file before the first write, an original already recorded is never replaced
-//! (after kill -9 the next start takes over the state file as it is), and stop restores it.
+//! (after kill -9 the next start takes over the state file as it is). Stopping leaves the
+//! policy in force (`on_stop = "keep"`, the default: `isold restore` is the undo); with
+//! `on_stop = "restore"` a plain stop restores, a restart or a shutdown never does (see
+//! [`crate::lifecycle`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs;
@@ -32,8 +35,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use libtaskisol::events::{ProcEvent, ProcEvents, Stamped, Uevents};
-use libtaskisol::policy::config::{glob_match, Config};
+use libtaskisol::policy::config::{glob_match, Config, OnStop};
 use libtaskisol::policy::fastpath::{Fix, TaskFixer};
+use libtaskisol::policy::state::StateFiles;
 use libtaskisol::policy::watch::{Drift, Watch};
 use libtaskisol::policy::{engine, partition, plan, Policy, Report, Status};
 use libtaskisol::tasks::{self, Thread};
@@ -44,6 +48,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use serde::{Deserialize, Serialize};
 
 use crate::cli::RunArgs;
+use crate::lifecycle::{self, StopKind};
 
 /// What `isold status` reads: kept current by the daemon in `status.json` next to the state
 /// file (written whole and renamed into place, so a reader never sees half of it).
@@ -72,8 +77,14 @@ pub struct DaemonStatus {
     /// Targets the kernel does not let isold change, with why.
     pub not_changeable: Vec<String>,
     pub reloads: u64,
-    /// "running", or "stopping" while the restore runs.
+    /// "running", or "stopping" while it stops.
     pub state: String,
+    /// The configuration's `on_stop` ("keep" or "restore").
+    #[serde(default)]
+    pub on_stop: String,
+    /// Files the policy wrote that are not in effect yet, each with what it waits for.
+    #[serde(default)]
+    pub waiting: Vec<String>,
     /// How fast wide tasks were narrowed in answer to their process event (fast or general
     /// path): from the kernel's event to the affinity read back, over the last
     /// [`REACTIONS_KEPT`] corrections.
@@ -274,7 +285,7 @@ impl Scanner {
     fn start(
         root: SysRoot,
         policy: Policy,
-        state_path: PathBuf,
+        files: StateFiles,
         interval: Duration,
     ) -> std::io::Result<Scanner> {
         let (ctl, ctl_rx) = std::sync::mpsc::channel::<Ctl>();
@@ -299,7 +310,7 @@ impl Scanner {
                 // or without a watch. Checks run every half interval, start to start, so a
                 // drifted value is put back within one interval.
                 let period = interval / 2;
-                let mut watch = Watch::of(&root, &scan, &state_path).ok();
+                let mut watch = Watch::of(&root, &scan, &files).ok();
                 let mut next = Instant::now() + period;
                 loop {
                     let mut full = false;
@@ -332,17 +343,15 @@ impl Scanner {
                     match drift {
                         Drift::None => {}
                         Drift::Targets(targets) => {
-                            outs.push(engine::apply_only(&root, &scan, &state_path, targets));
+                            outs.push(engine::apply_only(&root, &scan, &files, targets));
                         }
-                        Drift::IrqSet => {
-                            outs.push(drifted(&root, &scan, &state_path).and_then(|d| {
-                                if d {
-                                    engine::apply(&root, &scan, &state_path)
-                                } else {
-                                    Ok(Report::default())
-                                }
-                            }))
-                        }
+                        Drift::IrqSet => outs.push(drifted(&root, &scan, &files).and_then(|d| {
+                            if d {
+                                engine::apply(&root, &scan, &files)
+                            } else {
+                                Ok(Report::default())
+                            }
+                        })),
                     }
                     let applied = !outs.is_empty();
                     for out in outs {
@@ -357,7 +366,7 @@ impl Scanner {
                         let _ = notify_main.write_all(b"r");
                     }
                     if applied {
-                        watch = Watch::of(&root, &scan, &state_path).ok();
+                        watch = Watch::of(&root, &scan, &files).ok();
                     }
                 }
             })?;
@@ -382,8 +391,8 @@ impl Scanner {
 }
 
 /// Whether any value of `policy` differs from what it wants (read-only, no lock).
-fn drifted(root: &SysRoot, policy: &Policy, state_path: &Path) -> libtaskisol::Result<bool> {
-    Ok(engine::verify(root, policy, state_path)?
+fn drifted(root: &SysRoot, policy: &Policy, files: &StateFiles) -> libtaskisol::Result<bool> {
+    Ok(engine::verify(root, policy, files)?
         .outcomes
         .iter()
         .any(|o| matches!(o.status, Status::Deviates { .. })))
@@ -392,7 +401,7 @@ fn drifted(root: &SysRoot, policy: &Policy, state_path: &Path) -> libtaskisol::R
 struct Daemon {
     root: SysRoot,
     config_path: PathBuf,
-    state_path: PathBuf,
+    files: StateFiles,
     policy: Policy,
     log: Log,
     status: DaemonStatus,
@@ -407,6 +416,8 @@ struct Daemon {
     /// logged once.
     last_word: BTreeMap<String, &'static str>,
     dma: Option<fs::File>,
+    /// `dma` is in systemd's file descriptor store.
+    dma_stored: bool,
     inotify: Option<nix::sys::inotify::Inotify>,
     /// The last attempt to make the partition failed: periodic checks wait for an event.
     partition_failed: bool,
@@ -435,10 +446,10 @@ impl Daemon {
     fn save_status(&mut self) {
         self.status.updated = now_s();
         self.status.task_reaction = Reaction::of(&self.reactions, self.reactions_count);
-        let path = status_path(&self.state_path);
-        let tmp = path.with_extension("json.tmp");
+        let path = status_path(&self.files.runtime);
         let text = serde_json::to_string_pretty(&self.status).expect("status serializes") + "\n";
-        if let Err(e) = fs::write(&tmp, text).and_then(|()| fs::rename(&tmp, &path)) {
+        // Readable by anyone who can enter the directory (0700 under the unit: root).
+        if let Err(e) = libtaskisol::policy::files::replace(&path, text.as_bytes(), Some(0o644)) {
             self.log
                 .warn(&format!("cannot write {}: {e}", path.display()));
         }
@@ -510,7 +521,7 @@ impl Daemon {
         if threads.is_empty() {
             return;
         }
-        match engine::apply_threads(&self.root, &self.policy, &self.state_path, &threads) {
+        match engine::apply_threads(&self.root, &self.policy, &self.files, &threads) {
             Ok(rep) => {
                 for o in &rep.outcomes {
                     if matches!(
@@ -629,7 +640,7 @@ impl Daemon {
         match Scanner::start(
             self.root.clone(),
             self.policy.clone(),
-            self.state_path.clone(),
+            self.files.clone(),
             interval,
         ) {
             Ok(s) => Some(s),
@@ -837,7 +848,7 @@ impl Daemon {
         };
         self.known = threads.iter().map(|t| t.tid).collect();
         self.settled.retain(|t| self.known.contains(t));
-        match engine::apply_threads(&self.root, &self.policy, &self.state_path, &threads) {
+        match engine::apply_threads(&self.root, &self.policy, &self.files, &threads) {
             Ok(rep) => {
                 self.take_report(&rep, false);
             }
@@ -868,9 +879,9 @@ impl Daemon {
             // workload scan of every task; otherwise the whole item, as apply does it.
             let out = match plan::partition_repair_target(&p) {
                 Some(t) if self.root.exists(&dir) => {
-                    engine::apply_only(&self.root, &p, &self.state_path, vec![t])
+                    engine::apply_only(&self.root, &p, &self.files, vec![t])
                 }
-                _ => engine::apply(&self.root, &p, &self.state_path),
+                _ => engine::apply(&self.root, &p, &self.files),
             };
             match out {
                 Ok(rep) => {
@@ -923,20 +934,38 @@ impl Daemon {
     }
 
     /// PM QoS: hold a CPU latency request while running (closing the file drops it).
+    /// The request is kept in systemd's file descriptor store (isold.service allows one):
+    /// across a restart, or a restart after a crash, the CPU latency limit never lapses. A
+    /// plain stop releases it (systemd empties the store of a unit that stops).
     fn hold_dma_latency(&mut self) {
-        self.dma = None;
         self.status.cpu_dma_latency_us = None;
         let Some(us) = self.policy.config.pm_qos else {
+            if self.dma.take().is_some() && self.dma_stored {
+                lifecycle::notify_with_fds(
+                    &format!("FDSTOREREMOVE=1\nFDNAME={}", lifecycle::DMA_FDNAME),
+                    &[],
+                );
+                self.dma_stored = false;
+            }
             return;
         };
         let path = self.root.path("/dev/cpu_dma_latency");
         let value = i32::try_from(us).unwrap_or(i32::MAX);
-        match fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .and_then(|mut f| f.write_all(&value.to_ne_bytes()).map(|()| f))
-        {
+        // A request already held (this process's, or the one systemd kept for it) takes the
+        // new value in place: there is no moment without one.
+        let held = match self.dma.take() {
+            Some(f) => Ok(f),
+            None => fs::OpenOptions::new().write(true).open(&path),
+        };
+        match held.and_then(|mut f| f.write_all(&value.to_ne_bytes()).map(|()| f)) {
             Ok(f) => {
+                if self.root.is_host() && !self.dma_stored {
+                    use std::os::fd::AsRawFd;
+                    self.dma_stored = lifecycle::notify_with_fds(
+                        &format!("FDSTORE=1\nFDNAME={}", lifecycle::DMA_FDNAME),
+                        &[f.as_raw_fd()],
+                    );
+                }
                 self.dma = Some(f);
                 self.status.cpu_dma_latency_us = Some(us);
                 self.log
@@ -974,7 +1003,7 @@ impl Daemon {
                 return;
             }
         };
-        match engine::restore_where(&self.root, &self.state_path, |id| !ids.contains(id)) {
+        match engine::restore_where(&self.root, &self.files, |id| !ids.contains(id)) {
             Ok(rep) => {
                 let n = rep
                     .outcomes
@@ -993,7 +1022,7 @@ impl Daemon {
         self.policy = new;
         self.last_word.clear();
         self.settled.clear();
-        match engine::apply(&self.root, &self.policy, &self.state_path) {
+        match engine::apply(&self.root, &self.policy, &self.files) {
             Ok(rep) => {
                 self.log.info(&format!("reload: apply: {}", rep.summary()));
                 self.take_report(&rep, true);
@@ -1006,8 +1035,29 @@ impl Daemon {
         self.hold_dma_latency();
         self.watch_partition();
         self.fill_status_policy();
+        self.status.on_stop = self.policy.config.on_stop.name().into();
+        self.refresh_waiting();
         self.status.reloads += 1;
         self.save_status();
+    }
+
+    /// The policy's files that wait for a reboot, a module load or a daemon restart, for the
+    /// status (a few reads: no task scan).
+    fn refresh_waiting(&mut self) {
+        let now: Vec<String> = match engine::waiting(&self.root, &self.policy) {
+            Ok(w) => w
+                .iter()
+                .map(|o| format!("{}: {}", o.label, o.status))
+                .collect(),
+            Err(e) => vec![format!("cannot tell: {e}")],
+        };
+        if now != self.status.waiting {
+            for w in now.iter().filter(|w| !self.status.waiting.contains(w)) {
+                self.log.info(w);
+            }
+            self.status.waiting = now;
+            self.dirty = true;
+        }
     }
 
     fn fill_status_policy(&mut self) {
@@ -1019,13 +1069,27 @@ impl Daemon {
 }
 
 /// `isold run`: returns the exit code.
-pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs) -> i32 {
+pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArgs) -> i32 {
     let log = Log {
         verbose: args.verbose,
         journal: std::env::var_os("JOURNAL_STREAM").is_some(),
     };
+    // A file that cannot be used stays so: exit 6, which isold.service does not restart on
+    // (RestartPreventExitStatus=6), with the reason in the log and in systemctl status.
+    let not_configured = |msg: &str| {
+        log.warn(msg);
+        notify(&format!(
+            "STATUS=not started: {}",
+            msg.lines().next().unwrap_or_default()
+        ));
+        crate::EXIT_NOT_CONFIGURED
+    };
     let policy = match crate::load_policy(config_path, root) {
         Ok(p) => p,
+        Err(msg) => return not_configured(&msg),
+    };
+    let _run_lock = match lifecycle::lock_run(&files.runtime) {
+        Ok(l) => l,
         Err(msg) => {
             log.warn(&msg);
             return crate::EXIT_FAILURE;
@@ -1057,10 +1121,11 @@ pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs
             ));
         }
     }
+    let policy_on_stop = policy.config.on_stop;
     let mut d = Daemon {
         root: root.clone(),
         config_path: config_path.to_path_buf(),
-        state_path: state_path.to_path_buf(),
+        files: files.clone(),
         policy,
         log,
         status: DaemonStatus {
@@ -1069,6 +1134,7 @@ pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs
             interval_s: args.interval,
             task_interval_s: args.task_interval,
             state: "running".into(),
+            on_stop: policy_on_stop.name().into(),
             ..DaemonStatus::default()
         },
         procs: None,
@@ -1076,11 +1142,16 @@ pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs
         known: BTreeSet::new(),
         settled: HashSet::new(),
         last_word: BTreeMap::new(),
-        dma: None,
+        dma: if root.is_host() {
+            lifecycle::stored_fd(lifecycle::DMA_FDNAME).map(fs::File::from)
+        } else {
+            None
+        },
+        dma_stored: false,
         inotify: None,
         partition_failed: false,
         partition_unwatched: false,
-        fixer: TaskFixer::new(state_path),
+        fixer: TaskFixer::new(&files.runtime),
         new_kthreads: Vec::new(),
         dirty: false,
         tasks_unlogged: 0,
@@ -1088,6 +1159,10 @@ pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs
         reactions: std::collections::VecDeque::with_capacity(REACTIONS_KEPT),
         reactions_count: 0,
     };
+    d.dma_stored = d.dma.is_some();
+    if d.dma_stored {
+        log.debug("took the CPU latency request back from systemd's file descriptor store");
+    }
     d.fill_status_policy();
     // Subscribe before the first apply: a task started meanwhile is seen either way.
     if root.is_host() {
@@ -1123,7 +1198,7 @@ pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs
         d.status.task_events = "periodic scans (--root: a captured tree has no events)".into();
         d.status.device_events = "none (--root)".into();
     }
-    match engine::apply(root, &d.policy, state_path) {
+    match engine::apply(root, &d.policy, files) {
         Ok(rep) => {
             log.info(&format!(
                 "isolating CPUs {} (housekeeping {}): {}",
@@ -1139,12 +1214,14 @@ pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs
                 log.warn(&format!("state file: {e}"));
             }
         }
+        Err(e @ libtaskisol::Error::State { .. }) => return not_configured(&e.to_string()),
         Err(e) => {
             log.warn(&format!("apply: {e}"));
             return crate::EXIT_FAILURE;
         }
     }
     d.hold_dma_latency();
+    d.refresh_waiting();
     d.watch_partition();
     d.save_status();
     notify(&format!(
@@ -1291,6 +1368,7 @@ pub fn run(root: &SysRoot, config_path: &Path, state_path: &Path, args: &RunArgs
         }
         if now >= next_sweep {
             d.sweep_tasks();
+            d.refresh_waiting();
             next_sweep = Instant::now() + task_interval;
         }
         if !d.new_kthreads.is_empty() {
@@ -1332,41 +1410,92 @@ fn opened<T>(
     }
 }
 
-/// SIGTERM/SIGINT: restore everything, drop the latency request, exit.
+/// SIGTERM/SIGINT: stop watching. With `on_stop = "keep"` (the default) every applied value
+/// stays; with `"restore"` a plain stop restores them, a restart or a shutdown does not (a
+/// restart would open a window where IRQs and tasks come back onto the workload's CPUs; a
+/// shutdown would remove the boot-time files the next boot needs).
 fn stop(d: &mut Daemon, sig: Signal) -> i32 {
-    notify("STOPPING=1\nSTATUS=restoring the original values");
     d.log_tasks();
-    d.log.info(&format!("{sig}: restoring the original values"));
+    let kind = match d.policy.config.on_stop {
+        OnStop::Keep => None,
+        OnStop::Restore => Some(lifecycle::stop_kind()),
+    };
+    let restore = kind == Some(StopKind::Stop);
+    notify(if restore {
+        "STOPPING=1\nSTATUS=restoring the original values"
+    } else {
+        "STOPPING=1\nSTATUS=stopping; the policy stays in force"
+    });
     d.status.state = "stopping".into();
     d.save_status();
-    let code = match engine::restore(&d.root, &d.state_path) {
-        Ok(rep) => {
-            for o in rep.problems() {
-                d.log.warn(&format!("{}: {}", o.label, o.status));
+    let code = if restore {
+        d.log.info(&format!(
+            "{sig}: a stop, and on_stop = \"restore\": restoring the original values"
+        ));
+        match engine::restore(&d.root, &d.files) {
+            Ok(rep) => {
+                for o in rep.problems() {
+                    d.log.warn(&format!("{}: {}", o.label, o.status));
+                }
+                d.log.info(&format!("restore: {}", rep.summary()));
+                if rep.problems().count() == 0 {
+                    crate::EXIT_OK
+                } else {
+                    crate::EXIT_FAILURE
+                }
             }
-            d.log.info(&format!("restore: {}", rep.summary()));
-            if rep.problems().count() == 0 {
-                crate::EXIT_OK
-            } else {
+            Err(e) => {
+                d.log.warn(&format!("restore: {e}"));
                 crate::EXIT_FAILURE
             }
         }
-        Err(e) => {
-            d.log.warn(&format!("restore: {e}"));
-            crate::EXIT_FAILURE
-        }
+    } else {
+        let why = match &kind {
+            None => "on_stop = \"keep\"".to_string(),
+            Some(k) => format!("on_stop = \"restore\", but this is {}", k.describe()),
+        };
+        d.log.info(&format!(
+            "{sig}: the policy stays in force ({why}); `isold restore` puts the original values back"
+        ));
+        crate::EXIT_OK
     };
     d.dma = None;
-    let _ = fs::remove_file(status_path(&d.state_path));
+    let _ = fs::remove_file(status_path(&d.files.runtime));
     code
 }
 
-/// `isold status`: the daemon's status file, and whether its process is alive.
+/// `isold status`: the daemon's status file, and whether its process is alive. Exit 0 when
+/// it runs, 3 when it does not, 4 when that cannot be told (the file cannot be read: its
+/// directory is root's only under isold.service, or it is not a status file).
 pub fn status(state_path: &Path, json: bool) -> i32 {
     let path = status_path(state_path);
-    let st: Option<DaemonStatus> = fs::read_to_string(&path)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok());
+    let read = match fs::read_to_string(&path) {
+        Ok(t) => serde_json::from_str::<DaemonStatus>(&t)
+            .map(Some)
+            .map_err(|e| format!("{}: not an isold status file: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!(
+            "cannot read {}: {}{}",
+            path.display(),
+            libtaskisol::error::io_strerror(&e),
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                " (run isold status as root)"
+            } else {
+                ""
+            }
+        )),
+    };
+    let st = match read {
+        Ok(st) => st,
+        Err(msg) => {
+            if json {
+                println!("{}", serde_json::json!({ "running": null, "error": msg }));
+            } else {
+                eprintln!("isold: {msg}");
+            }
+            return crate::EXIT_STATUS_UNKNOWN;
+        }
+    };
     let alive = st.as_ref().is_some_and(|s| {
         fs::read_to_string(format!("/proc/{}/comm", s.pid)).is_ok_and(|c| c.trim() == "isold")
     });
@@ -1387,7 +1516,7 @@ pub fn status(state_path: &Path, json: bool) -> i32 {
     if alive {
         crate::EXIT_OK
     } else {
-        3
+        crate::EXIT_NOT_RUNNING
     }
 }
 
@@ -1409,6 +1538,22 @@ pub fn human_status(s: &DaemonStatus) -> String {
     );
     if let Some(us) = s.cpu_dma_latency_us {
         out.push_str(&format!("  holding /dev/cpu_dma_latency at {us} us\n"));
+    }
+    if !s.on_stop.is_empty() {
+        out.push_str(&format!(
+            "  on stop: {}\n",
+            if s.on_stop == "restore" {
+                "restore (a plain stop; never a restart or a shutdown)"
+            } else {
+                "keep every value (isold restore undoes them)"
+            }
+        ));
+    }
+    if !s.waiting.is_empty() {
+        out.push_str(&format!("  waiting ({}):\n", s.waiting.len()));
+        for w in &s.waiting {
+            out.push_str(&format!("    {w}\n"));
+        }
     }
     let total: u64 = s.corrections.values().sum();
     if total == 0 {

@@ -4,10 +4,12 @@
 pub mod audit;
 pub mod cli;
 pub mod daemon;
+pub mod lifecycle;
 
 use std::io::Write;
 
 use clap::Parser;
+use libtaskisol::policy::state::StateFiles;
 use libtaskisol::policy::{config::Config, engine, Policy, Report, ResolveError, Status};
 use libtaskisol::SysRoot;
 
@@ -17,6 +19,15 @@ use cli::{Cli, Command, Output};
 pub const EXIT_OK: i32 = 0;
 /// Exit code: failure, invalid configuration, or (verify) a deviation.
 pub const EXIT_FAILURE: i32 = 1;
+/// Exit code of `isold status`: `isold run` is not running (LSB: "program is not running").
+pub const EXIT_NOT_RUNNING: i32 = 3;
+/// Exit code of `isold status`: whether it runs cannot be told (its status file cannot be
+/// read: permission denied, or not valid). LSB: "program or service status is unknown".
+pub const EXIT_STATUS_UNKNOWN: i32 = 4;
+/// Exit code of `isold run` when its configuration or state file cannot be used: restarting
+/// does not help (isold.service has RestartPreventExitStatus=6). LSB: "program is not
+/// configured".
+pub const EXIT_NOT_CONFIGURED: i32 = 6;
 
 fn fail(msg: impl std::fmt::Display) -> i32 {
     eprintln!("isold: {msg}");
@@ -50,10 +61,12 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
         Some(d) => SysRoot::new(d),
         None => SysRoot::host(),
     };
-    let state_path = cli
-        .state
-        .clone()
-        .unwrap_or_else(|| engine::default_state_path(&root));
+    let defaults = StateFiles::default_for(&root);
+    let files = StateFiles::new(
+        cli.state.clone().unwrap_or(defaults.runtime),
+        cli.persistent_state.clone().unwrap_or(defaults.persistent),
+    );
+    let state_path = files.runtime.clone();
     let config_path = cli
         .config
         .clone()
@@ -81,7 +94,7 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
                 Ok(p) => p,
                 Err(code) => return code,
             };
-            match engine::apply(&root, &policy, &state_path) {
+            match engine::apply(&root, &policy, &files) {
                 Ok(rep) => finish(&rep, out, rep.problems().count() == 0),
                 Err(e) => fail(e),
             }
@@ -91,15 +104,23 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
                 Ok(p) => p,
                 Err(code) => return code,
             };
-            match engine::verify(&root, &policy, &state_path) {
+            match engine::verify(&root, &policy, &files) {
                 Ok(rep) => finish(&rep, out, rep.problems().count() == 0),
                 Err(e) => fail(e),
             }
         }
-        Command::Restore(out) => match engine::restore(&root, &state_path) {
-            Ok(rep) => finish(&rep, out, rep.problems().count() == 0),
-            Err(e) => fail(e),
-        },
+        Command::Restore(out) => {
+            if let Some(pid) = lifecycle::running(&files.runtime) {
+                return fail(format!(
+                    "isold run{} is keeping the policy and would put it right again: stop it first (systemctl stop isold), then run isold restore",
+                    pid.map_or_else(String::new, |p| format!(" (pid {p})"))
+                ));
+            }
+            match engine::restore(&root, &files) {
+                Ok(rep) => finish(&rep, out, rep.problems().count() == 0),
+                Err(e) => fail(e),
+            }
+        }
         Command::Check(out) => {
             let policy = match resolve(&config_path, &root) {
                 Ok(p) => p,
@@ -112,10 +133,10 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
             Err(code) => code,
         },
         Command::Bootargs(args) => match scope_of(args.cpus.as_deref()) {
-            Ok(scope) => audit::bootargs(&root, &scope, args),
+            Ok(scope) => audit::bootargs(&root, &scope, args, &files),
             Err(code) => code,
         },
-        Command::Run(args) => daemon::run(&root, &config_path, &state_path, args),
+        Command::Run(args) => daemon::run(&root, &config_path, &files, args),
         Command::Status(args) => daemon::status(&state_path, args.json),
     }
 }
@@ -142,15 +163,17 @@ fn check(policy: &Policy, out: &Output) -> i32 {
             "preset": c.preset.name(),
             "isolated": policy.isolated.to_string(),
             "housekeeping": policy.housekeeping.to_string(),
+            "on_stop": c.on_stop.name(),
         });
         return print_out(&format!("{v}\n"));
     }
     let mut s = format!(
-        "{}: valid\npreset {}, isolated CPUs {}, housekeeping CPUs {}\n",
+        "{}: valid\npreset {}, isolated CPUs {}, housekeeping CPUs {}\non_stop = {}\n",
         c.file.display(),
         c.preset,
         policy.isolated,
-        policy.housekeeping
+        policy.housekeeping,
+        c.on_stop.name()
     );
     for (k, v) in &c.sysctl {
         s.push_str(&format!("  sysctl {k} = {v}\n"));

@@ -247,6 +247,7 @@ fn audit_refuses_bad_cpus_and_durations_and_a_kernel_without_isolation() {
 fn bootargs_lists_the_missing_and_writes_the_grub_drop_in() {
     let t = tempfile::tempdir().unwrap();
     copy_dir(&fixture("debian-6.12-rt-audit"), t.path());
+    let had_etc = t.path().join("etc").exists();
     let root = t.path().to_str().unwrap();
     let (rc, out, err) = isold(&["--root", root, "bootargs", "--cpus", "2-3", "--json"]);
     assert_eq!(rc, 1, "{err}");
@@ -285,7 +286,7 @@ fn bootargs_lists_the_missing_and_writes_the_grub_drop_in() {
     assert_eq!(
         out,
         format!(
-            "wrote {}; run update-grub and reboot to use it\n",
+            "wrote {}; run update-grub and reboot to use it (isold restore removes it)\n",
             path.display()
         )
     );
@@ -297,8 +298,36 @@ fn bootargs_lists_the_missing_and_writes_the_grub_drop_in() {
         )),
         "{text}"
     );
+    // What is written waits for update-grub and a reboot, and says so.
+    let (rc, out, _) = isold(&["--root", root, "bootargs", "--cpus", "2-3"]);
+    assert_eq!(rc, 1);
+    assert!(
+        out.contains("  nohz_full=2-3                        MISSING (in /etc/default/grub.d/isold.cfg: waits for update-grub and a reboot)\n"),
+        "{out}"
+    );
+    // Its original (none) is kept where a reboot does not erase it: restore removes the
+    // file and the directories made for it, also with no runtime state at all.
+    let pers = std::fs::read_to_string(t.path().join("var/lib/isold/state.json")).unwrap();
+    assert!(
+        pers.contains("\"id\": \"file:/etc/default/grub.d/isold.cfg\""),
+        "{pers}"
+    );
+    assert!(!t.path().join("run/isold/state.json").exists());
+    let (rc, out, err) = isold(&["--root", root, "restore"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(
+        out.contains("restored          /etc/default/grub.d/isold.cfg: restored: removed"),
+        "{out}"
+    );
+    assert!(!path.exists());
+    assert!(!t.path().join("etc/default/grub.d").exists());
+    assert_eq!(
+        t.path().join("etc").exists(),
+        had_etc,
+        "the directories made for it are gone"
+    );
+    assert!(!t.path().join("var/lib/isold/state.json").exists());
     // With the arguments on the command line, nothing is missing and nothing is written.
-    std::fs::remove_file(&path).unwrap();
     std::fs::write(
         t.path().join("proc/cmdline"),
         format!("console=ttyS0 {}\n", missing.join(" ")),

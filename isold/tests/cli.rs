@@ -105,3 +105,40 @@ fn write_grub_needs_root_on_the_host_only() {
     assert_eq!(rc, 0, "{out}{err}");
     assert!(r.join("etc/default/grub.d/isold.cfg").exists());
 }
+
+/// `isold status` tells "cannot tell" from "not running": a status file it may not read
+/// (isold.service's directory is root's only) is exit 4 with the reason, never "not running".
+#[test]
+fn status_tells_permission_denied_from_not_running() {
+    let t = tempfile::tempdir().unwrap();
+    let r = t.path();
+    std::fs::set_permissions(r, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = r.join("run/isold");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(r.join("run"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = r.to_str().unwrap();
+    let (rc, out, _) = isold_unprivileged(&["--root", root, "status"]);
+    assert_eq!(rc, 3, "{out}");
+    assert!(out.starts_with("isold run is not running (no "), "{out}");
+    std::fs::write(dir.join("status.json"), "{\"pid\": 1}").unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let (rc, out, err) = isold_unprivileged(&["--root", root, "status"]);
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!((rc, out.as_str()), (4, ""), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "isold: cannot read {}: Permission denied (run isold status as root)\n",
+            dir.join("status.json").display()
+        )
+    );
+    let (rc, out, _) = isold_unprivileged(&["--root", root, "status", "--json"]);
+    assert_eq!(rc, 4);
+    assert!(out.contains("\"running\":null"), "{out}");
+    // Not a status file: cannot be told either.
+    std::fs::write(dir.join("status.json"), "{").unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (rc, _, err) = isold_unprivileged(&["--root", root, "status"]);
+    assert_eq!(rc, 4, "{err}");
+    assert!(err.contains("not an isold status file"), "{err}");
+}

@@ -66,6 +66,9 @@ fn start_child(t: &Tree, extra: &[&str]) -> Child {
         .arg("run")
         .args(["--interval", "0.1", "--task-interval", "0.2"])
         .args(extra)
+        // Outside systemd, as a test runs it: a signal is a plain stop (a CI job's service
+        // would lend it its own unit's $INVOCATION_ID).
+        .env_remove("INVOCATION_ID")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -133,9 +136,11 @@ fn running(t: &Tree) -> bool {
     status_json(t)["running"] == true
 }
 
+const RESTORE: &str = "isolated_cpus = \"2-3\"\non_stop = \"restore\"\n";
+
 #[test]
 fn run_applies_corrects_drift_reports_and_restores_on_sigterm() {
-    let t = tree("isolated_cpus = \"2-3\"\n");
+    let t = tree(RESTORE);
     assert_eq!(read(&t, STAT_INTERVAL).trim(), "1");
     let c = start(&t, &[]);
     eventually("applied", || read(&t, STAT_INTERVAL).trim() == "10");
@@ -184,7 +189,7 @@ fn run_applies_corrects_drift_reports_and_restores_on_sigterm() {
         "{log}"
     );
     assert!(
-        log.contains("SIGTERM: restoring the original values"),
+        log.contains("SIGTERM: a stop, and on_stop = \"restore\": restoring the original values"),
         "{log}"
     );
     assert_restored(&t);
@@ -217,19 +222,82 @@ fn a_task_widened_later_is_narrowed_by_the_task_scan_and_restored_wide() {
     });
     let (code, log) = stop(c);
     assert_eq!(code, 0, "{log}");
+    // on_stop = "keep": narrowed it stays, until isold restore.
+    assert!(read(&t, status).contains("Cpus_allowed_list:\t0-1\n"));
+    let (code, out, err) = common::isold_at(Some(&t.root), &["restore"]);
+    assert_eq!(code, 0, "{out}{err}");
     assert_restored(&t);
+}
+
+/// The default, on_stop = "keep": SIGTERM stops the watching and leaves every value as
+/// applied (a restart or a crash never gives the workload's CPUs back to the noise);
+/// `isold restore` is the undo, refused while the daemon runs, since it would be undone at
+/// once.
+#[test]
+fn stopping_keeps_the_policy_and_restore_waits_for_the_stop() {
+    let t = tree("isolated_cpus = \"2-3\"\n");
+    let c = start(&t, &[]);
+    eventually("applied", || read(&t, STAT_INTERVAL).trim() == "10");
+    eventually("status written", || running(&t));
+    assert_eq!(status_json(&t)["status"]["on_stop"], "keep");
+    let (code, text, _) = common::isold_at(Some(&t.root), &["status"]);
+    assert_eq!(code, 0);
+    assert!(
+        text.contains("  on stop: keep every value (isold restore undoes them)\n"),
+        "{text}"
+    );
+    let pid = c.id();
+    let (code, out, err) = common::isold_at(Some(&t.root), &["restore"]);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(
+        err,
+        format!("isold: isold run (pid {pid}) is keeping the policy and would put it right again: stop it first (systemctl stop isold), then run isold restore\n")
+    );
+    assert_eq!(read(&t, STAT_INTERVAL).trim(), "10", "nothing restored");
+    let (code, log) = stop(c);
+    assert_eq!(code, 0, "{log}");
+    assert!(
+        log.contains("SIGTERM: the policy stays in force (on_stop = \"keep\"); `isold restore` puts the original values back"),
+        "{log}"
+    );
+    assert_eq!(read(&t, STAT_INTERVAL).trim(), "10");
+    assert_eq!(read(&t, IRQ4).trim(), "0-1");
+    let config = t.config.to_str().unwrap();
+    let (code, out, err) = common::isold_at(Some(&t.root), &["--config", config, "verify"]);
+    assert_eq!(code, 0, "the policy holds after the stop: {out}{err}");
+    assert!(!running(&t));
+    let (code, out, err) = common::isold_at(Some(&t.root), &["restore"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_restored(&t);
+    assert!(!t.root.join("run/isold/state.json").exists());
+}
+
+/// A second `isold run` on the same state file is refused: two daemons would fight.
+#[test]
+fn a_second_run_is_refused() {
+    let t = tree("isolated_cpus = \"2-3\"\n");
+    let _c = start(&t, &[]);
+    eventually("status written", || running(&t));
+    let out = start_child(&t, &[]).wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("another isold run is running with the state file"),
+        "{err}"
+    );
+    assert!(running(&t), "the first one runs on");
 }
 
 #[test]
 fn sighup_applies_the_changed_file_and_restores_what_it_dropped() {
-    let t = tree("isolated_cpus = \"2-3\"\n");
+    let t = tree(RESTORE);
     let tm = "/proc/sys/kernel/timer_migration";
     assert_eq!(read(&t, tm).trim(), "1");
     let c = start(&t, &[]);
     eventually("applied", || read(&t, tm).trim() == "0");
     std::fs::write(
         &t.config,
-        "isolated_cpus = \"2-3\"\n[sysctl]\n\"vm.stat_interval\" = 20\n\"kernel.timer_migration\" = false\n",
+        "isolated_cpus = \"2-3\"\non_stop = \"restore\"\n[sysctl]\n\"vm.stat_interval\" = 20\n\"kernel.timer_migration\" = false\n",
     )
     .unwrap();
     signal(&c, libc::SIGHUP);
@@ -272,6 +340,9 @@ fn after_kill_9_the_next_start_takes_the_state_over_and_stop_restores_the_first_
     eventually("running again", || running(&t));
     let (code, log) = stop(c);
     assert_eq!(code, 0, "{log}");
+    assert_eq!(read(&t, STAT_INTERVAL).trim(), "10");
+    let (code, out, err) = common::isold_at(Some(&t.root), &["restore"]);
+    assert_eq!(code, 0, "{out}{err}");
     assert!(!t.root.join("run/isold/state.json").exists());
     assert!(!t.root.join("run/isold/state.journal").exists());
     assert_restored(&t);
@@ -281,7 +352,8 @@ fn after_kill_9_the_next_start_takes_the_state_over_and_stop_restores_the_first_
 /// member, or gives it other CPUs, is undone at once and counted; stop removes it.
 #[test]
 fn a_changed_partition_is_made_again_and_stop_removes_it() {
-    let t = tree("isolated_cpus = \"2-3\"\n[items]\ncgroup_partition = true\n");
+    let t =
+        tree("isolated_cpus = \"2-3\"\non_stop = \"restore\"\n[items]\ncgroup_partition = true\n");
     let part = "/sys/fs/cgroup/isolated/cpuset.cpus.partition";
     let cpus = "/sys/fs/cgroup/isolated/cpuset.cpus";
     let c = start(&t, &[]);

@@ -38,7 +38,11 @@ fn main() {
     policy.config.kthread_priority.clear();
     policy.config.cgroup_partition = None;
     let dir = tempfile::tempdir().expect("temp dir");
-    let w = Watch::of(&root, &policy, &dir.path().join("state.json")).expect("watch");
+    let files = libtaskisol::policy::state::StateFiles::new(
+        dir.path().join("state.json"),
+        dir.path().join("persistent.json"),
+    );
+    let w = Watch::of(&root, &policy, &files).expect("watch");
     let paths: Vec<String> = plan::plan(&policy, &root)
         .expect("plan")
         .into_iter()

@@ -95,6 +95,16 @@ pub enum Error {
     /// A request that cannot be satisfied (bad value, missing prerequisite).
     #[error("{0}")]
     Invalid(String),
+    /// An isold state file that cannot be read as one (corrupt, truncated, of another
+    /// version): the message says what the admin can do, since it holds the only copy of the
+    /// original values.
+    #[error("{}: not a usable isold state file: {reason}. Nothing was changed. It holds the original values of what isold changed: keep a copy and repair it (see FILES in isold(8)), or move it aside (mv {} {}.broken) to start afresh, after which the values found are taken as the originals, some of them perhaps isold's own", path.display(), path.display(), path.display())]
+    State {
+        /// The state file (or its journal).
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// The C library's text for `errno` (`strerror(3)`), as util-linux prints it: nix's own

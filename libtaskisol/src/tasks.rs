@@ -142,6 +142,46 @@ pub fn cgroup_of(root: &SysRoot, pid: i32) -> Result<Option<String>> {
     }
 }
 
+/// The processes whose name (`/proc/PID/comm`) is `comm`, ascending.
+pub fn pids_named(root: &SysRoot, comm: &str) -> Result<Vec<i32>> {
+    let mut out = Vec::new();
+    for pid in pids(root)? {
+        match root.read_to_string(format!("/proc/{pid}/comm")) {
+            Ok(c) if c.trim_end_matches('\n') == comm => out.push(pid),
+            Ok(_) => {}
+            Err(e) if gone(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// When process `pid` started, in seconds since the Unix epoch: its start time (clock ticks
+/// after boot) plus the boot time of `/proc/stat`. `None` when it exited.
+pub fn process_start_unix(root: &SysRoot, pid: i32) -> Result<Option<u64>> {
+    let st = match TaskStat::read(root, pid) {
+        Ok(s) => s,
+        Err(e) if gone(&e) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let stat = root.read_to_string("/proc/stat")?;
+    let btime = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .ok_or_else(|| Error::Parse {
+            path: root.path("/proc/stat"),
+            input: "btime".into(),
+            reason: "field not present".into(),
+        })?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = match unsafe { libc::sysconf(libc::_SC_CLK_TCK) } {
+        n if n > 0 => n as u64,
+        _ => 100,
+    };
+    Ok(Some(btime + st.starttime / hz))
+}
+
 /// Whether the thread `tid` is still the one that started at `starttime`.
 pub fn is_same_thread(root: &SysRoot, pid: i32, tid: i32, starttime: u64) -> Result<bool> {
     match TaskStat::read_path(root, &format!("/proc/{pid}/task/{tid}/stat")) {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use libtaskisol::policy::config::Config;
 use libtaskisol::policy::engine;
 use libtaskisol::policy::fastpath::{Fix, TaskFixer};
-use libtaskisol::policy::state::{journal_path, Original, State};
+use libtaskisol::policy::state::{journal_path, Original, State, StateFiles};
 use libtaskisol::policy::Policy;
 use libtaskisol::SysRoot;
 
@@ -30,6 +30,7 @@ struct Setup {
     tree: PathBuf,
     policy: Policy,
     state: PathBuf,
+    files: StateFiles,
 }
 
 fn setup(config: &str) -> Setup {
@@ -42,14 +43,16 @@ fn setup(config: &str) -> Setup {
     let root = SysRoot::new(&tree);
     let cfg = Config::parse(config, Path::new("isold.toml")).unwrap();
     let policy = Policy::resolve(cfg, &root).unwrap();
-    let state = tree.join("run/isold/state.json");
-    engine::apply(&root, &policy, &state).unwrap();
+    let files = StateFiles::default_for(&root);
+    let state = files.runtime.clone();
+    engine::apply(&root, &policy, &files).unwrap();
     Setup {
         _dir: dir,
         root,
         tree,
         policy,
         state,
+        files,
     }
 }
 
@@ -126,7 +129,7 @@ fn a_widened_task_is_narrowed_with_its_original_journaled_first_and_restored() {
     assert_eq!(journal.matches("task:193:999999").count(), 1);
 
     // restore puts the recorded original back.
-    engine::restore(&s.root, &s.state).unwrap();
+    engine::restore(&s.root, &s.files).unwrap();
     assert_eq!(affinity(&s), "0-3");
 }
 
@@ -160,7 +163,7 @@ fn workloads_allow_listed_names_and_a_replaced_state_file_are_not_its_to_change(
         Fix::Changed { .. }
     ));
     // No state file at all (a restore ran): the general path.
-    engine::restore(&s.root, &s.state).unwrap();
+    engine::restore(&s.root, &s.files).unwrap();
     set_affinity(&s, "0-3");
     assert_eq!(f.fix(&s.root, &s.policy, 193, 193).unwrap(), Fix::UseEngine);
     // A task that is gone.
@@ -175,7 +178,7 @@ fn a_watch_sees_a_drifted_value_and_a_new_irq_and_nothing_else() {
     let mut scan = s.policy.clone();
     scan.config.tasks = false;
     scan.config.kthread_priority.clear();
-    let w = Watch::of(&s.root, &scan, &s.state).unwrap();
+    let w = Watch::of(&s.root, &scan, &s.files).unwrap();
     assert!(w.len() > 20, "{}", w.len());
     assert_eq!(w.drifted(&s.root), None, "right after apply");
     let si = s.tree.join("proc/sys/vm/stat_interval");
@@ -208,7 +211,7 @@ fn a_drift_names_its_targets_and_applying_them_alone_keeps_the_originals() {
     let mut scan = s.policy.clone();
     scan.config.tasks = false;
     scan.config.kthread_priority.clear();
-    let w = Watch::of(&s.root, &scan, &s.state).unwrap();
+    let w = Watch::of(&s.root, &scan, &s.files).unwrap();
     assert_eq!(w.drift(&s.root), Drift::None);
     let si = s.tree.join("proc/sys/vm/stat_interval");
     let irq4 = s.tree.join("proc/irq/4/smp_affinity_list");
@@ -219,7 +222,7 @@ fn a_drift_names_its_targets_and_applying_them_alone_keeps_the_originals() {
     };
     let ids: Vec<&str> = targets.iter().map(|t| t.id.as_str()).collect();
     assert_eq!(ids, ["sysctl:vm.stat_interval", "irq:4"]);
-    let rep = engine::apply_only(&s.root, &scan, &s.state, targets).unwrap();
+    let rep = engine::apply_only(&s.root, &scan, &s.files, targets).unwrap();
     assert_eq!(rep.outcomes.len(), 2, "{rep:?}");
     assert_eq!(rep.written.len(), 2, "{rep:?}");
     assert_eq!(std::fs::read_to_string(&si).unwrap(), "10\n");
@@ -229,7 +232,7 @@ fn a_drift_names_its_targets_and_applying_them_alone_keeps_the_originals() {
     assert_eq!(w.drift(&s.root), Drift::IrqSet);
     std::fs::remove_dir(s.tree.join("proc/irq/99")).unwrap();
     // The originals are those of the first apply, not the drifted values.
-    engine::restore(&s.root, &s.state).unwrap();
+    engine::restore(&s.root, &s.files).unwrap();
     assert_eq!(std::fs::read_to_string(&si).unwrap(), "1\n");
     assert_ne!(std::fs::read_to_string(&irq4).unwrap(), "3\n");
 }
@@ -318,11 +321,11 @@ fn a_watch_sees_a_changed_policy_file() {
     let file = s.tree.join("etc/default/irqbalance");
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     std::fs::write(&file, "#IRQBALANCE_ONESHOT=\n").unwrap();
-    engine::apply(&s.root, &s.policy, &s.state).unwrap();
+    engine::apply(&s.root, &s.policy, &s.files).unwrap();
     let mut scan = s.policy.clone();
     scan.config.tasks = false;
     scan.config.kthread_priority.clear();
-    let w = Watch::of(&s.root, &scan, &s.state).unwrap();
+    let w = Watch::of(&s.root, &scan, &s.files).unwrap();
     assert!(!w.is_empty());
     assert!(Watch::default().is_empty());
     assert_eq!(w.drifted(&s.root), None);
@@ -356,11 +359,11 @@ fn restore_where_puts_back_the_picked_originals_and_keeps_the_rest() {
     };
     let before = ids(&s);
     // Nothing picked: nothing restored, nothing forgotten.
-    let rep = engine::restore_where(&s.root, &s.state, |_| false).unwrap();
+    let rep = engine::restore_where(&s.root, &s.files, |_| false).unwrap();
     assert!(rep.outcomes.is_empty(), "{rep:?}");
     assert_eq!(ids(&s), before);
     let rep =
-        engine::restore_where(&s.root, &s.state, |id| id == "sysctl:vm.stat_interval").unwrap();
+        engine::restore_where(&s.root, &s.files, |id| id == "sysctl:vm.stat_interval").unwrap();
     assert_eq!(rep.outcomes.len(), 1, "{rep:?}");
     assert!(matches!(
         rep.outcomes[0].status,
@@ -370,7 +373,7 @@ fn restore_where_puts_back_the_picked_originals_and_keeps_the_rest() {
     let after = ids(&s);
     assert!(!after.contains(&"sysctl:vm.stat_interval".to_string()));
     assert_eq!(after.len(), before.len() - 1);
-    let rep = engine::restore(&s.root, &s.state).unwrap();
+    let rep = engine::restore(&s.root, &s.files).unwrap();
     assert!(!rep
         .outcomes
         .iter()
@@ -390,16 +393,16 @@ fn apply_threads_narrows_the_given_threads_and_keeps_their_first_original() {
     let t = libtaskisol::tasks::read_thread(&s.root, 193, 193)
         .unwrap()
         .unwrap();
-    let rep = engine::apply_threads(&s.root, &s.policy, &s.state, &[t]).unwrap();
+    let rep = engine::apply_threads(&s.root, &s.policy, &s.files, &[t]).unwrap();
     assert_eq!(rep.written.len(), 1, "{rep:?}");
     // Its housekeeping part: what it asked for, without the isolated CPUs.
     assert_eq!(affinity(&s), "1");
     let t = libtaskisol::tasks::read_thread(&s.root, 193, 193)
         .unwrap()
         .unwrap();
-    let rep = engine::apply_threads(&s.root, &s.policy, &s.state, &[t]).unwrap();
+    let rep = engine::apply_threads(&s.root, &s.policy, &s.files, &[t]).unwrap();
     assert!(rep.written.is_empty(), "{rep:?}");
-    engine::restore(&s.root, &s.state).unwrap();
+    engine::restore(&s.root, &s.files).unwrap();
     // The fixture's 0-3, not the 1-3 it had when apply_threads narrowed it.
     assert_eq!(affinity(&s), "0-3");
 }

@@ -199,6 +199,16 @@ pub fn grub_drop_in(args: &[&BootArg]) -> String {
     )
 }
 
+/// The arguments of a drop-in [`grub_drop_in`] wrote (what it appends to
+/// `GRUB_CMDLINE_LINUX_DEFAULT`).
+pub fn drop_in_args(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("GRUB_CMDLINE_LINUX_DEFAULT=\""))
+        .flat_map(|l| l.trim_end_matches('"').split_whitespace())
+        .filter(|w| !w.starts_with('$'))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

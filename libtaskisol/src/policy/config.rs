@@ -87,6 +87,7 @@ pub const ITEMS: &[(&str, &str)] = &[
 const TOP_KEYS: &[&str] = &[
     "isolated_cpus",
     "preset",
+    "on_stop",
     "items",
     "sysctl",
     "tasks",
@@ -94,6 +95,29 @@ const TOP_KEYS: &[&str] = &[
     "kvm",
 ];
 const TASK_KEYS: &[&str] = &["allow_comm", "allow_cgroup"];
+
+/// What `isold run` does with the applied values when it stops (`on_stop`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnStop {
+    /// Leave every value as applied: stopping the service is not undoing it (`isold restore`
+    /// is). A restart, a crash or a shutdown never opens a window where the workload's CPUs
+    /// are disturbed.
+    #[default]
+    Keep,
+    /// Restore everything on a plain stop (`systemctl stop`), never while the system shuts
+    /// down or the service restarts.
+    Restore,
+}
+
+impl OnStop {
+    /// The name in the configuration file.
+    pub fn name(self) -> &'static str {
+        match self {
+            OnStop::Keep => "keep",
+            OnStop::Restore => "restore",
+        }
+    }
+}
 
 /// The default path of the cgroup partition item.
 pub const DEFAULT_PARTITION: &str = "/sys/fs/cgroup/isolated";
@@ -109,6 +133,8 @@ pub struct Config {
     pub isolated: CpuSpec,
     /// `preset`.
     pub preset: Preset,
+    /// `on_stop`.
+    pub on_stop: OnStop,
     /// sysctl name and value, in preset order then file order.
     pub sysctl: Vec<(String, String)>,
     /// THP `enabled` value.
@@ -218,6 +244,7 @@ impl Config {
             isolated_line: None,
             isolated,
             preset,
+            on_stop: OnStop::Keep,
             sysctl: Vec::new(),
             thp: None,
             workqueue: false,
@@ -332,12 +359,7 @@ impl Config {
                 self.cgroup_partition = match v {
                     "false" => None,
                     "true" => Some(DEFAULT_PARTITION.into()),
-                    p if p.starts_with(&format!("{}/", super::partition::CGROUP_MOUNT))
-                        && p.len() > super::partition::CGROUP_MOUNT.len() + 1
-                        && !p.split('/').any(|c| c == ".." || c == ".") =>
-                    {
-                        Some(p.trim_end_matches('/').into())
-                    }
+                    p if super::partition::valid_dir(p) => Some(p.trim_end_matches('/').into()),
                     _ => {
                         return Err(format!(
                     "cgroup_partition takes true, false or a cgroup directory below {}/, not {v:?}",
@@ -473,6 +495,19 @@ impl Config {
         let mut c = Config::defaults(preset, isolated);
         c.file = file.into();
         c.isolated_line = isolated_line;
+        if let Some((v, line)) = str_of("on_stop")? {
+            c.on_stop = match v.as_str() {
+                "keep" => OnStop::Keep,
+                "restore" => OnStop::Restore,
+                _ => {
+                    return Err(ConfigError {
+                        file: file.into(),
+                        line,
+                        reason: unknown("on_stop value", &v, &["keep", "restore"]),
+                    })
+                }
+            };
+        }
 
         let table = |k: &str| -> Result<Option<&dyn TableLike>, ConfigError> {
             match top.get(k) {
@@ -658,6 +693,27 @@ mod tests {
         assert_eq!(c.cgroup_partition, None);
         assert!(!c.systemd_cpuaffinity);
         assert_eq!(c.isolated_line, Some(1));
+        assert_eq!(c.on_stop, OnStop::Keep, "stopping is not undoing");
+    }
+
+    #[test]
+    fn on_stop_keeps_or_restores() {
+        let c = parse("isolated_cpus = \"2-3\"\non_stop = \"restore\"\n").unwrap();
+        assert_eq!(c.on_stop, OnStop::Restore);
+        assert_eq!(c.on_stop.name(), "restore");
+        let c = parse("on_stop = \"keep\"\nisolated_cpus = \"2-3\"\n").unwrap();
+        assert_eq!(c.on_stop, OnStop::Keep);
+        assert_eq!(c.on_stop.name(), "keep");
+        let e = parse("isolated_cpus = \"2-3\"\non_stop = \"restor\"\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/etc/isold/isold.toml:2: unknown on_stop value 'restor' (did you mean 'restore'?)"
+        );
+        let e = parse("isolated_cpus = \"2-3\"\non_stop = true\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/etc/isold/isold.toml:2: on_stop must be a string"
+        );
     }
 
     #[test]

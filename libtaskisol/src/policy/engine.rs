@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use super::partition;
 use super::plan::{plan, Op, Target};
-use super::state::{self, Entry, Original, State};
+use super::state::{self, Entry, Ledger, Original, State, StateFiles};
 use super::{shown, Outcome, Policy, Report, Status};
 use crate::cpuset::CpuSet;
 use crate::error::{Error, Result};
@@ -22,9 +22,14 @@ use crate::sched::SchedPolicy;
 use crate::sysroot::SysRoot;
 use crate::{irq, sched, tasks};
 
-/// The state file of `root` (`<root>/run/isold/state.json`).
+/// The runtime state file of `root` (`<root>/run/isold/state.json`).
 pub fn default_state_path(root: &SysRoot) -> PathBuf {
     root.path(state::DEFAULT_STATE)
+}
+
+/// The state files of `root` (`<root>/run/isold/state.json`, `<root>/var/lib/isold/state.json`).
+pub fn default_state_files(root: &SysRoot) -> StateFiles {
+    StateFiles::default_for(root)
 }
 
 /// What reading a target found.
@@ -45,7 +50,7 @@ fn gone(e: &Error) -> bool {
     matches!(e.errno(), Some(libc::ENOENT) | Some(libc::ESRCH))
 }
 
-fn evaluate(root: &SysRoot, policy: &Policy, t: &Target) -> Eval {
+fn evaluate(root: &SysRoot, isolated: &CpuSet, t: &Target) -> Eval {
     match &t.op {
         Op::Known(s) => Eval::Done(s.clone()),
         Op::Partition(p) => match partition::evaluate(root, p) {
@@ -78,7 +83,7 @@ fn evaluate(root: &SysRoot, policy: &Policy, t: &Target) -> Eval {
                 Err(e) => Eval::Done(failed(e)),
                 Ok(raw) => match CpuSet::parse_list(raw.trim()) {
                     Err(e) => Eval::Done(failed(format!("{path}: {e}"))),
-                    Ok(cur) if &cur == want => Eval::Done(irq_settled(root, policy, *n)),
+                    Ok(cur) if &cur == want => Eval::Done(irq_settled(root, isolated, *n)),
                     Ok(_) => Eval::Change {
                         from: shown(&raw),
                         original: Original::Attr {
@@ -107,6 +112,7 @@ fn evaluate(root: &SysRoot, policy: &Policy, t: &Target) -> Eval {
                     },
                     path: path.clone(),
                     content: cur,
+                    written: Some(content.clone()),
                 },
             },
         },
@@ -153,9 +159,9 @@ fn sched_shown(policy: u32, prio: u32) -> String {
 }
 
 /// An IRQ whose affinity is right: is it delivered to a housekeeping CPU yet?
-fn irq_settled(root: &SysRoot, policy: &Policy, n: u32) -> Status {
+fn irq_settled(root: &SysRoot, isolated: &CpuSet, n: u32) -> Status {
     match irq::effective_affinity(root, n) {
-        Ok(Some(eff)) if !eff.is_disjoint(&policy.isolated) => Status::MovePending {
+        Ok(Some(eff)) if !eff.is_disjoint(isolated) => Status::MovePending {
             effective: eff.to_string(),
         },
         _ => Status::AlreadyRight,
@@ -173,7 +179,8 @@ fn want_shown(t: &Target) -> String {
     }
 }
 
-/// Write a whole file atomically (temporary file and rename), creating its directory.
+/// Write a whole file atomically, keeping its owner and mode, creating its directory (see
+/// [`super::files::replace`]).
 fn write_file(root: &SysRoot, abs: &str, content: &str) -> Result<()> {
     let path = root.path(abs);
     let err = |source| Error::Write {
@@ -184,11 +191,7 @@ fn write_file(root: &SysRoot, abs: &str, content: &str) -> Result<()> {
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir).map_err(err)?;
     }
-    let tmp = path.with_extension("isold-tmp");
-    fs::write(&tmp, content)
-        .and_then(|()| fs::File::open(&tmp)?.sync_all())
-        .and_then(|()| fs::rename(&tmp, &path))
-        .map_err(err)
+    super::files::replace(&path, content.as_bytes(), None).map_err(err)
 }
 
 fn remove_file(root: &SysRoot, abs: &str) -> Result<()> {
@@ -285,7 +288,7 @@ fn edit_tree_file(root: &SysRoot, abs: &str, edit: impl FnOnce(&str) -> String) 
 /// Make the change `t` asks for, and read it back.
 fn change(
     root: &SysRoot,
-    policy: &Policy,
+    isolated: &CpuSet,
     t: &Target,
     original: &Original,
     from: String,
@@ -324,7 +327,7 @@ fn change(
             from,
             irq::set_affinity(root, *n, want),
             || irq::affinity(root, *n),
-            || irq_settled(root, policy, *n),
+            || irq_settled(root, isolated, *n),
         ),
         Op::File { path, content } => match write_file(root, path, content) {
             Ok(()) => Status::Changed {
@@ -431,13 +434,18 @@ pub fn lock(state_path: &Path) -> Result<StateLock> {
         data: "(lock)".into(),
         source,
     };
-    fs::create_dir_all(dir).map_err(|e| werr(dir, e))?;
-    let f = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| werr(&lock_path, e))?;
+    super::files::private_dir(dir).map_err(|e| werr(dir, e))?;
+    let f = {
+        use std::os::unix::fs::OpenOptionsExt;
+        fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&lock_path)
+            .map_err(|e| werr(&lock_path, e))?
+    };
     let lock = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, errno)| Error::syscall(format!("flock({})", lock_path.display()), errno))?;
     Ok(StateLock { _lock: lock })
@@ -464,10 +472,10 @@ fn outcome(t: &Target, status: Status) -> Outcome {
 }
 
 /// Apply `policy`: see the module documentation.
-pub fn apply(root: &SysRoot, policy: &Policy, state_path: &Path) -> Result<Report> {
-    let _lock = lock(state_path)?;
+pub fn apply(root: &SysRoot, policy: &Policy, files: &StateFiles) -> Result<Report> {
+    let _lock = lock(&files.runtime)?;
     let targets = plan(policy, root)?;
-    apply_targets(root, policy, state_path, targets)
+    apply_targets(root, policy, files, targets)
 }
 
 /// Apply the thread items of `policy` (affinity, kthread priority) to these threads only, as
@@ -476,12 +484,12 @@ pub fn apply(root: &SysRoot, policy: &Policy, state_path: &Path) -> Result<Repor
 pub fn apply_threads(
     root: &SysRoot,
     policy: &Policy,
-    state_path: &Path,
+    files: &StateFiles,
     threads: &[crate::tasks::Thread],
 ) -> Result<Report> {
-    let _lock = lock(state_path)?;
+    let _lock = lock(&files.runtime)?;
     let targets = super::plan::plan_for_threads(policy, root, threads);
-    apply_targets(root, policy, state_path, targets)
+    apply_targets(root, policy, files, targets)
 }
 
 /// Apply these targets of `policy` only (from its plan, such as a
@@ -491,58 +499,108 @@ pub fn apply_threads(
 pub fn apply_only(
     root: &SysRoot,
     policy: &Policy,
-    state_path: &Path,
+    files: &StateFiles,
     targets: Vec<Target>,
 ) -> Result<Report> {
-    let _lock = lock(state_path)?;
-    apply_targets(root, policy, state_path, targets)
+    let _lock = lock(&files.runtime)?;
+    apply_targets(root, policy, files, targets)
+}
+
+/// Write a file isold owns outside any policy item (the GRUB drop-in of `isold bootargs
+/// --write-grub`) as apply writes the policy's files: its original recorded in the
+/// persistent state file first, so that `isold restore`, after any number of reboots, puts
+/// back what was there (removes the file isold created). `item` and `path` must be one of
+/// [`super::plan::owned_files`].
+pub fn write_owned_file(
+    root: &SysRoot,
+    files: &StateFiles,
+    item: &'static str,
+    path: &str,
+    content: &str,
+) -> Result<Report> {
+    if !super::plan::owned_files().contains(&(item, path)) {
+        return Err(Error::Invalid(format!(
+            "{path} is not a file isold writes for {item}"
+        )));
+    }
+    let _lock = lock(&files.runtime)?;
+    let t = Target {
+        item,
+        id: format!("file:{path}"),
+        label: path.to_string(),
+        op: Op::File {
+            path: path.to_string(),
+            content: content.to_string(),
+        },
+    };
+    let mut ledger = Ledger::load(files, root, String::new(), String::new())?;
+    let mut rep = report("apply", None);
+    let statuses = apply_loaded(
+        root,
+        &CpuSet::new(),
+        &mut ledger,
+        std::slice::from_ref(&t),
+        &mut rep,
+    )?;
+    rep.outcomes = statuses.into_iter().map(|s| outcome(&t, s)).collect();
+    Ok(rep)
 }
 
 fn apply_targets(
     root: &SysRoot,
     policy: &Policy,
-    state_path: &Path,
+    files: &StateFiles,
     targets: Vec<Target>,
 ) -> Result<Report> {
     let mut rep = report("apply", Some(policy));
-    // Whether the state file on disk is this boot's: then originals recorded now can be
-    // appended to its journal instead of rewriting it whole.
-    let mut on_disk = false;
-    let mut state = match State::load(state_path)? {
-        Some(s) if s.boot_id == state::boot_id(root)? => {
-            on_disk = true;
-            s
-        }
-        Some(s) => {
-            // /run normally dies with the boot; a state file kept elsewhere holds runtime
-            // originals that mean nothing now, but files on disk still need them.
-            rep.notes.push(format!(
-                "{}: recorded in an earlier boot; kept only its on-disk files' originals",
-                state_path.display()
-            ));
-            let mut fresh = State::new(
-                state::boot_id(root)?,
-                policy.isolated.to_string(),
-                policy.config.file.display().to_string(),
-            );
-            fresh.entries = s
-                .entries
-                .into_iter()
-                .filter(|e| !e.original.is_runtime())
-                .collect();
-            fresh
-        }
-        None => State::new(
-            state::boot_id(root)?,
-            policy.isolated.to_string(),
-            policy.config.file.display().to_string(),
-        ),
-    };
+    let mut ledger = Ledger::load(
+        files,
+        root,
+        policy.isolated.to_string(),
+        policy.config.file.display().to_string(),
+    )?;
+    if ledger.earlier_boot {
+        // /run normally dies with the boot; a state file kept elsewhere holds runtime
+        // originals that mean nothing now, but files on disk still need theirs.
+        rep.notes.push(format!(
+            "{}: recorded in an earlier boot; kept only its on-disk files' originals",
+            files.runtime.display()
+        ));
+    }
+    let statuses = apply_loaded(root, &policy.isolated, &mut ledger, &targets, &mut rep)?;
+    for (t, s) in targets.iter().zip(statuses) {
+        rep.outcomes.push(outcome(t, s));
+    }
+    notes_after_apply(&mut rep);
+    Ok(rep)
+}
+
+/// The notes that say which recorded entries were refused (see [`state::Entry::check`]).
+fn rejected_notes(ledger: &Ledger, rep: &mut Report) {
+    for (e, why) in &ledger.rejected {
+        rep.notes.push(format!(
+            "ignored the recorded original of {} ({}): {why}; it is dropped from the state file",
+            e.id, e.label
+        ));
+    }
+}
+
+/// Evaluate, record, persist, change, read back: apply's steps on a loaded ledger. Returns
+/// each target's status.
+fn apply_loaded(
+    root: &SysRoot,
+    isolated: &CpuSet,
+    ledger: &mut Ledger,
+    targets: &[Target],
+    rep: &mut Report,
+) -> Result<Vec<Status>> {
+    rejected_notes(ledger, rep);
+    let state = &mut ledger.state;
     let mut pending = Vec::new();
     let mut statuses: Vec<Option<Status>> = Vec::with_capacity(targets.len());
-    let mut new_ids = Vec::new();
+    let mut new_ids = std::collections::HashSet::new();
     for (i, t) in targets.iter().enumerate() {
-        match evaluate(root, policy, t) {
+        match evaluate(root, isolated, t) {
             Eval::Done(s) => statuses.push(Some(s)),
             Eval::Change { original, from } => {
                 if state.record(Entry {
@@ -551,12 +609,22 @@ fn apply_targets(
                     label: t.label.clone(),
                     original: original.clone(),
                 }) {
-                    new_ids.push(t.id.clone());
-                } else if let Original::Partition(p) = &original {
-                    // Workloads started since the first apply: their cgroups are originals
-                    // too, added to the recorded ones (which are never replaced).
-                    state.add_moved(&t.id, &p.moved);
-                    on_disk = false;
+                    new_ids.insert(t.id.clone());
+                } else {
+                    match (&original, state.entries.iter_mut().find(|e| e.id == t.id)) {
+                        // Workloads started since the first apply: their cgroups are
+                        // originals too, added to the recorded ones (never replaced).
+                        (Original::Partition(p), _) => state.add_moved(&t.id, &p.moved),
+                        // What isold writes now, so that restore finds its lines.
+                        (
+                            Original::File { written: now, .. },
+                            Some(Entry {
+                                original: Original::File { written, .. },
+                                ..
+                            }),
+                        ) => written.clone_from(now),
+                        _ => {}
+                    }
                 }
                 // The change works from what the state file holds: after an interrupted
                 // apply, a directory that apply created is still "created".
@@ -570,58 +638,32 @@ fn apply_targets(
             }
         }
     }
-    if !new_ids.is_empty() || (!pending.is_empty() && !on_disk) {
-        // The originals are on disk before the first write.
-        if on_disk {
-            let added: Vec<Entry> = state
-                .entries
-                .iter()
-                .filter(|e| new_ids.contains(&e.id))
-                .cloned()
-                .collect();
-            state.append(state_path, &added)?;
-        } else {
-            state.save(state_path)?;
-        }
-    }
+    // The originals are on disk before the first write.
+    ledger.persist()?;
     for (i, original, from) in pending {
-        statuses[i] = Some(change(root, policy, &targets[i], &original, from));
+        statuses[i] = Some(change(root, isolated, &targets[i], &original, from));
         rep.written.push(targets[i].id.clone());
     }
-    let mut dirty = false;
+    let state = &mut ledger.state;
     for (t, s) in targets.iter().zip(&statuses) {
         let s = s.as_ref().expect("every target has a status");
         match s {
             Status::NotChangeable { reason } => {
-                dirty |= state
-                    .unchangeable
-                    .insert(t.id.clone(), reason.clone())
-                    .as_deref()
-                    != Some(reason);
+                state.unchangeable.insert(t.id.clone(), reason.clone());
             }
-            _ => dirty |= state.unchangeable.remove(&t.id).is_some(),
+            _ => {
+                state.unchangeable.remove(&t.id);
+            }
         }
-        // Recorded in this run, but nothing was changed: no original to keep.
-        if matches!(
-            s,
-            Status::Failed { .. } | Status::NotChangeable { .. } | Status::Gone
-        ) && new_ids.contains(&t.id)
-        {
+        // Recorded in this run, but the kernel refused the write or the target is gone:
+        // nothing changed, no original to keep. A write that happened but reads back wrong
+        // (failed) keeps its original: restore must be able to undo it.
+        if matches!(s, Status::NotChangeable { .. } | Status::Gone) && new_ids.contains(&t.id) {
             state.entries.retain(|e| e.id != t.id);
-            dirty = true;
         }
     }
-    if dirty {
-        state.save(state_path)?;
-    }
-    if state.entries.is_empty() && state.unchangeable.is_empty() {
-        State::remove(state_path)?;
-    }
-    for (t, s) in targets.iter().zip(statuses) {
-        rep.outcomes.push(outcome(t, s.expect("status")));
-    }
-    notes_after_apply(&mut rep);
-    Ok(rep)
+    ledger.persist()?;
+    Ok(statuses.into_iter().map(|s| s.expect("status")).collect())
 }
 
 fn notes_after_apply(rep: &mut Report) {
@@ -649,12 +691,16 @@ fn notes_after_apply(rep: &mut Report) {
 }
 
 /// Compare the live system with `policy`, read-only. Targets the last apply found
-/// unchangeable (recorded in the state file at `state_path`) are reported as such.
-pub fn verify(root: &SysRoot, policy: &Policy, state_path: &Path) -> Result<Report> {
-    let unchangeable = State::unchangeable_of(state_path)?;
+/// unchangeable (recorded in the runtime state file) are reported as such; files that are
+/// right but not in effect yet (read at boot or at a module's load) are "waiting".
+pub fn verify(root: &SysRoot, policy: &Policy, files: &StateFiles) -> Result<Report> {
+    let unchangeable = State::unchangeable_of(&files.runtime)?;
     let mut rep = report("verify", Some(policy));
     for t in plan(policy, root)? {
-        let status = match evaluate(root, policy, &t) {
+        let status = match evaluate(root, &policy.isolated, &t) {
+            Eval::Done(Status::AlreadyRight) if matches!(t.op, Op::File { .. }) => {
+                takes_effect(root, policy, &t)
+            }
             Eval::Done(s) => s,
             Eval::Change { from, .. } => match unchangeable.get(&t.id) {
                 Some(reason) => Status::NotChangeable {
@@ -668,7 +714,146 @@ pub fn verify(root: &SysRoot, policy: &Policy, state_path: &Path) -> Result<Repo
         };
         rep.outcomes.push(outcome(&t, status));
     }
+    if let Some(o) = grub_waiting(root) {
+        rep.outcomes.push(o);
+    }
     Ok(rep)
+}
+
+/// The policy's files that are written but not in effect yet, each with what it waits for:
+/// cheap (no task scan), for a daemon's status.
+pub fn waiting(root: &SysRoot, policy: &Policy) -> Result<Vec<Outcome>> {
+    let mut out = Vec::new();
+    for t in super::plan::file_targets(policy, root)? {
+        if let Eval::Done(Status::AlreadyRight) = evaluate(root, &policy.isolated, &t) {
+            let s = takes_effect(root, policy, &t);
+            if matches!(s, Status::Waiting { .. }) {
+                out.push(outcome(&t, s));
+            }
+        }
+    }
+    out.extend(grub_waiting(root));
+    Ok(out)
+}
+
+/// Whether a file that holds what the policy wants is in effect: `Waiting` with what it
+/// takes, else `AlreadyRight`.
+fn takes_effect(root: &SysRoot, policy: &Policy, t: &Target) -> Status {
+    let Op::File { content, .. } = &t.op else {
+        return Status::AlreadyRight;
+    };
+    let until = match t.item {
+        "kvm" => kvm_waiting(root, content),
+        "systemd_cpuaffinity" => tasks::read_thread(root, 1, 1)
+            .ok()
+            .flatten()
+            .filter(|pid1| pid1.affinity != policy.housekeeping)
+            .map(|pid1| {
+                format!(
+                    "`systemctl daemon-reexec` or a reboot: systemd (PID 1) runs on CPUs {}",
+                    pid1.affinity
+                )
+            }),
+        "irqbalance" => irqbalance_waiting(root, t),
+        _ => None,
+    };
+    match until {
+        Some(until) => Status::Waiting { until },
+        None => Status::AlreadyRight,
+    }
+}
+
+/// A module parameter's value as sysfs shows it and as modprobe.d writes it, compared as
+/// the kernel parses them (`Y`, `1` and `on` are one boolean).
+fn same_param(shown: &str, written: &str) -> bool {
+    fn norm(v: &str) -> String {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "y" | "yes" | "1" | "on" | "true" => "1".into(),
+            "n" | "no" | "0" | "off" | "false" => "0".into(),
+            other => other.to_string(),
+        }
+    }
+    norm(shown) == norm(written)
+}
+
+fn kvm_waiting(root: &SysRoot, content: &str) -> Option<String> {
+    let mut differ = Vec::new();
+    for line in content.lines() {
+        let mut w = line.split_whitespace();
+        if w.next() != Some("options") {
+            continue;
+        }
+        let Some(module) = w.next() else { continue };
+        for opt in w {
+            let Some((p, v)) = opt.split_once('=') else {
+                continue;
+            };
+            let path = format!("/sys/module/{module}/parameters/{p}");
+            if let Ok(Some(now)) = root.read_value_opt(&path) {
+                if !same_param(&now, v) {
+                    differ.push(format!("{module}.{p} is {now}, the file says {v}"));
+                }
+            }
+        }
+    }
+    (!differ.is_empty()).then(|| {
+        format!(
+            "the kvm modules are loaded again (or a reboot): {}",
+            differ.join(", ")
+        )
+    })
+}
+
+/// irqbalance reads its defaults file when it starts: a daemon started before the file's
+/// last change still bans the CPUs it read then.
+fn irqbalance_waiting(root: &SysRoot, t: &Target) -> Option<String> {
+    let Op::File { path, .. } = &t.op else {
+        return None;
+    };
+    let changed = fs::metadata(root.path(path)).ok()?.modified().ok()?;
+    let changed = changed
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs();
+    let pid = tasks::pids_named(root, "irqbalance")
+        .ok()?
+        .into_iter()
+        .next()?;
+    let started = tasks::process_start_unix(root, pid).ok()??;
+    (started < changed).then(|| {
+        format!(
+            "a restart of irqbalance (systemctl try-restart irqbalance): pid {pid} read {path} before it was changed"
+        )
+    })
+}
+
+/// The GRUB drop-in of `isold bootargs --write-grub`, when the running kernel lacks some of
+/// its arguments: it waits for update-grub and a reboot.
+fn grub_waiting(root: &SysRoot) -> Option<Outcome> {
+    let path = super::bootargs::GRUB_DROP_IN;
+    let text = root.read_to_string(path).ok()?;
+    let cmdline = root.read_value_opt("/proc/cmdline").ok()??;
+    let have: std::collections::HashSet<&str> = cmdline.split_whitespace().collect();
+    let lacks: Vec<&str> = super::bootargs::drop_in_args(&text)
+        .into_iter()
+        .filter(|a| !have.contains(a))
+        .collect();
+    let status = if lacks.is_empty() {
+        Status::AlreadyRight
+    } else {
+        Status::Waiting {
+            until: format!(
+                "update-grub and a reboot: the running kernel lacks {}",
+                lacks.join(" ")
+            ),
+        }
+    };
+    Some(Outcome {
+        item: "bootargs".into(),
+        id: format!("file:{path}"),
+        label: path.into(),
+        status,
+    })
 }
 
 fn restore_one(root: &SysRoot, o: &Original) -> Status {
@@ -697,17 +882,14 @@ fn restore_one(root: &SysRoot, o: &Original) -> Status {
             path,
             content,
             created_dir,
-        } => match content {
-            Some(c) => write_file(root, path, c).map(|()| Status::Restored {
-                to: "original content".into(),
-            }),
-            None => remove_file(root, path).map(|()| {
-                remove_created_dirs(root, path, created_dir.as_deref());
-                Status::Restored {
-                    to: "removed".into(),
-                }
-            }),
-        }
+            written,
+        } => restore_file(
+            root,
+            path,
+            content.as_deref(),
+            created_dir.as_deref(),
+            written.as_deref(),
+        )
         .unwrap_or_else(failed),
         Original::Affinity {
             pid,
@@ -756,44 +938,108 @@ fn restore_one(root: &SysRoot, o: &Original) -> Status {
     }
 }
 
-/// Put back every original recorded in the state file at `state_path`, newest first.
-/// Restored (and vanished) entries leave the state file; it is removed once empty, so a
-/// second restore finds nothing to do.
-pub fn restore(root: &SysRoot, state_path: &Path) -> Result<Report> {
-    restore_where(root, state_path, |_| true)
+/// Put a file isold edited back: the original whole when the file still holds exactly what
+/// isold wrote (byte for byte, owner and mode kept), else only isold's own lines undone (see
+/// [`super::files::undo_edit`]); a file that lost one of isold's lines is left as it is and
+/// reported.
+fn restore_file(
+    root: &SysRoot,
+    path: &str,
+    original: Option<&str>,
+    created_dir: Option<&str>,
+    written: Option<&str>,
+) -> Result<Status> {
+    let current = super::plan::read_file_opt(root, path)?;
+    let put_back = match (current.as_deref(), written) {
+        (Some(cur), _) if Some(cur) == original => {
+            return Ok(Status::Restored {
+                to: "original content".into(),
+            })
+        }
+        (None, _) if original.is_some() => {
+            return Ok(Status::Restored {
+                to: "absent (removed since isold wrote it)".into(),
+            })
+        }
+        (None, _) => None,
+        // isold 0.1 recorded no `written`: the original, whole.
+        (Some(_), None) => original.map(str::to_string),
+        (Some(cur), Some(w)) if cur == w => original.map(str::to_string),
+        (Some(cur), Some(w)) => match super::files::undo_edit(original, w, cur) {
+            Ok(text) => text,
+            Err(line) => {
+                return Ok(failed(format!(
+                    "{} changed since isold wrote it (its line {line:?} is gone): left as it is; edit it by hand",
+                    root.path(path).display()
+                )))
+            }
+        },
+    };
+    match put_back {
+        Some(text) => {
+            write_file(root, path, &text)?;
+            Ok(Status::Restored {
+                to: if Some(text.as_str()) == original {
+                    "original content".into()
+                } else {
+                    "isold's lines taken out, later edits kept".into()
+                },
+            })
+        }
+        None => {
+            remove_file(root, path)?;
+            remove_created_dirs(root, path, created_dir);
+            Ok(Status::Restored {
+                to: "removed".into(),
+            })
+        }
+    }
+}
+
+/// Put back every original recorded in the state files, newest first. Restored (and
+/// vanished) entries leave the state files; a file left empty is removed, so a second restore
+/// finds nothing to do.
+pub fn restore(root: &SysRoot, files: &StateFiles) -> Result<Report> {
+    restore_where(root, files, |_| true)
 }
 
 /// Like [`restore`], for the recorded originals whose id `pick` accepts; the others stay in the
-/// state file. A daemon given a new policy puts back what the new one no longer covers.
+/// state files. A daemon given a new policy puts back what the new one no longer covers.
 pub fn restore_where(
     root: &SysRoot,
-    state_path: &Path,
+    files: &StateFiles,
     pick: impl Fn(&str) -> bool,
 ) -> Result<Report> {
-    let _lock = lock(state_path)?;
+    let _lock = lock(&files.runtime)?;
     let mut rep = report("restore", None);
-    let Some(mut state) = State::load(state_path)? else {
+    let mut ledger = Ledger::load(files, root, String::new(), String::new())?;
+    if ledger.is_empty_on_disk() {
         rep.notes.push(format!(
-            "no state file at {}: nothing to restore",
-            state_path.display()
+            "no state file ({}): nothing to restore",
+            files.shown()
         ));
         return Ok(rep);
-    };
-    rep.isolated = state.isolated.clone();
-    let same_boot = state.boot_id == state::boot_id(root)?;
+    }
+    rep.isolated = ledger.state.isolated.clone();
+    for (e, why) in &ledger.rejected {
+        rep.outcomes.push(Outcome {
+            item: e.item.clone(),
+            id: e.id.clone(),
+            label: e.label.clone(),
+            status: failed(format!(
+                "not restored: the state file's entry is not one isold records ({why}); dropped from the state file"
+            )),
+        });
+    }
     let mut keep = Vec::new();
     let mut kept_back = 0usize;
-    for e in state.entries.iter().rev() {
+    for e in ledger.state.entries.iter().rev() {
         if !pick(&e.id) {
             keep.push(e.clone());
             kept_back += 1;
             continue;
         }
-        let status = if !same_boot && e.original.is_runtime() {
-            Status::Gone
-        } else {
-            restore_one(root, &e.original)
-        };
+        let status = restore_one(root, &e.original);
         if matches!(status, Status::Failed { .. }) {
             keep.push(e.clone());
         }
@@ -804,23 +1050,20 @@ pub fn restore_where(
             status,
         });
     }
-    if !same_boot {
-        rep.notes.push("the state file is from an earlier boot: runtime values were reset by the reboot; only files were restored".into());
+    if ledger.earlier_boot {
+        rep.notes.push("the runtime state file is from an earlier boot: runtime values were reset by the reboot; only files were restored".into());
     }
     keep.reverse();
+    let state = &mut ledger.state;
     state.entries = keep;
     state.unchangeable.retain(|id, _| !pick(id));
-    if state.entries.is_empty() && state.unchangeable.is_empty() {
-        State::remove(state_path)?;
-    } else {
-        state.save(state_path)?;
-        let failed = state.entries.len() - kept_back;
-        if failed > 0 {
-            rep.notes.push(format!(
-                "{failed} original(s) could not be restored and stay in {}",
-                state_path.display()
-            ));
-        }
+    let failed = state.entries.len() - kept_back;
+    ledger.persist()?;
+    if failed > 0 {
+        rep.notes.push(format!(
+            "{failed} original(s) could not be restored and stay in {}",
+            files.shown()
+        ));
     }
     Ok(rep)
 }
@@ -852,7 +1095,7 @@ mod tests {
     }
 
     fn status(root: &SysRoot, op: Op) -> Status {
-        match evaluate(root, &policy(), &target(op)) {
+        match evaluate(root, &policy().isolated, &target(op)) {
             Eval::Done(s) => s,
             Eval::Change { from, .. } => Status::Deviates {
                 current: from,
@@ -959,6 +1202,7 @@ mod tests {
             path: path.into(),
             content: None,
             created_dir: first_missing_dir(&root, path),
+            written: None,
         };
         let o = created("/etc/a/b/f.conf");
         write_file(&root, "/etc/a/b/f.conf", "x").unwrap();
@@ -998,12 +1242,13 @@ mod tests {
     fn changed(root: &SysRoot, op: Op) -> Status {
         change(
             root,
-            &policy(),
+            &policy().isolated,
             &target(op),
             &Original::File {
                 path: String::new(),
                 content: None,
                 created_dir: None,
+                written: None,
             },
             "before".into(),
         )

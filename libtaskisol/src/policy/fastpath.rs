@@ -96,7 +96,8 @@ impl Drop for Held {
 }
 
 impl TaskFixer {
-    /// A fixer for the state file at `state_path`; [`TaskFixer::resync`] before the first use.
+    /// A fixer for the runtime state file at `state_path` (task originals live there only);
+    /// [`TaskFixer::resync`] before the first use.
     pub fn new(state_path: &Path) -> TaskFixer {
         TaskFixer {
             state_path: state_path.to_path_buf(),
@@ -260,11 +261,7 @@ impl TaskFixer {
             source,
         };
         if self.journal.is_none() {
-            let f = fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&jpath)
-                .map_err(werr)?;
+            let f = state::open_journal(&jpath).map_err(werr)?;
             self.journal = Some(f);
         }
         let f = self.journal.as_mut().expect("opened above");

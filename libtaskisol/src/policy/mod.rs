@@ -3,19 +3,22 @@
 //! IRQ or thread), and applied, verified or restored by [`engine`].
 //!
 //! Every original value is persisted in a crash-safe state file ([`state`]) before it is
-//! first overwritten; restore puts it back byte for byte, also after a crash or `kill -9` in
-//! the middle of apply. A task is restored only if it is still the same task (pid and start
-//! time).
+//! first overwritten: values of the running kernel in one that dies with the boot, files on
+//! disk in one that survives it. Restore puts them back byte for byte, also after a crash or
+//! `kill -9` in the middle of apply, and after any number of reboots for files (of which it
+//! undoes isold's own lines only). A task is restored only if it is still the same task (pid
+//! and start time). Restore trusts nothing in a state file it could not have written
+//! ([`state::Entry::check`]).
 //!
 //! ```no_run
-//! use libtaskisol::policy::{config::Config, engine, Policy};
+//! use libtaskisol::policy::{config::Config, engine, state::StateFiles, Policy};
 //! use libtaskisol::SysRoot;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let root = SysRoot::host();
 //! let config = Config::load("/etc/isold/isold.toml".as_ref())?;
 //! let policy = Policy::resolve(config, &root)?;
-//! let report = engine::apply(&root, &policy, engine::default_state_path(&root).as_path())?;
+//! let report = engine::apply(&root, &policy, &StateFiles::default_for(&root))?;
 //! println!("{}", report.summary());
 //! # Ok(())
 //! # }
@@ -25,6 +28,7 @@ pub mod bootargs;
 pub mod config;
 pub mod engine;
 pub mod fastpath;
+pub mod files;
 pub mod partition;
 pub mod plan;
 pub mod preset;
@@ -132,6 +136,12 @@ pub enum Status {
         /// The effective CPUs now.
         effective: String,
     },
+    /// A file that holds what the policy wants, but is read only at boot or when a module
+    /// or daemon starts: not in effect yet.
+    Waiting {
+        /// What it takes ("a reboot", "the kvm modules are loaded again").
+        until: String,
+    },
     /// This kernel has nothing to set (THP on PREEMPT_RT, no cpufreq in a VM).
     NotPresent {
         /// Why.
@@ -175,6 +185,7 @@ impl Status {
             Status::AlreadyRight => "already right",
             Status::Changed { .. } => "changed",
             Status::MovePending { .. } => "set, move pending",
+            Status::Waiting { .. } => "set, waiting",
             Status::NotPresent { .. } => "not present",
             Status::NotChangeable { .. } => "not changeable",
             Status::LeftAlone { .. } => "left alone",
@@ -198,6 +209,7 @@ impl fmt::Display for Status {
             Status::MovePending { effective } => {
                 write!(f, "set, move pending (effective CPUs still {effective})")
             }
+            Status::Waiting { until } => write!(f, "set, takes effect after {until}"),
             Status::NotPresent { reason } => write!(f, "not present: {reason}"),
             Status::NotChangeable { reason } => write!(f, "not changeable: {reason}"),
             Status::LeftAlone { reason } => write!(f, "left alone: {reason}"),
@@ -258,11 +270,12 @@ impl Report {
 
     /// Counts by status word, in a fixed order: "changed 12, already right 80, ...".
     pub fn summary(&self) -> String {
-        const ORDER: [&str; 10] = [
+        const ORDER: [&str; 11] = [
             "changed",
             "restored",
             "already right",
             "set, move pending",
+            "set, waiting",
             "left alone",
             "not changeable",
             "not present",

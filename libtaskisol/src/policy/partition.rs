@@ -70,6 +70,14 @@ pub struct PartitionPlan {
     pub workloads: Vec<(Thread, String, Vec<Thread>)>,
 }
 
+/// Whether `dir` can be the partition's directory: below [`CGROUP_MOUNT`], without `.` or
+/// `..` components (the configuration and a state file are checked by it alike).
+pub fn valid_dir(dir: &str) -> bool {
+    dir.starts_with(&format!("{CGROUP_MOUNT}/"))
+        && dir.len() > CGROUP_MOUNT.len() + 1
+        && !dir.split('/').any(|c| c == ".." || c == ".")
+}
+
 /// The cgroup path of `dir` as `/proc/PID/cgroup` shows it.
 pub fn cgroup_path(dir: &str) -> &str {
     match dir.strip_prefix(CGROUP_MOUNT) {

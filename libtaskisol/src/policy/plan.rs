@@ -153,6 +153,35 @@ fn known(item: &'static str, id: String, label: String, status: Status) -> Targe
     }
 }
 
+/// The console log level's file (`printk` item).
+pub const PRINTK: &str = "/proc/sys/kernel/printk";
+/// Transparent hugepages (`thp` item).
+pub const THP_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
+/// KSM (`ksm` item).
+pub const KSM_RUN: &str = "/sys/kernel/mm/ksm/run";
+/// The machinecheck devices (`machinecheck` item).
+pub const MACHINECHECK_DIR: &str = "/sys/devices/system/machinecheck";
+/// `default_smp_affinity` (`irq_affinity` item).
+pub const DEFAULT_SMP_AFFINITY: &str = "/proc/irq/default_smp_affinity";
+/// The KVM module options isold owns (`kvm` item).
+pub const KVM_CONF: &str = "/etc/modprobe.d/isold-kvm.conf";
+/// systemd's drop-in isold owns (`systemd_cpuaffinity` item).
+pub const CPUAFFINITY_CONF: &str = "/etc/systemd/system.conf.d/isold-cpuaffinity.conf";
+/// irqbalance's defaults files isold edits (`irqbalance` item): Debian's, then Red Hat's.
+pub const IRQBALANCE_FILES: [&str; 2] = ["/etc/default/irqbalance", "/etc/sysconfig/irqbalance"];
+
+/// Every file on disk isold writes, with its item: nothing else is ever written or restored
+/// as a file (a state file naming another path is refused).
+pub fn owned_files() -> [(&'static str, &'static str); 5] {
+    [
+        ("kvm", KVM_CONF),
+        ("irqbalance", IRQBALANCE_FILES[0]),
+        ("irqbalance", IRQBALANCE_FILES[1]),
+        ("systemd_cpuaffinity", CPUAFFINITY_CONF),
+        ("bootargs", super::bootargs::GRUB_DROP_IN),
+    ]
+}
+
 /// `current ∩ housekeeping`, or every housekeeping CPU when that is empty.
 pub fn narrowed(current: &CpuSet, housekeeping: &CpuSet) -> CpuSet {
     let n = current.intersection(housekeeping);
@@ -185,7 +214,7 @@ pub fn plan(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {
             "printk",
             "printk".into(),
             "console log level (kernel.printk)".into(),
-            "/proc/sys/kernel/printk".into(),
+            PRINTK.into(),
             Want::First(v.to_string()),
         ));
     }
@@ -194,7 +223,7 @@ pub fn plan(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {
             "thp",
             "thp".into(),
             "transparent_hugepage/enabled".into(),
-            "/sys/kernel/mm/transparent_hugepage/enabled".into(),
+            THP_ENABLED.into(),
             Want::Choice(v.clone()),
         ));
     }
@@ -203,12 +232,12 @@ pub fn plan(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {
             "ksm",
             "ksm".into(),
             "KSM run".into(),
-            "/sys/kernel/mm/ksm/run".into(),
+            KSM_RUN.into(),
             Want::Text(v.to_string()),
         ));
     }
     if c.machinecheck {
-        let dir = "/sys/devices/system/machinecheck";
+        let dir = MACHINECHECK_DIR;
         let mut names = if root.exists(dir) {
             root.read_dir_names(dir)?
         } else {
@@ -299,7 +328,7 @@ pub fn plan(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {
             "irq_affinity",
             "irq:default".into(),
             "default_smp_affinity".into(),
-            "/proc/irq/default_smp_affinity".into(),
+            DEFAULT_SMP_AFFINITY.into(),
             Want::Mask(narrowed(&def, hk)),
         ));
     }
@@ -347,14 +376,7 @@ pub fn plan(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {
             ));
         }
     }
-    for (item, path, content) in config_files(policy, root)? {
-        out.push(Target {
-            item,
-            id: format!("file:{path}"),
-            label: path.clone(),
-            op: Op::File { path, content },
-        });
-    }
+    out.extend(file_targets(policy, root)?);
     Ok(out)
 }
 
@@ -482,6 +504,20 @@ fn plan_threads(policy: &Policy, root: &SysRoot, threads: &[tasks::Thread], out:
     }
 }
 
+/// The targets of the configuration files the policy writes (a part of [`plan`], without its
+/// /proc scan).
+pub fn file_targets(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {
+    Ok(config_files(policy, root)?
+        .into_iter()
+        .map(|(item, path, content)| Target {
+            item,
+            id: format!("file:{path}"),
+            label: path.clone(),
+            op: Op::File { path, content },
+        })
+        .collect())
+}
+
 /// Configuration files the policy owns: (item, path, wanted content).
 fn config_files(policy: &Policy, root: &SysRoot) -> Result<Vec<(&'static str, String, String)>> {
     let c = &policy.config;
@@ -505,11 +541,11 @@ fn config_files(policy: &Policy, root: &SysRoot) -> Result<Vec<(&'static str, St
             for (m, opts) in by_module {
                 text.push_str(&format!("options {m} {}\n", opts.join(" ")));
             }
-            out.push(("kvm", "/etc/modprobe.d/isold-kvm.conf".into(), text));
+            out.push(("kvm", KVM_CONF.into(), text));
         }
     }
     if c.irqbalance {
-        for path in ["/etc/default/irqbalance", "/etc/sysconfig/irqbalance"] {
+        for path in IRQBALANCE_FILES {
             let Some(text) = read_file_opt(root, path)? else {
                 continue;
             };
@@ -523,7 +559,7 @@ fn config_files(policy: &Policy, root: &SysRoot) -> Result<Vec<(&'static str, St
     if c.systemd_cpuaffinity {
         out.push((
             "systemd_cpuaffinity",
-            "/etc/systemd/system.conf.d/isold-cpuaffinity.conf".into(),
+            CPUAFFINITY_CONF.into(),
             format!(
                 "# Written by isold: systemd and its services on the housekeeping CPUs.\n[Manager]\nCPUAffinity={}\n",
                 policy.housekeeping

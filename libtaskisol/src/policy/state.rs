@@ -20,8 +20,53 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::sysroot::SysRoot;
 
-/// The default state file (below the root).
+/// The default state file of values in the running kernel (below the root): it dies with the
+/// boot, as they do.
 pub const DEFAULT_STATE: &str = "/run/isold/state.json";
+
+/// The default state file of the files on disk isold writes (below the root): it survives a
+/// reboot, as they do.
+pub const DEFAULT_PERSISTENT_STATE: &str = "/var/lib/isold/state.json";
+
+/// Where isold keeps the originals. Values of the running kernel (sysctls, IRQs, tasks, the
+/// partition) go to `runtime`, on a file system that dies with the boot, as they do; files on
+/// disk (modprobe.d, irqbalance's defaults, systemd's and GRUB's drop-ins) go to
+/// `persistent`, which survives reboots, so that `isold restore` after any number of them
+/// still removes exactly what isold added. The lock is next to `runtime`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateFiles {
+    /// The runtime state file (`/run/isold/state.json`).
+    pub runtime: PathBuf,
+    /// The persistent state file (`/var/lib/isold/state.json`).
+    pub persistent: PathBuf,
+}
+
+impl StateFiles {
+    /// These two files.
+    pub fn new(runtime: impl Into<PathBuf>, persistent: impl Into<PathBuf>) -> StateFiles {
+        StateFiles {
+            runtime: runtime.into(),
+            persistent: persistent.into(),
+        }
+    }
+
+    /// The default files below `root`.
+    pub fn default_for(root: &SysRoot) -> StateFiles {
+        StateFiles::new(
+            root.path(DEFAULT_STATE),
+            root.path(DEFAULT_PERSISTENT_STATE),
+        )
+    }
+
+    /// Both, for messages.
+    pub fn shown(&self) -> String {
+        format!(
+            "{} and {}",
+            self.runtime.display(),
+            self.persistent.display()
+        )
+    }
+}
 
 /// The format version of the state file.
 pub const STATE_VERSION: u32 = 1;
@@ -42,6 +87,7 @@ pub enum Original {
         restore: String,
     },
     /// A configuration file the policy writes: its content, or `None` when it did not exist.
+    /// Restore undoes isold's own lines only (see [`super::files::undo_edit`]).
     File {
         /// Path (below the root).
         path: String,
@@ -51,6 +97,10 @@ pub enum Original {
         /// empty).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         created_dir: Option<String>,
+        /// What isold last wrote (recorded before the write): restore finds isold's lines by
+        /// it. `None` in state files of isold 0.1, restored whole.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        written: Option<String>,
     },
     /// A thread's CPU affinity.
     Affinity {
@@ -176,15 +226,26 @@ pub fn append_entries(path: &Path, entries: &[Entry]) -> Result<bool> {
         data: "(isold journal)".into(),
         source,
     };
-    let mut f = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&jpath)
-        .map_err(werr)?;
+    let mut f = open_journal(&jpath).map_err(werr)?;
     f.write_all(lines.as_bytes())
         .and_then(|()| f.sync_data())
         .map_err(werr)?;
     Ok(true)
+}
+
+/// The journal at `jpath`, open for appending: created 0600 in a 0700 directory, never
+/// through a symlink.
+pub(crate) fn open_journal(jpath: &Path) -> std::io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = jpath.parent().filter(|d| !d.as_os_str().is_empty()) {
+        super::files::private_dir(dir)?;
+    }
+    fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(jpath)
 }
 
 fn read_opt(path: &Path) -> Result<Option<String>> {
@@ -264,12 +325,12 @@ impl State {
             if line.trim().is_empty() {
                 continue;
             }
-            let e: Entry = serde_json::from_str(line).map_err(|e| Error::Parse {
+            let e: Entry = serde_json::from_str(line).map_err(|e| Error::State {
                 path: jpath.clone(),
-                input: line.chars().take(200).collect(),
                 reason: format!(
-                    "not an isold journal entry (line {} from byte {from}): {e}",
-                    n + 1
+                    "line {} (from byte {from}) is not an isold journal entry: {e}: {:?}",
+                    n + 1,
+                    line.chars().take(80).collect::<String>()
                 ),
             })?;
             st.record(e);
@@ -297,16 +358,21 @@ impl State {
     }
 
     fn parse(path: &Path, text: &str) -> Result<State> {
-        let st: State = serde_json::from_str(text).map_err(|e| Error::Parse {
+        let st: State = serde_json::from_str(text).map_err(|e| Error::State {
             path: path.into(),
-            input: text.chars().take(200).collect(),
-            reason: format!("not an isold state file: {e}"),
+            reason: if e.is_eof() {
+                format!("it ends early ({} bytes: truncated?): {e}", text.len())
+            } else {
+                e.to_string()
+            },
         })?;
         if st.version != STATE_VERSION {
-            return Err(Error::Parse {
+            return Err(Error::State {
                 path: path.into(),
-                input: format!("version {}", st.version),
-                reason: format!("state file version {} is not {STATE_VERSION}", st.version),
+                reason: format!(
+                    "its format is version {}, this isold reads version {STATE_VERSION}",
+                    st.version
+                ),
             });
         }
         Ok(st)
@@ -359,7 +425,7 @@ impl State {
             data: "(isold state)".into(),
             source,
         };
-        fs::create_dir_all(dir).map_err(|e| werr(dir, e))?;
+        super::files::private_dir(dir).map_err(|e| werr(dir, e))?;
         let tmp: PathBuf = dir.join(format!(
             ".{}.tmp",
             path.file_name()
@@ -367,7 +433,8 @@ impl State {
         ));
         let mut json = serde_json::to_string_pretty(self).expect("state serializes");
         json.push('\n');
-        let mut f = fs::File::create(&tmp).map_err(|e| werr(&tmp, e))?;
+        // Exclusively: a symlink left under the temporary name is removed, never followed.
+        let mut f = super::files::create_exclusive(&tmp, 0o600).map_err(|e| werr(&tmp, e))?;
         f.write_all(json.as_bytes())
             .and_then(|()| f.sync_all())
             .map_err(|e| werr(&tmp, e))?;
@@ -406,6 +473,325 @@ impl State {
         if let Ok(mut last) = LAST.lock() {
             *last = None;
         }
+        Ok(())
+    }
+}
+
+impl Entry {
+    /// Whether this entry is one isold could have recorded: the path it restores follows
+    /// from its kind and id (never taken from the file as written), the item is the id's,
+    /// the text restore writes is the content recorded, a thread's ids agree. `Err` says
+    /// what is wrong; such an entry is never written back (a state file edited to say
+    /// `/proc/sys/../../../etc/shadow` writes nothing there).
+    pub fn check(&self) -> std::result::Result<(), String> {
+        use super::plan;
+        let (kind, key) = self.id.split_once(':').unwrap_or((self.id.as_str(), ""));
+        let item = |want: &str| -> std::result::Result<(), String> {
+            if self.item == want {
+                Ok(())
+            } else {
+                Err(format!(
+                    "item {:?} is not the item of {} ({want})",
+                    self.item, self.id
+                ))
+            }
+        };
+        let cpu_of = |key: &str| {
+            key.strip_prefix("cpu")
+                .and_then(|n| n.parse::<usize>().ok())
+        };
+        match &self.original {
+            Original::Attr {
+                path,
+                content,
+                restore,
+            } => {
+                let (it, want) = match (kind, key) {
+                    ("sysctl", name) if !name.is_empty() => (
+                        "sysctl",
+                        crate::sysctl::path_of(name).map_err(|e| e.to_string())?,
+                    ),
+                    ("printk", "") => ("printk", plan::PRINTK.to_string()),
+                    ("thp", "") => ("thp", plan::THP_ENABLED.to_string()),
+                    ("ksm", "") => ("ksm", plan::KSM_RUN.to_string()),
+                    ("machinecheck", n)
+                        if n.strip_prefix("machinecheck")
+                            .is_some_and(|d| d.parse::<u32>().is_ok()) =>
+                    {
+                        (
+                            "machinecheck",
+                            format!("{}/{n}/ignore_ce", plan::MACHINECHECK_DIR),
+                        )
+                    }
+                    ("workqueue", "") => ("workqueue", crate::workqueue::unbound_cpumask_path()),
+                    ("workqueue", q)
+                        if !q.contains('/') && q != "." && q != ".." && !q.is_empty() =>
+                    {
+                        ("workqueue", crate::workqueue::queue_cpumask_path(q))
+                    }
+                    ("pm_qos", k) if cpu_of(k).is_some() => (
+                        "pm_qos",
+                        crate::power::resume_latency_path(cpu_of(k).unwrap_or_default()),
+                    ),
+                    ("cpufreq", k) if cpu_of(k).is_some() => (
+                        "cpufreq",
+                        crate::power::governor_path(cpu_of(k).unwrap_or_default()),
+                    ),
+                    ("irq", "default") => ("irq_affinity", plan::DEFAULT_SMP_AFFINITY.to_string()),
+                    ("irq", n) if n.parse::<u32>().is_ok() => (
+                        "irq_affinity",
+                        crate::irq::irq_file(n.parse().unwrap_or_default(), "smp_affinity_list"),
+                    ),
+                    _ => return Err(format!("{} names no kernel value isold sets", self.id)),
+                };
+                if *path != want {
+                    return Err(format!("{path} is not the file of {} ({want})", self.id));
+                }
+                item(it)?;
+                let plain = content.trim_end_matches('\n');
+                if restore != plain && restore != plan::choice_of(content) {
+                    return Err(format!(
+                        "the text to write back ({restore:?}) is not the content recorded ({plain:?})"
+                    ));
+                }
+                Ok(())
+            }
+            Original::File {
+                path, created_dir, ..
+            } => {
+                if kind != "file" || key != path {
+                    return Err(format!("{path} is not the file of {}", self.id));
+                }
+                let Some((it, _)) = plan::owned_files().into_iter().find(|(_, p)| p == path) else {
+                    return Err(format!("{path} is not a file isold writes"));
+                };
+                item(it)?;
+                if let Some(d) = created_dir {
+                    let d = Path::new(d);
+                    let inside = Path::new(path).parent().is_some_and(|p| p.starts_with(d));
+                    // Never the root directory (restore removes only empty directories).
+                    if !inside || d.components().count() < 2 {
+                        return Err(format!(
+                            "{} is not a directory apply could have made for {path}",
+                            d.display()
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            Original::Affinity {
+                pid,
+                tid,
+                starttime,
+                cpus,
+                ..
+            } => {
+                if self.id != format!("task:{tid}:{starttime}") || *pid <= 0 || *tid <= 0 {
+                    return Err(format!(
+                        "thread {pid}/{tid} started at {starttime} is not the thread of {}",
+                        self.id
+                    ));
+                }
+                item("tasks")?;
+                crate::cpuset::CpuSet::parse_list(cpus)
+                    .map(drop)
+                    .map_err(|e| format!("CPUs {cpus:?}: {e}"))
+            }
+            Original::Sched {
+                pid,
+                tid,
+                starttime,
+                policy,
+                rt_priority,
+                ..
+            } => {
+                if self.id != format!("sched:{tid}:{starttime}") || *pid <= 0 || *tid <= 0 {
+                    return Err(format!(
+                        "thread {pid}/{tid} started at {starttime} is not the thread of {}",
+                        self.id
+                    ));
+                }
+                item("kthread_priority")?;
+                crate::sched::SchedPolicy::from_stat(*policy, *rt_priority)
+                    .map(drop)
+                    .ok_or_else(|| format!("policy {policy} priority {rt_priority}"))
+            }
+            Original::Partition(p) => {
+                if kind != "cgroup_partition"
+                    || key != p.dir
+                    || !super::partition::valid_dir(&p.dir)
+                {
+                    return Err(format!(
+                        "{} is not the partition directory of {}",
+                        p.dir, self.id
+                    ));
+                }
+                item("cgroup_partition")?;
+                for m in &p.moved {
+                    let cg_ok = m.cgroup.starts_with('/')
+                        && !m.cgroup.split('/').any(|c| c == "." || c == "..");
+                    if m.pid <= 0 || !cg_ok {
+                        return Err(format!(
+                            "workload {} in cgroup {:?} is not one isold could have moved",
+                            m.pid, m.cgroup
+                        ));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Both state files, loaded as one [`State`], and written back split: what a command works
+/// on. The runtime file is this boot's or none (one of an earlier boot keeps only its files'
+/// originals, which move to the persistent file); the persistent file holds only files.
+/// Entries that fail [`Entry::check`] are set aside in `rejected` and dropped from both
+/// files at the next write.
+#[derive(Debug)]
+pub(crate) struct Ledger {
+    files: StateFiles,
+    /// Every usable entry, the runtime file's first.
+    pub state: State,
+    /// The runtime and persistent parts as they are on disk (`None`: no file).
+    runtime_disk: Option<State>,
+    persistent_disk: Option<State>,
+    /// Entries refused by [`Entry::check`], with why.
+    pub rejected: Vec<(Entry, String)>,
+    /// The runtime file was from an earlier boot.
+    pub earlier_boot: bool,
+}
+
+impl Ledger {
+    /// Load both files (`isolated` and `config` head a new runtime file).
+    pub fn load(
+        files: &StateFiles,
+        root: &SysRoot,
+        isolated: String,
+        config: String,
+    ) -> Result<Ledger> {
+        let boot = boot_id(root)?;
+        let runtime_disk = State::load(&files.runtime)?;
+        let persistent_disk = State::load(&files.persistent)?;
+        let mut earlier_boot = false;
+        let mut state = match &runtime_disk {
+            Some(s) if s.boot_id == boot => s.clone(),
+            Some(s) => {
+                earlier_boot = true;
+                let mut fresh = State::new(boot.clone(), isolated, config);
+                // Files on disk outlive the boot (state files of isold 0.1 kept them here).
+                fresh.entries = s
+                    .entries
+                    .iter()
+                    .filter(|e| !e.original.is_runtime())
+                    .cloned()
+                    .collect();
+                fresh
+            }
+            None => State::new(boot.clone(), isolated, config),
+        };
+        let mut rejected = Vec::new();
+        if let Some(p) = &persistent_disk {
+            for e in &p.entries {
+                if e.original.is_runtime() {
+                    rejected.push((
+                        e.clone(),
+                        format!(
+                            "a value of the running kernel in {}, which holds files only",
+                            files.persistent.display()
+                        ),
+                    ));
+                } else {
+                    state.record(e.clone());
+                }
+            }
+        }
+        state.entries.retain(|e| match e.check() {
+            Ok(()) => true,
+            Err(why) => {
+                rejected.push((e.clone(), why));
+                false
+            }
+        });
+        Ok(Ledger {
+            files: files.clone(),
+            state,
+            runtime_disk,
+            persistent_disk,
+            rejected,
+            earlier_boot,
+        })
+    }
+
+    /// Whether neither file exists.
+    pub fn is_empty_on_disk(&self) -> bool {
+        self.runtime_disk.is_none() && self.persistent_disk.is_none()
+    }
+
+    /// The runtime part of `state` and its persistent part.
+    fn split(&self) -> (State, State) {
+        let (run, pers): (Vec<Entry>, Vec<Entry>) = self
+            .state
+            .entries
+            .iter()
+            .cloned()
+            .partition(|e| e.original.is_runtime());
+        let mut r = self.state.clone();
+        r.entries = run;
+        let mut p = State::new(
+            self.state.boot_id.clone(),
+            self.state.isolated.clone(),
+            self.state.config.clone(),
+        );
+        p.entries = pers;
+        (r, p)
+    }
+
+    /// Write what differs from the files on disk: the persistent file whole (it changes
+    /// rarely), the runtime one by appending to its journal when it only gained entries,
+    /// else whole; a file left without entries is removed.
+    pub fn persist(&mut self) -> Result<()> {
+        let (run, pers) = self.split();
+        let pers_on_disk = self.persistent_disk.as_ref().map(|d| &d.entries);
+        if pers_on_disk != Some(&pers.entries) {
+            if pers.entries.is_empty() {
+                if self.persistent_disk.is_some() {
+                    State::remove(&self.files.persistent)?;
+                }
+                self.persistent_disk = None;
+            } else {
+                pers.save(&self.files.persistent)?;
+                self.persistent_disk = Some(pers);
+            }
+        }
+        if self.runtime_disk.as_ref() == Some(&run) {
+            return Ok(());
+        }
+        if run.entries.is_empty() && run.unchangeable.is_empty() {
+            if self.runtime_disk.is_some() {
+                State::remove(&self.files.runtime)?;
+            }
+            self.runtime_disk = None;
+            return Ok(());
+        }
+        let added = match &self.runtime_disk {
+            Some(d)
+                if d.version == run.version
+                    && d.boot_id == run.boot_id
+                    && d.isolated == run.isolated
+                    && d.config == run.config
+                    && d.unchangeable == run.unchangeable
+                    && run.entries.starts_with(&d.entries) =>
+            {
+                Some(run.entries[d.entries.len()..].to_vec())
+            }
+            _ => None,
+        };
+        match added {
+            Some(added) => run.append(&self.files.runtime, &added)?,
+            None => run.save(&self.files.runtime)?,
+        }
+        self.runtime_disk = Some(run);
         Ok(())
     }
 }
@@ -596,7 +982,21 @@ mod tests {
         fs::write(&path, "{\"version\": 9}").unwrap();
         let e = State::load(&path).unwrap_err().to_string();
         assert!(
-            e.contains("state.json") && e.contains("not an isold state file"),
+            e.contains("state.json: not a usable isold state file: missing field"),
+            "{e}"
+        );
+        assert!(e.contains(".broken"), "says what the admin can do: {e}");
+        // Cut short by a full disk or a copy: named as such.
+        let st = State::new("b".into(), "2-3".into(), "c".into());
+        st.save(&path).unwrap();
+        let whole = fs::read_to_string(&path).unwrap();
+        fs::write(&path, &whole[..whole.len() / 2]).unwrap();
+        let e = State::load(&path).unwrap_err().to_string();
+        assert!(e.contains("it ends early"), "{e}");
+        fs::write(&path, whole.replace("\"version\": 1", "\"version\": 7")).unwrap();
+        let e = State::load(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("its format is version 7, this isold reads version 1"),
             "{e}"
         );
     }
@@ -658,5 +1058,374 @@ mod tests {
             .map(|m| (m.pid, m.starttime, m.cgroup.as_str()))
             .collect();
         assert_eq!(got, vec![(10, 100, "/"), (10, 200, "/a"), (11, 100, "/b")]);
+    }
+
+    fn attr(id: &str, item: &str, path: &str, content: &str, restore: &str) -> Entry {
+        Entry {
+            id: id.into(),
+            item: item.into(),
+            label: id.into(),
+            original: Original::Attr {
+                path: path.into(),
+                content: content.into(),
+                restore: restore.into(),
+            },
+        }
+    }
+
+    fn file(path: &str, created_dir: Option<&str>) -> Entry {
+        Entry {
+            id: format!("file:{path}"),
+            item: if path.contains("irqbalance") {
+                "irqbalance"
+            } else {
+                "kvm"
+            }
+            .into(),
+            label: path.into(),
+            original: Original::File {
+                path: path.into(),
+                content: None,
+                created_dir: created_dir.map(str::to_string),
+                written: Some("x\n".into()),
+            },
+        }
+    }
+
+    /// What apply records passes; an entry whose path, item, text or thread does not follow
+    /// from its id is refused, whatever the rest says.
+    #[test]
+    fn an_entry_must_be_one_isold_records() {
+        let good = [
+            attr(
+                "sysctl:vm.stat_interval",
+                "sysctl",
+                "/proc/sys/vm/stat_interval",
+                "1\n",
+                "1",
+            ),
+            attr(
+                "thp",
+                "thp",
+                "/sys/kernel/mm/transparent_hugepage/enabled",
+                "always [madvise] never\n",
+                "madvise",
+            ),
+            attr(
+                "irq:24",
+                "irq_affinity",
+                "/proc/irq/24/smp_affinity_list",
+                "0-3\n",
+                "0-3",
+            ),
+            attr(
+                "irq:default",
+                "irq_affinity",
+                "/proc/irq/default_smp_affinity",
+                "f\n",
+                "f",
+            ),
+            attr(
+                "pm_qos:cpu3",
+                "pm_qos",
+                "/sys/devices/system/cpu/cpu3/power/pm_qos_resume_latency_us",
+                "0\n",
+                "0",
+            ),
+            attr(
+                "cpufreq:cpu2",
+                "cpufreq",
+                "/sys/devices/system/cpu/cpu2/cpufreq/scaling_governor",
+                "powersave\n",
+                "powersave",
+            ),
+            attr(
+                "workqueue",
+                "workqueue",
+                "/sys/devices/virtual/workqueue/cpumask",
+                "f\n",
+                "f",
+            ),
+            attr(
+                "workqueue:writeback",
+                "workqueue",
+                "/sys/devices/virtual/workqueue/writeback/cpumask",
+                "f\n",
+                "f",
+            ),
+            attr(
+                "machinecheck:machinecheck1",
+                "machinecheck",
+                "/sys/devices/system/machinecheck/machinecheck1/ignore_ce",
+                "0\n",
+                "0",
+            ),
+            attr(
+                "printk",
+                "printk",
+                "/proc/sys/kernel/printk",
+                "7\t4\t1\t7\n",
+                "7\t4\t1\t7",
+            ),
+            attr("ksm", "ksm", "/sys/kernel/mm/ksm/run", "0\n", "0"),
+            file("/etc/modprobe.d/isold-kvm.conf", Some("/etc/modprobe.d")),
+            // A tree without /etc (a captured one) gets it made.
+            file("/etc/modprobe.d/isold-kvm.conf", Some("/etc")),
+            file("/etc/default/irqbalance", None),
+        ];
+        for e in &good {
+            assert_eq!(e.check(), Ok(()), "{e:?}");
+        }
+        let bad = [
+            attr(
+                "sysctl:vm.stat_interval",
+                "sysctl",
+                "/proc/sys/../../../etc/shadow",
+                "1\n",
+                "1",
+            ),
+            attr(
+                "sysctl:../../etc/shadow",
+                "sysctl",
+                "/proc/sys/../../etc/shadow",
+                "1\n",
+                "1",
+            ),
+            attr(
+                "sysctl:vm.stat_interval",
+                "sysctl",
+                "/proc/sys/vm/stat_interval",
+                "1\n",
+                "0",
+            ),
+            attr(
+                "sysctl:vm.stat_interval",
+                "thp",
+                "/proc/sys/vm/stat_interval",
+                "1\n",
+                "1",
+            ),
+            attr(
+                "irq:24",
+                "irq_affinity",
+                "/proc/irq/25/smp_affinity_list",
+                "0-3\n",
+                "0-3",
+            ),
+            attr(
+                "irq:x",
+                "irq_affinity",
+                "/proc/irq/x/smp_affinity_list",
+                "0-3\n",
+                "0-3",
+            ),
+            attr(
+                "workqueue:..",
+                "workqueue",
+                "/sys/devices/virtual/workqueue/../cpumask",
+                "f\n",
+                "f",
+            ),
+            attr(
+                "pm_qos:cpu",
+                "pm_qos",
+                "/sys/devices/system/cpu/cpu/power/pm_qos_resume_latency_us",
+                "0\n",
+                "0",
+            ),
+            attr(
+                "machinecheck:../x",
+                "machinecheck",
+                "/sys/devices/system/machinecheck/../x/ignore_ce",
+                "0\n",
+                "0",
+            ),
+            attr("anything", "sysctl", "/proc/sys/vm/x", "1\n", "1"),
+            file("/etc/passwd", None),
+            file("/etc/modprobe.d/isold-kvm.conf", Some("/")),
+            file("/etc/modprobe.d/isold-kvm.conf", Some("/usr/lib")),
+        ];
+        for e in &bad {
+            assert!(e.check().is_err(), "{e:?}");
+        }
+        let mut f = file("/etc/default/irqbalance", None);
+        f.id = "file:/etc/default/grub".into();
+        assert!(f.check().is_err());
+
+        let task = |id: &str, pid: i32, tid: i32, item: &str| Entry {
+            id: id.into(),
+            item: item.into(),
+            label: "t".into(),
+            original: Original::Affinity {
+                pid,
+                tid,
+                starttime: 5,
+                comm: "t".into(),
+                cpus: "0-3".into(),
+            },
+        };
+        assert_eq!(task("task:21:5", 20, 21, "tasks").check(), Ok(()));
+        assert!(task("task:22:5", 20, 21, "tasks").check().is_err());
+        assert!(task("task:21:6", 20, 21, "tasks").check().is_err());
+        assert!(task("task:21:5", 0, 21, "tasks").check().is_err());
+        assert!(task("task:21:5", 20, 21, "sysctl").check().is_err());
+        let sched = |id: &str, policy: u32| Entry {
+            id: id.into(),
+            item: "kthread_priority".into(),
+            label: "t".into(),
+            original: Original::Sched {
+                pid: 21,
+                tid: 21,
+                starttime: 5,
+                comm: "t".into(),
+                policy,
+                rt_priority: if policy == 1 { 2 } else { 0 },
+            },
+        };
+        assert_eq!(sched("sched:21:5", 1).check(), Ok(()));
+        assert!(sched("task:21:5", 1).check().is_err());
+        assert!(sched("sched:21:5", 42).check().is_err());
+
+        use crate::policy::partition::{Moved, PartitionOriginal};
+        let part = |dir: &str, cgroup: &str| Entry {
+            id: format!("cgroup_partition:{dir}"),
+            item: "cgroup_partition".into(),
+            label: "p".into(),
+            original: Original::Partition(PartitionOriginal {
+                dir: dir.into(),
+                created: true,
+                enabled_cpuset: false,
+                cpus: None,
+                exclusive: None,
+                partition: None,
+                moved: vec![Moved {
+                    pid: 7,
+                    starttime: 1,
+                    comm: "w".into(),
+                    cgroup: cgroup.into(),
+                    threads: vec![],
+                }],
+            }),
+        };
+        assert_eq!(
+            part("/sys/fs/cgroup/iso", "/system.slice/x.service").check(),
+            Ok(())
+        );
+        assert!(part("/sys/fs/cgroup/../../etc", "/").check().is_err());
+        assert!(part("/etc/x", "/").check().is_err());
+        assert!(part("/sys/fs/cgroup/iso", "/../../x").check().is_err());
+        assert!(part("/sys/fs/cgroup/iso", "relative").check().is_err());
+    }
+
+    fn files_in(dir: &Path) -> StateFiles {
+        StateFiles::new(dir.join("run/state.json"), dir.join("lib/state.json"))
+    }
+
+    fn tree_root(dir: &Path, boot: &str) -> SysRoot {
+        let p = dir.join("root/proc/sys/kernel/random");
+        fs::create_dir_all(&p).unwrap();
+        fs::write(p.join("boot_id"), format!("{boot}\n")).unwrap();
+        SysRoot::new(dir.join("root"))
+    }
+
+    /// Kernel values go to the runtime file, files to the persistent one; a runtime file of
+    /// an earlier boot gives its files' originals to the persistent file and is gone.
+    #[test]
+    fn the_ledger_splits_runtime_values_from_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = files_in(dir.path());
+        let root = tree_root(dir.path(), "boot-1");
+        let mut l = Ledger::load(&files, &root, "2-3".into(), "c".into()).unwrap();
+        assert!(l.is_empty_on_disk());
+        let sysctl = attr("sysctl:vm.x", "sysctl", "/proc/sys/vm/x", "1\n", "1");
+        let kvm = file("/etc/modprobe.d/isold-kvm.conf", Some("/etc/modprobe.d"));
+        l.state.record(sysctl.clone());
+        l.state.record(kvm.clone());
+        l.persist().unwrap();
+        let run = State::load(&files.runtime).unwrap().unwrap();
+        let pers = State::load(&files.persistent).unwrap().unwrap();
+        assert_eq!(run.entries, std::slice::from_ref(&sysctl));
+        assert_eq!(pers.entries, std::slice::from_ref(&kvm));
+        // Both files are 0600 in 0700 directories.
+        use std::os::unix::fs::MetadataExt;
+        for f in [&files.runtime, &files.persistent] {
+            assert_eq!(fs::metadata(f).unwrap().mode() & 0o777, 0o600);
+            assert_eq!(
+                fs::metadata(f.parent().unwrap()).unwrap().mode() & 0o777,
+                0o700
+            );
+        }
+
+        // One more kernel value: appended to the journal, the files stay as they are.
+        let main = fs::read_to_string(&files.runtime).unwrap();
+        let pers_text = fs::read_to_string(&files.persistent).unwrap();
+        let mut l = Ledger::load(&files, &root, "2-3".into(), "c".into()).unwrap();
+        assert_eq!(l.state.entries, [sysctl.clone(), kvm.clone()]);
+        let other = attr("sysctl:vm.y", "sysctl", "/proc/sys/vm/y", "2\n", "2");
+        l.state.record(other.clone());
+        l.persist().unwrap();
+        assert_eq!(fs::read_to_string(&files.runtime).unwrap(), main);
+        assert_eq!(fs::read_to_string(&files.persistent).unwrap(), pers_text);
+        assert!(journal_path(&files.runtime).exists());
+
+        // A reboot: the kernel values are void, the file's original stays.
+        let root = tree_root(dir.path(), "boot-2");
+        let mut l = Ledger::load(&files, &root, "2-3".into(), "c".into()).unwrap();
+        assert!(l.earlier_boot);
+        assert_eq!(l.state.entries, std::slice::from_ref(&kvm));
+        l.persist().unwrap();
+        assert!(!files.runtime.exists() && !journal_path(&files.runtime).exists());
+        assert_eq!(
+            State::load(&files.persistent).unwrap().unwrap().entries,
+            std::slice::from_ref(&kvm)
+        );
+
+        // isold 0.1 kept files in the runtime file: after a reboot they move.
+        let mut old = State::new("boot-1".into(), "2-3".into(), "c".into());
+        let irqb = file("/etc/default/irqbalance", None);
+        old.record(irqb.clone());
+        old.save(&files.runtime).unwrap();
+        let mut l = Ledger::load(&files, &root, "2-3".into(), "c".into()).unwrap();
+        l.persist().unwrap();
+        assert!(!files.runtime.exists());
+        assert_eq!(
+            State::load(&files.persistent).unwrap().unwrap().entries,
+            [irqb, kvm]
+        );
+    }
+
+    /// A tampered entry is set aside with its reason and leaves the files at the next write;
+    /// a kernel value in the persistent file is one.
+    #[test]
+    fn the_ledger_sets_tampered_entries_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = files_in(dir.path());
+        let root = tree_root(dir.path(), "boot-1");
+        let mut run = State::new("boot-1".into(), "2-3".into(), "c".into());
+        let good = attr("sysctl:vm.x", "sysctl", "/proc/sys/vm/x", "1\n", "1");
+        run.record(good.clone());
+        run.record(attr(
+            "sysctl:vm.y",
+            "sysctl",
+            "/proc/sys/../../etc/y",
+            "1\n",
+            "1",
+        ));
+        run.save(&files.runtime).unwrap();
+        let mut pers = State::new("boot-1".into(), "2-3".into(), "c".into());
+        pers.record(attr("sysctl:vm.z", "sysctl", "/proc/sys/vm/z", "1\n", "1"));
+        pers.save(&files.persistent).unwrap();
+        let mut l = Ledger::load(&files, &root, String::new(), String::new()).unwrap();
+        assert_eq!(l.state.entries, std::slice::from_ref(&good));
+        let why: Vec<&str> = l.rejected.iter().map(|(_, w)| w.as_str()).collect();
+        assert_eq!(why.len(), 2, "{why:?}");
+        assert!(why[0].contains("holds files only"), "{why:?}");
+        assert!(why[1].contains("is not the file of sysctl:vm.y"), "{why:?}");
+        l.persist().unwrap();
+        assert_eq!(
+            State::load(&files.runtime).unwrap().unwrap().entries,
+            [good]
+        );
+        assert!(!files.persistent.exists());
     }
 }

@@ -17,7 +17,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 use super::plan::{self, Op, Target, Want};
-use super::state::State;
+use super::state::{State, StateFiles};
 use super::Policy;
 use crate::cpuset::CpuSet;
 use crate::error::Result;
@@ -87,10 +87,10 @@ fn irq_numbers_in(dir: &mut nix::dir::Dir) -> Option<BTreeSet<u32>> {
 
 impl Watch {
     /// The watch of `policy` (its thread and partition items are not watched here). Targets
-    /// the state file at `state_path` records as not changeable are left out: they differ
+    /// the runtime state file records as not changeable are left out: they differ
     /// for good.
-    pub fn of(root: &SysRoot, policy: &Policy, state_path: &std::path::Path) -> Result<Watch> {
-        let unchangeable = State::unchangeable_of(state_path)?;
+    pub fn of(root: &SysRoot, policy: &Policy, files: &StateFiles) -> Result<Watch> {
+        let unchangeable = State::unchangeable_of(&files.runtime)?;
         let mut items = Vec::new();
         for t in plan::plan(policy, root)? {
             if unchangeable.contains_key(&t.id) {

@@ -1,0 +1,368 @@
+//! Files on disk that isold writes: its state directories, its temporary files, and the
+//! configuration files it edits for an item (irqbalance's defaults, modprobe.d, systemd's
+//! system.conf.d, GRUB's drop-in).
+//!
+//! The rules, each the answer to a way a careless write hurts a host:
+//! - isold's own directories are made 0700: they hold the originals of every value.
+//! - A temporary file is created exclusively (`O_CREAT|O_EXCL|O_NOFOLLOW`): a symlink or file
+//!   someone left under its name is never written through, only removed.
+//! - A file that is replaced keeps its owner and mode (a 0600 file owned by another user stays
+//!   so), and a symlink is never replaced by a file.
+//! - Where the directory cannot take a temporary file (a service whose sandbox makes only the
+//!   file itself writable), the file is rewritten in place.
+//! - Undoing an edit undoes isold's own lines only ([`undo_edit`]): what an admin added since
+//!   stays.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+/// Make `dir` and any missing parent, each new one mode 0700 (whatever the umask).
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let mut b = fs::DirBuilder::new();
+    b.recursive(true).mode(0o700);
+    b.create(dir)?;
+    // DirBuilder's mode is filtered by the umask: set it exactly on the directory asked for.
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+}
+
+/// Create `path` for writing, exclusively and never through a symlink, mode `mode`. A file
+/// (or symlink) already there under that name is removed first (unlink never follows a
+/// symlink); if another appears before the create, the create fails rather than use it.
+pub fn create_exclusive(path: &Path, mode: u32) -> std::io::Result<fs::File> {
+    let open = || {
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+    };
+    match open() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            fs::remove_file(path)?;
+            open()
+        }
+        other => other,
+    }
+}
+
+/// The temporary name of `path` in its own directory (`.NAME.isold-tmp`).
+pub fn temp_name(path: &Path) -> std::path::PathBuf {
+    let name = path
+        .file_name()
+        .map_or_else(|| "isold".into(), |n| n.to_string_lossy());
+    path.with_file_name(format!(".{name}.isold-tmp"))
+}
+
+/// Replace `path` with `bytes` atomically: a temporary file created exclusively in the same
+/// directory, fsync, rename, fsync of the directory. The new file keeps the owner and mode of
+/// the one it replaces; a new file is 0644 (`new_mode`: another mode for a new file). A
+/// symlink at `path` is refused. When the directory does not take the temporary file
+/// (read-only, as under a service's `ReadWritePaths=` of the file alone) and the file exists,
+/// it is rewritten in place instead.
+pub fn replace(path: &Path, bytes: &[u8], new_mode: Option<u32>) -> std::io::Result<()> {
+    let old = match fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => return Err(std::io::Error::other(
+            "is a symlink: isold does not replace a symlink with a file; edit its target instead",
+        )),
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let tmp = temp_name(path);
+    let mode = old
+        .as_ref()
+        .map_or(new_mode.unwrap_or(0o644), |m| m.mode() & 0o7777);
+    let mut f = match create_exclusive(&tmp, 0o600) {
+        Ok(f) => f,
+        Err(e)
+            if old.is_some()
+                && matches!(e.raw_os_error(), Some(libc::EROFS) | Some(libc::EACCES)) =>
+        {
+            return rewrite_in_place(path, bytes);
+        }
+        Err(e) => return Err(e),
+    };
+    let written = (|| {
+        if let Some(m) = &old {
+            std::os::unix::fs::fchown(&f, Some(m.uid()), Some(m.gid()))?;
+        }
+        f.set_permissions(fs::Permissions::from_mode(mode))?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        fs::rename(&tmp, path)
+    })();
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    sync_dir(path)
+}
+
+fn rewrite_in_place(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.set_len(bytes.len() as u64)?;
+    f.sync_all()
+}
+
+/// fsync the directory of `path`, so that a rename in it survives a crash.
+pub fn sync_dir(path: &Path) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    fs::File::open(dir)?.sync_all()
+}
+
+/// Undo isold's edit of a file: `original` is the file before isold's first write (`None`: it
+/// did not exist), `written` what isold wrote, `current` the file now. Lines are compared
+/// without their line ends; every run of lines isold changed (replaced, or added) is looked
+/// for in `current` and put back as it was in `original`, so lines added or changed elsewhere
+/// since stay. `Ok(None)`: nothing is left (the file was isold's own; remove it);
+/// `Err(line)`: a line isold wrote is no longer there, so its change cannot be told from the
+/// admin's (the file is left as it is).
+pub fn undo_edit(
+    original: Option<&str>,
+    written: &str,
+    current: &str,
+) -> Result<Option<String>, String> {
+    let orig: Vec<&str> = original.map_or_else(Vec::new, |o| o.lines().collect());
+    let wrote: Vec<&str> = written.lines().collect();
+    let mut cur: Vec<&str> = current.lines().collect();
+    // Where each of isold's runs is found in `current`, searched in order.
+    let mut from = 0;
+    for hunk in hunks(&orig, &wrote) {
+        let ours = &wrote[hunk.wrote.clone()];
+        let theirs = &orig[hunk.orig.clone()];
+        if ours.is_empty() {
+            // isold only removed lines (no item does): nothing to find them by.
+            return Err(theirs.first().copied().unwrap_or_default().to_string());
+        }
+        let at = (from..=cur.len().saturating_sub(ours.len()))
+            .find(|&i| cur.len() >= i + ours.len() && &cur[i..i + ours.len()] == ours)
+            .ok_or_else(|| ours[0].to_string())?;
+        cur.splice(at..at + ours.len(), theirs.iter().copied());
+        from = at + theirs.len();
+    }
+    if original.is_none() && cur.iter().all(|l| l.trim().is_empty()) {
+        return Ok(None);
+    }
+    let mut out = cur.join("\n");
+    // The line end of the last line follows the file as it is now; an original without one
+    // keeps its lack when nothing came after it.
+    let ends = match original {
+        Some(o) if cur == orig => o.ends_with('\n'),
+        _ => current.ends_with('\n'),
+    };
+    if ends && !out.is_empty() {
+        out.push('\n');
+    }
+    Ok(Some(out))
+}
+
+/// A run of lines that differs between `orig` and `wrote`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Hunk {
+    orig: std::ops::Range<usize>,
+    wrote: std::ops::Range<usize>,
+}
+
+/// The runs of lines that differ between `a` and `b`, by a longest common subsequence
+/// (configuration files are small: a table of |a|·|b| cells).
+fn hunks(a: &[&str], b: &[&str]) -> Vec<Hunk> {
+    let (n, m) = (a.len(), b.len());
+    // lcs[i][j]: the longest common subsequence of a[i..] and b[j..].
+    let mut lcs = vec![vec![0u32; m + 1]; n + 1];
+    for i in (0..n).rev() {
+        for j in (0..m).rev() {
+            lcs[i][j] = if a[i] == b[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
+        }
+    }
+    let (mut i, mut j) = (0, 0);
+    let mut out: Vec<Hunk> = Vec::new();
+    let mut open: Option<(usize, usize)> = None;
+    while i < n || j < m {
+        if i < n && j < m && a[i] == b[j] {
+            if let Some((oi, oj)) = open.take() {
+                out.push(Hunk {
+                    orig: oi..i,
+                    wrote: oj..j,
+                });
+            }
+            i += 1;
+            j += 1;
+            continue;
+        }
+        open.get_or_insert((i, j));
+        if j < m && (i == n || lcs[i][j + 1] >= lcs[i + 1][j]) {
+            j += 1;
+        } else {
+            i += 1;
+        }
+    }
+    if let Some((oi, oj)) = open {
+        out.push(Hunk {
+            orig: oi..n,
+            wrote: oj..m,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEBIAN: &str = "#IRQBALANCE_ONESHOT=\n#IRQBALANCE_BANNED_CPULIST=\n#OPTIONS=\"\"\n";
+
+    #[test]
+    fn an_appended_line_is_removed_and_the_admins_line_stays() {
+        let wrote = format!("{DEBIAN}IRQBALANCE_BANNED_CPULIST=2-3\n");
+        assert_eq!(
+            undo_edit(Some(DEBIAN), &wrote, &wrote).unwrap().as_deref(),
+            Some(DEBIAN)
+        );
+        let admin = format!("{wrote}IRQBALANCE_ARGS=\"--journal\"\n");
+        assert_eq!(
+            undo_edit(Some(DEBIAN), &wrote, &admin).unwrap().unwrap(),
+            format!("{DEBIAN}IRQBALANCE_ARGS=\"--journal\"\n")
+        );
+        // The admin's line before isold's.
+        let admin = format!("A=1\n{wrote}");
+        assert_eq!(
+            undo_edit(Some(DEBIAN), &wrote, &admin).unwrap().unwrap(),
+            format!("A=1\n{DEBIAN}")
+        );
+    }
+
+    #[test]
+    fn a_replaced_line_comes_back() {
+        let orig = "X=1\nIRQBALANCE_BANNED_CPULIST=7\nY=2\n";
+        let wrote = "X=1\nIRQBALANCE_BANNED_CPULIST=2-3\nY=2\n";
+        let cur = "X=1\nIRQBALANCE_BANNED_CPULIST=2-3\nY=3\nZ=4\n";
+        assert_eq!(
+            undo_edit(Some(orig), wrote, cur).unwrap().unwrap(),
+            "X=1\nIRQBALANCE_BANNED_CPULIST=7\nY=3\nZ=4\n"
+        );
+    }
+
+    #[test]
+    fn a_line_the_admin_changed_is_not_guessed_at() {
+        let wrote = format!("{DEBIAN}IRQBALANCE_BANNED_CPULIST=2-3\n");
+        let cur = format!("{DEBIAN}IRQBALANCE_BANNED_CPULIST=1-3\n");
+        assert_eq!(
+            undo_edit(Some(DEBIAN), &wrote, &cur).unwrap_err(),
+            "IRQBALANCE_BANNED_CPULIST=2-3"
+        );
+    }
+
+    #[test]
+    fn isolds_own_file_goes_unless_the_admin_added_to_it() {
+        let wrote = "# Written by isold\noptions kvm nx_huge_pages=0\n";
+        assert_eq!(undo_edit(None, wrote, wrote).unwrap(), None);
+        let cur = format!("{wrote}options kvm_intel nested=0\n");
+        assert_eq!(
+            undo_edit(None, wrote, &cur).unwrap().unwrap(),
+            "options kvm_intel nested=0\n"
+        );
+    }
+
+    #[test]
+    fn a_missing_line_end_is_kept_where_it_was() {
+        // with_banned_cpus ends an unterminated last line before appending.
+        let orig = "A=1";
+        let wrote = "A=1\nIRQBALANCE_BANNED_CPULIST=2-3\n";
+        assert_eq!(undo_edit(Some(orig), wrote, wrote).unwrap().unwrap(), "A=1");
+        let cur = format!("{wrote}B=2\n");
+        assert_eq!(
+            undo_edit(Some(orig), wrote, &cur).unwrap().unwrap(),
+            "A=1\nB=2\n"
+        );
+    }
+
+    #[test]
+    fn hunks_are_the_runs_that_differ() {
+        let h = hunks(&["a", "b", "c"], &["a", "x", "c", "d"]);
+        assert_eq!(
+            h,
+            [
+                Hunk {
+                    orig: 1..2,
+                    wrote: 1..2
+                },
+                Hunk {
+                    orig: 3..3,
+                    wrote: 3..4
+                }
+            ]
+        );
+        assert!(hunks(&["a"], &["a"]).is_empty());
+        assert_eq!(
+            hunks(&[], &["a"]),
+            [Hunk {
+                orig: 0..0,
+                wrote: 0..1
+            }]
+        );
+    }
+
+    #[test]
+    fn temporary_files_are_never_written_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("victim");
+        fs::write(&target, "keep").unwrap();
+        let path = dir.path().join("state.json");
+        std::os::unix::fs::symlink(&target, temp_name(&path)).unwrap();
+        replace(&path, b"new", None).unwrap();
+        assert_eq!(fs::read_to_string(&target).unwrap(), "keep");
+        assert_eq!(fs::read_to_string(&path).unwrap(), "new");
+        assert!(!temp_name(&path).exists());
+        // A symlink at the path itself is refused.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(replace(&link, b"x", None)
+            .unwrap_err()
+            .to_string()
+            .contains("symlink"));
+        assert_eq!(fs::read_to_string(&target).unwrap(), "keep");
+    }
+
+    #[test]
+    fn a_replaced_file_keeps_its_mode_and_a_new_one_is_0644() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        fs::write(&path, "a").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+        replace(&path, b"b", None).unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().mode() & 0o7777, 0o600);
+        let new = dir.path().join("g");
+        replace(&new, b"b", None).unwrap();
+        assert_eq!(fs::metadata(&new).unwrap().mode() & 0o7777, 0o644);
+    }
+
+    #[test]
+    fn private_dirs_are_0700() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("run/isold");
+        private_dir(&d).unwrap();
+        assert_eq!(fs::metadata(&d).unwrap().mode() & 0o7777, 0o700);
+        assert_eq!(
+            fs::metadata(dir.path().join("run")).unwrap().mode() & 0o077,
+            0
+        );
+    }
+}
