@@ -7,7 +7,9 @@
 #
 # install-files installs what is built without building (packagers build first).
 # /etc/isold/isold.toml is never written: the example goes next to it, as isold.toml.example,
-# and isold.service starts only once isold.toml exists (ConditionPathExists).
+# and isold.service starts only once isold.toml exists (ConditionPathExists). uninstall leaves
+# /etc/systemd/system.conf.d (systemd's own directory) and /var/lib/isold (the originals of the
+# files isold wrote: run isold restore first).
 
 PREFIX ?= /usr/local
 DESTDIR ?=
@@ -39,6 +41,9 @@ install-files:
 		dist/isold.service >$(DESTDIR)$(UNITDIR)/isold.service
 	chmod 644 $(DESTDIR)$(UNITDIR)/isold.service
 	$(INSTALL) -Dm644 dist/isold.toml $(DESTDIR)$(SYSCONFDIR)/isold/isold.toml.example
+	# systemd's drop-in directory, where the systemd_cpuaffinity item writes: isold.service can
+	# make an existing directory writable, not create one.
+	$(INSTALL) -d $(DESTDIR)/etc/systemd/system.conf.d
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/isold $(DESTDIR)$(BINDIR)/chisol \

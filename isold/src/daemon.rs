@@ -1161,7 +1161,7 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
     };
     d.dma_stored = d.dma.is_some();
     if d.dma_stored {
-        log.debug("took the CPU latency request back from systemd's file descriptor store");
+        log.info("took the CPU latency request back from systemd's file descriptor store");
     }
     d.fill_status_policy();
     // Subscribe before the first apply: a task started meanwhile is seen either way.

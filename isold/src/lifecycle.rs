@@ -161,8 +161,10 @@ pub fn own_unit(cgroup_file: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Ask systemd why this process is being stopped. Outside a service (no `$INVOCATION_ID`,
-/// which systemd sets for every service it starts) a signal is a plain stop.
+/// Ask systemd why this process is being stopped. A process that is not the main process of
+/// a service (no `$INVOCATION_ID`, which systemd sets for every service it starts; not in a
+/// service's cgroup; started by hand from a shell that runs inside some service, whose
+/// environment it inherits) was signalled by whoever started it: a plain stop.
 pub fn stop_kind() -> StopKind {
     if std::env::var_os("INVOCATION_ID").is_none() {
         return StopKind::Stop;
@@ -172,8 +174,13 @@ pub fn stop_kind() -> StopKind {
         .as_deref()
         .and_then(own_unit)
     else {
-        return StopKind::Unknown("not in a service's cgroup".into());
+        return StopKind::Stop;
     };
+    match systemctl(&["show", "--property=MainPID", "--value", &unit]) {
+        Ok(main) if main.trim() == std::process::id().to_string() => {}
+        Ok(_) => return StopKind::Stop,
+        Err(e) => return StopKind::Unknown(format!("systemctl show {unit}: {e}")),
+    }
     let jobs = match systemctl(&["list-jobs", "--no-legend", "--no-pager", "--full"]) {
         Ok(out) => out,
         Err(e) => return StopKind::Unknown(format!("systemctl list-jobs: {e}")),
@@ -217,8 +224,7 @@ fn systemctl(args: &[&str]) -> Result<String, String> {
 pub const DMA_FDNAME: &str = "cpu_dma_latency";
 
 /// The descriptor systemd passed back from its store under `name` (`$LISTEN_FDS`,
-/// `$LISTEN_FDNAMES`, for this process), if any; the variables are removed so that no child
-/// takes them.
+/// `$LISTEN_FDNAMES`, for this process), if any, made close-on-exec.
 pub fn stored_fd(name: &str) -> Option<OwnedFd> {
     let pid: u32 = std::env::var("LISTEN_PID").ok()?.parse().ok()?;
     if pid != std::process::id() {
@@ -231,13 +237,24 @@ pub fn stored_fd(name: &str) -> Option<OwnedFd> {
         return None;
     }
     let fd = 3 + at;
-    // The descriptor must be what the name says: the character device of the request.
-    let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
-    if link != Path::new("/dev/cpu_dma_latency") {
+    // The descriptor must be what the name says: the character device of the request (by
+    // its device number: the path it was opened by belongs to the mount namespace of the
+    // process that opened it, and reads "/cpu_dma_latency" from another one).
+    let dev = nix::sys::stat::stat("/dev/cpu_dma_latency").ok()?;
+    let held = nix::sys::stat::fstat(fd).ok()?;
+    let chr = |m: u32| m & libc::S_IFMT == libc::S_IFCHR;
+    if !chr(held.st_mode) || !chr(dev.st_mode) || held.st_rdev != dev.st_rdev {
         return None;
     }
-    // SAFETY: systemd passed fd (3 + its index) to this process for it to own; it was
-    // checked above to be open (its /proc link exists).
+    // systemd passes it without FD_CLOEXEC: no program isold runs (systemctl) may hold the
+    // request.
+    nix::fcntl::fcntl(
+        fd,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    )
+    .ok()?;
+    // SAFETY: systemd passed fd (3 + its index) to this process for it to own; fstat above
+    // proved it open.
     Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 

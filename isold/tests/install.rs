@@ -45,6 +45,10 @@ fn make_install_puts_binaries_man_pages_unit_and_example_in_their_places() {
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(m.permissions().mode() & 0o777, mode, "{f}");
     }
+    assert!(
+        root.join("etc/systemd/system.conf.d").is_dir(),
+        "the directory the service may write its drop-in to"
+    );
     // The configuration itself is the administrator's: never installed.
     assert!(!root.join("etc/isold/isold.toml").exists());
     let unit = std::fs::read_to_string(root.join("usr/lib/systemd/system/isold.service")).unwrap();

@@ -156,6 +156,19 @@ pub fn pids_named(root: &SysRoot, comm: &str) -> Result<Vec<i32>> {
     Ok(out)
 }
 
+/// When the system booted, in seconds since the Unix epoch (`btime` of `/proc/stat`).
+pub fn boot_time_unix(root: &SysRoot) -> Result<u64> {
+    let stat = root.read_to_string("/proc/stat")?;
+    stat.lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .ok_or_else(|| Error::Parse {
+            path: root.path("/proc/stat"),
+            input: "btime".into(),
+            reason: "field not present".into(),
+        })
+}
+
 /// When process `pid` started, in seconds since the Unix epoch: its start time (clock ticks
 /// after boot) plus the boot time of `/proc/stat`. `None` when it exited.
 pub fn process_start_unix(root: &SysRoot, pid: i32) -> Result<Option<u64>> {
@@ -164,16 +177,7 @@ pub fn process_start_unix(root: &SysRoot, pid: i32) -> Result<Option<u64>> {
         Err(e) if gone(&e) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let stat = root.read_to_string("/proc/stat")?;
-    let btime = stat
-        .lines()
-        .find_map(|l| l.strip_prefix("btime "))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .ok_or_else(|| Error::Parse {
-            path: root.path("/proc/stat"),
-            input: "btime".into(),
-            reason: "field not present".into(),
-        })?;
+    let btime = boot_time_unix(root)?;
     // SAFETY: sysconf has no preconditions.
     let hz = match unsafe { libc::sysconf(libc::_SC_CLK_TCK) } {
         n if n > 0 => n as u64,

@@ -196,6 +196,26 @@ fn a_watch_sees_a_drifted_value_and_a_new_irq_and_nothing_else() {
     );
     std::fs::write(&irq4, "0-1\n").unwrap();
     assert_eq!(w.drifted(&s.root), None);
+    // Moved among the housekeeping CPUs (irqbalance does): still off the isolated CPUs.
+    std::fs::write(&irq4, "1\n").unwrap();
+    assert_eq!(w.drifted(&s.root), None, "irqbalance's move is no drift");
+    std::fs::write(&irq4, "1-2\n").unwrap();
+    assert_eq!(
+        w.drifted(&s.root).as_deref(),
+        Some("/proc/irq/4/smp_affinity_list")
+    );
+    let rep = engine::verify(&s.root, &s.policy, &s.files).unwrap();
+    let irq = rep.outcomes.iter().find(|o| o.id == "irq:4").unwrap();
+    assert_eq!(irq.status.word(), "deviates");
+    std::fs::write(&irq4, "1\n").unwrap();
+    let rep = engine::verify(&s.root, &s.policy, &s.files).unwrap();
+    let irq = rep.outcomes.iter().find(|o| o.id == "irq:4").unwrap();
+    assert_eq!(
+        irq.status.word(),
+        "already right",
+        "verify agrees with the watch"
+    );
+    std::fs::write(&irq4, "0-1\n").unwrap();
     std::fs::create_dir_all(s.tree.join("proc/irq/99")).unwrap();
     assert_eq!(w.drifted(&s.root).as_deref(), Some("/proc/irq"));
     std::fs::remove_dir(s.tree.join("proc/irq/99")).unwrap();

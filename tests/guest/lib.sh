@@ -250,3 +250,64 @@ snapshot_diff() {
          END { for (k in a) if (!(k in b) && k !~ /^task:/) { print "missing after: " k; n++ }
                print "differences=" n + 0 }' "$1" "$2"
 }
+
+# reboot_step NAME CHECK: a real reboot of a Debian guest with a disk (systemctl reboot: every
+# unit stops, the kernel goes down and boots again). The step's result is sent first; CHECK (a
+# run_step line, or -) runs during the shutdown once isold.service has stopped
+# (tests/guest/at-shutdown); the runner goes on with the next step after the boot.
+reboot_step() {
+    _shutdown_step "$1" "$2" reboot
+}
+
+# poweroff_step NAME CHECK: as reboot_step, with systemctl poweroff: the scenario's last step.
+poweroff_step() {
+    _shutdown_step "$1" "$2" poweroff
+}
+
+_shutdown_step() {
+    emit "{\"ev\":\"start\",\"step\":\"$1\"}"
+    mkdir -p /run/taskisol
+    printf '%s\n' "$2" >/run/taskisol/at-shutdown
+    [ "$3" = poweroff ] && : >/run/taskisol/final
+    # The runner's count: this step is done once the system goes down.
+    echo "$step_no" >/var/lib/taskisol/done
+    sync
+    emit "{\"ev\":\"result\",\"step\":\"$1\",\"rc\":0,\"stdout\":\"$(echo "$3" | base64 -w 0)\",\"stderr\":\"\"}"
+    systemctl "$3"
+    sleep 1000
+}
+
+# etc_snapshot FILE: every entry under /etc (path, type, mode, owner, group, size, symlink
+# target) and the sha256 of every regular file, sorted (GNU find: busybox's has no -printf);
+# compared with diff. /etc/isold, the
+# administrator's own configuration (which the tests edit), is left out.
+etc_snapshot() {
+    {
+        /usr/bin/find /etc -xdev -path /etc/isold -prune -o -printf '%p %y %m %U %G %s %l\n'
+        /usr/bin/find /etc -xdev -path /etc/isold -prune -o -type f -exec sha256sum {} +
+    } | sort >"$1"
+}
+
+# watch_cpus IRQ PID OUT: until OUT.stop exists, read IRQ's smp_affinity_list and PID's
+# Cpus_allowed_list over and over with shell builtins only (no fork per sample). OUT gets
+# "samples=N" and "bad=N": the samples that named CPU 2 or 3 (listed in OUT.bad).
+watch_cpus() {
+    _n=0
+    _bad=0
+    : >"$3.bad"
+    while [ ! -e "$3.stop" ]; do
+        read -r _irq <"/proc/irq/$1/smp_affinity_list"
+        _aff=
+        while read -r _k _v; do
+            [ "$_k" = Cpus_allowed_list: ] && _aff=$_v
+        done <"/proc/$2/status"
+        _n=$((_n + 1))
+        case "$_irq $_aff" in
+        *2* | *3*)
+            _bad=$((_bad + 1))
+            echo "sample $_n: irq $1 on $_irq, task $2 on $_aff" >>"$3.bad"
+            ;;
+        esac
+    done
+    printf 'samples=%s\nbad=%s\n' "$_n" "$_bad" >"$3"
+}

@@ -134,7 +134,8 @@ tool_stop() {
     # tuna keeps no record of what it changed: --include allows 2-3 again for every thread.
     tuna) tuna --cpus=2-3 --include ;;
     isold) isold restore | tail -n 1 ;;
-    isold-run) systemctl stop isold ;;
+    # Stopping the service is not undoing it: isold restore is.
+    isold-run) systemctl stop isold && isold restore | tail -n 1 ;;
     esac
     echo "stop_rc=$?"
     echo "stop_ms=$(ms_since "$_t")"

@@ -1,6 +1,7 @@
 //! `isold run` as the systemd service it ships as (dist/isold.service), under a real systemd:
 //! the Debian root of scripts/setup-debroot booted with Debian's 6.12-rt *without* isolation
-//! arguments, `isolated_cpus = "2-3"`. Start (active only after READY=1), wide tasks narrowed
+//! arguments, `isolated_cpus = "2-3"`, `on_stop = "restore"` (the default, "keep", is in
+//! tests/tests/qemu_lifecycle.rs with the restarts and reboots). Start (active only after READY=1), wide tasks narrowed
 //! as they exec, drift put back, a hot-plugged NIC's IRQs moved, reload, stop with a full
 //! snapshot compared, and kill -9 followed by start and stop. Built only with
 //! `--features qemu` (see docs/TESTING.md).
@@ -73,7 +74,7 @@ fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
     s.on_request("hotplug-net", hotplug_virtio_net("hotnet"));
     s.step_with_timeout(
         "setup",
-        "mkdir -p /etc/isold\nprintf 'isolated_cpus = \"2-3\"\\n[kthread_priority]\\n\"irq/*-virtio*\" = \"fifo:60\"\\n' >/etc/isold/isold.toml\n\
+        "mkdir -p /etc/isold\nprintf 'isolated_cpus = \"2-3\"\\non_stop = \"restore\"\\n[kthread_priority]\\n\"irq/*-virtio*\" = \"fifo:60\"\\n' >/etc/isold/isold.toml\n\
          i=0; while [ $i -lt 20 ]; do setsid taskset -c 0-3 sleep 100000 </dev/null >/dev/null 2>&1 & i=$((i+1)); done\n\
          setsid taskset -c 3 sleep 100000 </dev/null >/dev/null 2>&1 &\necho $! >/tmp/workload.pid\n\
          sleep 1\nisold_snapshot /tmp/snap.before; echo snapshot_lines=$(wc -l </tmp/snap.before)\n\
@@ -210,7 +211,7 @@ fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
     );
     s.step(
         "reload_applies_the_changed_file",
-        "printf 'isolated_cpus = \"2-3\"\\n[sysctl]\\n\"vm.stat_interval\" = 20\\n\"kernel.timer_migration\" = false\\n' >/etc/isold/isold.toml\n\
+        "printf 'isolated_cpus = \"2-3\"\\non_stop = \"restore\"\\n[sysctl]\\n\"vm.stat_interval\" = 20\\n\"kernel.timer_migration\" = false\\n' >/etc/isold/isold.toml\n\
          systemctl reload isold; echo reload_rc=$?\nsleep 1\n\
          echo stat_interval=$(cat /proc/sys/vm/stat_interval)\n\
          echo timer_migration=$(cat /proc/sys/kernel/timer_migration)\n\
@@ -294,7 +295,7 @@ kill $w
     s.step_with_timeout(
         "partition_made_again_at_once_and_removed_on_stop",
         &format!(
-            "{PRE}printf 'isolated_cpus = \"2-3\"\\n[items]\\ncgroup_partition = true\\n' >/etc/isold/isold.toml
+            "{PRE}printf 'isolated_cpus = \"2-3\"\\non_stop = \"restore\"\\n[items]\\ncgroup_partition = true\\n' >/etc/isold/isold.toml
              systemctl start isold; echo start_rc=$?
              echo partition=$(cat /sys/fs/cgroup/isolated/cpuset.cpus.partition)
              echo workload_cgroup=$(cat /proc/$(cat /tmp/workload.pid)/cgroup)

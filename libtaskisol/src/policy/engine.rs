@@ -83,7 +83,9 @@ fn evaluate(root: &SysRoot, isolated: &CpuSet, t: &Target) -> Eval {
                 Err(e) => Eval::Done(failed(e)),
                 Ok(raw) => match CpuSet::parse_list(raw.trim()) {
                     Err(e) => Eval::Done(failed(format!("{path}: {e}"))),
-                    Ok(cur) if &cur == want => Eval::Done(irq_settled(root, isolated, *n)),
+                    Ok(cur) if &cur == want || irq_off(&cur, isolated) => {
+                        Eval::Done(irq_settled(root, isolated, *n))
+                    }
                     Ok(_) => Eval::Change {
                         from: shown(&raw),
                         original: Original::Attr {
@@ -156,6 +158,13 @@ fn evaluate(root: &SysRoot, isolated: &CpuSet, t: &Target) -> Eval {
 fn sched_shown(policy: u32, prio: u32) -> String {
     SchedPolicy::from_stat(policy, prio)
         .map_or_else(|| format!("policy {policy}"), |p| p.to_string())
+}
+
+/// Whether an IRQ's affinity keeps it off the isolated CPUs: then it is right wherever it is
+/// among the others (the plan narrows it to the housekeeping CPUs it had; irqbalance, which
+/// isold bans from the isolated CPUs, may move it among them without a fight).
+pub(crate) fn irq_off(affinity: &CpuSet, isolated: &CpuSet) -> bool {
+    !affinity.is_empty() && affinity.is_disjoint(isolated)
 }
 
 /// An IRQ whose affinity is right: is it delivered to a housekeeping CPU yet?
@@ -699,7 +708,7 @@ pub fn verify(root: &SysRoot, policy: &Policy, files: &StateFiles) -> Result<Rep
     for t in plan(policy, root)? {
         let status = match evaluate(root, &policy.isolated, &t) {
             Eval::Done(Status::AlreadyRight) if matches!(t.op, Op::File { .. }) => {
-                takes_effect(root, policy, &t)
+                takes_effect(root, &t)
             }
             Eval::Done(s) => s,
             Eval::Change { from, .. } => match unchangeable.get(&t.id) {
@@ -726,7 +735,7 @@ pub fn waiting(root: &SysRoot, policy: &Policy) -> Result<Vec<Outcome>> {
     let mut out = Vec::new();
     for t in super::plan::file_targets(policy, root)? {
         if let Eval::Done(Status::AlreadyRight) = evaluate(root, &policy.isolated, &t) {
-            let s = takes_effect(root, policy, &t);
+            let s = takes_effect(root, &t);
             if matches!(s, Status::Waiting { .. }) {
                 out.push(outcome(&t, s));
             }
@@ -738,22 +747,13 @@ pub fn waiting(root: &SysRoot, policy: &Policy) -> Result<Vec<Outcome>> {
 
 /// Whether a file that holds what the policy wants is in effect: `Waiting` with what it
 /// takes, else `AlreadyRight`.
-fn takes_effect(root: &SysRoot, policy: &Policy, t: &Target) -> Status {
+fn takes_effect(root: &SysRoot, t: &Target) -> Status {
     let Op::File { content, .. } = &t.op else {
         return Status::AlreadyRight;
     };
     let until = match t.item {
         "kvm" => kvm_waiting(root, content),
-        "systemd_cpuaffinity" => tasks::read_thread(root, 1, 1)
-            .ok()
-            .flatten()
-            .filter(|pid1| pid1.affinity != policy.housekeeping)
-            .map(|pid1| {
-                format!(
-                    "`systemctl daemon-reexec` or a reboot: systemd (PID 1) runs on CPUs {}",
-                    pid1.affinity
-                )
-            }),
+        "systemd_cpuaffinity" => cpuaffinity_waiting(root, t),
         "irqbalance" => irqbalance_waiting(root, t),
         _ => None,
     };
@@ -801,6 +801,24 @@ fn kvm_waiting(root: &SysRoot, content: &str) -> Option<String> {
             "the kvm modules are loaded again (or a reboot): {}",
             differ.join(", ")
         )
+    })
+}
+
+/// systemd reads its drop-in as PID 1 at boot (and at `systemctl daemon-reexec`, which
+/// leaves no trace isold could read): one written since the boot is not in effect. (PID 1's
+/// own affinity says nothing: the tasks item narrows it at once.)
+fn cpuaffinity_waiting(root: &SysRoot, t: &Target) -> Option<String> {
+    let Op::File { path, .. } = &t.op else {
+        return None;
+    };
+    let changed = fs::metadata(root.path(path)).ok()?.modified().ok()?;
+    let changed = changed
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs();
+    let booted = tasks::boot_time_unix(root).ok()?;
+    (changed >= booted).then(|| {
+        "the next boot (or `systemctl daemon-reexec`): written after systemd (PID 1) started".into()
     })
 }
 

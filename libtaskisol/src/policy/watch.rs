@@ -28,8 +28,9 @@ use crate::sysroot::SysRoot;
 enum Check {
     /// An attribute compared as the plan compares it.
     Want(Want),
-    /// An IRQ's `smp_affinity_list`.
-    Cpus(CpuSet),
+    /// An IRQ's `smp_affinity_list`: right when it names no isolated CPU (where among the
+    /// others is irqbalance's business: it may move it, isold does not fight it).
+    OffCpus(CpuSet),
     /// A whole file the policy owns.
     Content(String),
 }
@@ -102,9 +103,9 @@ impl Watch {
                 Op::Attr { path, want } if root.exists(path) => {
                     (path.clone(), Check::Want(want.clone()))
                 }
-                Op::Irq { irq: n, want } => (
+                Op::Irq { irq: n, .. } => (
                     irq::irq_file(*n, "smp_affinity_list"),
-                    Check::Cpus(want.clone()),
+                    Check::OffCpus(policy.isolated.clone()),
                 ),
                 Op::File { path, content } => (path.clone(), Check::Content(content.clone())),
                 _ => continue,
@@ -211,7 +212,9 @@ impl Item {
         };
         match &self.check {
             Check::Want(w) => w.matches(text),
-            Check::Cpus(want) => CpuSet::parse_list(text.trim()).is_ok_and(|c| &c == want),
+            Check::OffCpus(iso) => {
+                CpuSet::parse_list(text.trim()).is_ok_and(|c| super::engine::irq_off(&c, iso))
+            }
             Check::Content(c) => text == c,
         }
     }

@@ -338,6 +338,26 @@ pub struct Step {
     pub script: String,
     pub timeout: Duration,
     pub expects: Vec<Expect>,
+    /// A step that takes the guest down instead of running `script` (Debian guests with a
+    /// disk): a real `systemctl reboot` or `systemctl poweroff`, with an optional check run
+    /// during that shutdown once isold.service has stopped.
+    pub shutdown: Option<(Shutdown, Option<Box<Step>>)>,
+}
+
+/// How a [`Scenario::reboot`] or [`Scenario::poweroff`] step takes the guest down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    Reboot,
+    Poweroff,
+}
+
+impl Shutdown {
+    fn command(self) -> &'static str {
+        match self {
+            Shutdown::Reboot => "reboot_step",
+            Shutdown::Poweroff => "poweroff_step",
+        }
+    }
 }
 
 /// A check that failed: which one, what was expected, what the guest showed.
@@ -400,6 +420,10 @@ pub struct Scenario {
     /// directories that are real there (/etc/..., /usr/lib/...), never below /bin or /lib
     /// (symlinks the archive's directory entries would replace).
     pub files: Vec<(String, u32, Vec<u8>)>,
+    /// A virtio disk of this many MiB (ext4, made anew for each run) holding the Debian
+    /// guest's /etc and /var/lib (tests/guest/persist-init): what the guest writes there
+    /// survives its reboots.
+    pub disk_mb: Option<u32>,
 }
 
 impl Scenario {
@@ -422,6 +446,7 @@ impl Scenario {
             userland: Userland::Busybox,
             memory_mb: 1024,
             files: Vec::new(),
+            disk_mb: None,
         }
     }
 
@@ -465,8 +490,72 @@ impl Scenario {
             script: script.into(),
             timeout,
             expects,
+            shutdown: None,
         });
         self
+    }
+
+    /// A real reboot of the Debian guest (`systemctl reboot`): every unit stops, the kernel
+    /// goes down and boots again with the same disk ([`Scenario::disk_mb`], which this needs),
+    /// and the steps after this one run in the new boot. `check` (name, script, expectations)
+    /// runs during the shutdown, after isold.service has stopped.
+    pub fn reboot(&mut self, name: &str, check: Option<(&str, &str, Vec<Expect>)>) -> &mut Self {
+        self.shutdown_step(name, Shutdown::Reboot, check)
+    }
+
+    /// A clean `systemctl poweroff` of the Debian guest: the scenario's last step; `check` as
+    /// for [`Scenario::reboot`].
+    pub fn poweroff(&mut self, name: &str, check: Option<(&str, &str, Vec<Expect>)>) -> &mut Self {
+        self.shutdown_step(name, Shutdown::Poweroff, check)
+    }
+
+    fn shutdown_step(
+        &mut self,
+        name: &str,
+        how: Shutdown,
+        check: Option<(&str, &str, Vec<Expect>)>,
+    ) -> &mut Self {
+        assert!(
+            self.userland == Userland::Debian && self.disk_mb.is_some(),
+            "{name}: a shutdown step needs a Debian guest with a disk"
+        );
+        self.step(name, "", vec![Expect::exit(0)]);
+        let check = check.map(|(n, script, expects)| {
+            assert!(
+                !self.steps.iter().any(|s| s.name == n),
+                "duplicate step {n}"
+            );
+            Box::new(Step {
+                name: n.into(),
+                script: script.into(),
+                timeout: Duration::from_secs(120),
+                expects,
+                shutdown: None,
+            })
+        });
+        self.steps.last_mut().expect("just added").shutdown = Some((how, check));
+        self
+    }
+
+    /// Every step the host judges: the steps, and the checks run during shutdowns.
+    pub fn judged_steps(&self) -> Vec<&Step> {
+        let mut out = Vec::new();
+        for s in &self.steps {
+            out.push(s);
+            if let Some((_, Some(c))) = &s.shutdown {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// How many times the guest boots: once, and once more per reboot step.
+    pub fn boots(&self) -> usize {
+        1 + self
+            .steps
+            .iter()
+            .filter(|s| matches!(s.shutdown, Some((Shutdown::Reboot, _))))
+            .count()
     }
 
     /// Adds a file to the guest (see [`Scenario::files`]).

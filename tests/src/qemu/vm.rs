@@ -23,6 +23,9 @@ const GUEST_LIB: &str = include_str!("../../guest/lib.sh");
 const BUSYBOX: &str = "/bin/busybox";
 const DEBIAN_RUNNER: &str = include_str!("../../guest/debian-runner");
 const DEBIAN_UNIT: &str = include_str!("../../guest/taskisol-steps.service");
+const PERSIST_INIT: &str = include_str!("../../guest/persist-init");
+const AT_SHUTDOWN: &str = include_str!("../../guest/at-shutdown");
+const AT_SHUTDOWN_UNIT: &str = include_str!("../../guest/taskisol-at-shutdown.service");
 
 /// Where a scenario's files go: $TASKISOL_KEEP/<scenario> when set, else
 /// <cache>/runs/<scenario> (overwritten by the next run, kept for diagnosis until then).
@@ -102,6 +105,7 @@ fn guest_steps(modules: &[kmod::Module]) -> Vec<Step> {
             script,
             timeout: Duration::from_secs(60),
             expects: vec![Expect::exit(0)],
+            shutdown: None,
         });
     }
     steps
@@ -242,6 +246,18 @@ fn build_initramfs(
                 "/etc/systemd/system/multi-user.target.wants/taskisol-steps.service",
                 unit,
             );
+            if s.disk_mb.is_some() {
+                c.file("/guest/persist-init", 0o755, PERSIST_INIT.as_bytes());
+            }
+            if steps.iter().any(|st| st.shutdown.is_some()) {
+                c.file("/guest/at-shutdown", 0o755, AT_SHUTDOWN.as_bytes());
+                let unit = "/etc/systemd/system/taskisol-at-shutdown.service";
+                c.file(unit, 0o644, AT_SHUTDOWN_UNIT.as_bytes());
+                c.symlink(
+                    "/etc/systemd/system/multi-user.target.wants/taskisol-at-shutdown.service",
+                    unit,
+                );
+            }
         }
     }
     c.file("/guest/lib.sh", 0o644, GUEST_LIB.as_bytes());
@@ -281,14 +297,35 @@ fn build_initramfs(
 
     let mut list = String::new();
     for (i, step) in steps.iter().enumerate() {
+        let run_line = |step: &Step, file: &str| {
+            format!(
+                "run_step '{}' {} {file}",
+                step.name,
+                step.timeout.as_secs().max(1)
+            )
+        };
+        if let Some((how, check)) = &step.shutdown {
+            let check_line = match check {
+                Some(chk) => {
+                    let file = format!("/scenario/check-{i:03}.sh");
+                    let script = format!(". /guest/lib.sh\n{}\n", chk.script);
+                    c.file(&file, 0o755, script.as_bytes());
+                    run_line(chk, &file)
+                }
+                None => "-".into(),
+            };
+            list.push_str(&format!(
+                "{} '{}' \"{check_line}\"\n",
+                how.command(),
+                step.name
+            ));
+            continue;
+        }
         let file = format!("/scenario/{i:03}.sh");
         let script = format!(". /guest/lib.sh\n{}\n", step.script);
         c.file(&file, 0o755, script.as_bytes());
-        list.push_str(&format!(
-            "run_step '{}' {} {file}\n",
-            step.name,
-            step.timeout.as_secs().max(1)
-        ));
+        list.push_str(&run_line(step, &file));
+        list.push('\n');
     }
     c.file("/scenario/steps.sh", 0o644, list.as_bytes());
     c.file("/scenario/kernel", 0o644, kernel.package.as_bytes());
@@ -382,6 +419,32 @@ fn kill(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// A raw disk image of `mb` MiB with an empty ext4 file system, for [`Scenario::disk_mb`].
+fn make_disk(workdir: &Path, mb: u32) -> Result<PathBuf, HarnessError> {
+    let path = workdir.join("disk.img");
+    let f = fs::File::create(&path)
+        .map_err(|e| HarnessError::Io(format!("create {}: {e}", path.display())))?;
+    f.set_len(u64::from(mb) << 20)
+        .map_err(|e| HarnessError::Io(format!("size {}: {e}", path.display())))?;
+    let mkfs = ["/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file())
+        .ok_or_else(|| HarnessError::setup("mkfs.ext4 is not installed", SETUP_HINT))?;
+    let out = Command::new(mkfs)
+        .args(["-q", "-F", "-L", "taskisol"])
+        .arg(&path)
+        .output()
+        .map_err(|e| HarnessError::Io(format!("{mkfs}: {e}")))?;
+    if !out.status.success() {
+        return Err(HarnessError::Io(format!(
+            "{mkfs} {}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(path)
+}
+
 /// Boots the scenario's kernel once, runs all its steps, judges them, handles its fixture.
 pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
     let qemu = find_qemu()?;
@@ -392,6 +455,11 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
     let extra = guest_steps(&modules);
     let steps: Vec<&Step> = extra.iter().chain(s.steps.iter()).collect();
     let initramfs = build_initramfs(s, &kernel, &steps, &modules)?;
+    let judged: Vec<&Step> = extra.iter().chain(s.judged_steps()).collect();
+    let disk = match s.disk_mb {
+        Some(mb) => Some(make_disk(&workdir, mb)?),
+        None => None,
+    };
     let initrd = workdir.join("initramfs.cpio");
     fs::write(&initrd, &initramfs)
         .map_err(|e| HarnessError::Io(format!("write {}: {e}", initrd.display())))?;
@@ -407,11 +475,13 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
     // no_timer_check: under a loaded TCG host the kernel's boot-time check of the 8254 timer
     // fails ("MP-BIOS bug: 8254 timer not connected to IO-APIC") and IRQ 0 moves to the
     // local APIC, which would change /proc/interrupts from boot to boot.
-    let init = match s.userland {
-        Userland::Busybox => "",
+    let init = match (s.userland, s.disk_mb) {
+        (Userland::Busybox, _) => "",
         // quiet keeps systemd's status lines off the console too; the journal has them.
-        Userland::Debian => "rdinit=/lib/systemd/systemd systemd.unit=multi-user.target ",
+        (Userland::Debian, None) => "rdinit=/lib/systemd/systemd systemd.unit=multi-user.target ",
+        (Userland::Debian, Some(_)) => "rdinit=/guest/persist-init systemd.unit=multi-user.target ",
     };
+    let boots = s.boots();
     let append = format!(
         "console=ttyS0 quiet panic=-1 no_timer_check {init}{} taskisol.scenario={}",
         s.cmdline, s.name
@@ -457,7 +527,6 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
         .arg(s.memory_mb.to_string())
         .args([
             "-nographic",
-            "-no-reboot",
             "-display",
             "none",
             "-monitor",
@@ -465,6 +534,19 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
             "-nic",
             "none",
         ])
+        // A guest that reboots (a reboot step) is reset by QEMU and boots the same kernel
+        // and initramfs again; otherwise a reset (a panic, with panic=-1) ends QEMU.
+        .args(if boots > 1 {
+            &[][..]
+        } else {
+            &["-no-reboot"][..]
+        })
+        .args(disk.iter().flat_map(|d| {
+            [
+                "-drive".to_string(),
+                format!("file={},format=raw,if=virtio,cache=unsafe", d.display()),
+            ]
+        }))
         .arg("-kernel")
         .arg(&kernel.vmlinuz)
         .arg("-initrd")
@@ -508,6 +590,8 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
         partial: Vec::new(),
     };
     let mut boot_time = None;
+    let mut booted = 0usize;
+    let mut extra_boot = None;
     let mut done = false;
     let mut last_started = String::from("(none: init never reported)");
     let mut started = std::collections::BTreeSet::new();
@@ -533,7 +617,13 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
                 }
             };
             match ev.get("ev").and_then(Value::as_str) {
-                Some("boot") => boot_time = Some(start.elapsed()),
+                Some("boot") => {
+                    booted += 1;
+                    boot_time.get_or_insert(start.elapsed());
+                    if booted > boots {
+                        extra_boot = Some(last_started.clone());
+                    }
+                }
                 Some("start") => {
                     last_started = ev["step"].as_str().unwrap_or("?").to_string();
                     started.insert(last_started.clone());
@@ -583,6 +673,18 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
         if exited {
             break;
         }
+        if let Some(during) = &extra_boot {
+            failures.push(Failure {
+                check: "boot".into(),
+                expected: format!("{boots} boot(s): one, and one per reboot step"),
+                actual: format!(
+                    "boot {booted} during step {during} (a kernel panic, or a reset?); console tail:\n    {}",
+                    console_tail(&workdir)
+                ),
+            });
+            kill(&mut child.0);
+            break;
+        }
         if start.elapsed() > s.timeout {
             timed_out = true;
             kill(&mut child.0);
@@ -615,7 +717,7 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
         });
     }
 
-    for step in &steps {
+    for step in &judged {
         match outputs.get(&step.name) {
             None => failures.push(Failure {
                 check: step.name.clone(),
