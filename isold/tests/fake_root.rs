@@ -920,3 +920,90 @@ fn a_corrupt_state_file_says_what_to_do_and_changes_nothing() {
     assert!(err.contains("not a usable isold state file"), "{err}");
     assert_eq!(snapshot(r), before);
 }
+
+/// verify names the files that hold what the policy wants but are not in effect yet, and what
+/// each waits for: the kvm options until the module is loaded again (a parameter the loaded
+/// module has with another value), systemd's drop-in until the next boot (written after it),
+/// irqbalance's banned CPUs until irqbalance restarts (it started before the change), the
+/// GRUB drop-in until update-grub and a reboot (the running kernel lacks its arguments). Each
+/// stops waiting when that happened; none is a deviation (exit 0).
+#[test]
+fn verify_says_which_written_files_wait_and_for_what() {
+    let t = tree_with("isolated_cpus = \"2-3\"\n[items]\nsystemd_cpuaffinity = true\n");
+    let r = t.path();
+    put(r, "etc/default/irqbalance", IRQBALANCE_DEBIAN);
+    put(r, "sys/module/kvm/parameters/kvmclock_periodic_sync", "Y\n");
+    put(r, "sys/module/kvm/parameters/nx_huge_pages", "N\n");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    // Booted 1000 s ago; irqbalance (pid 400) started 14 s after the boot.
+    put(
+        r,
+        "proc/stat",
+        &format!("cpu  1 2 3 4\nbtime {}\n", now - 1000),
+    );
+    add_task(r, 400, "irqbalance", "0-1", "/");
+    put(r, "proc/400/comm", "irqbalance\n");
+    put(r, "proc/400/stat", &read(r, "proc/400/task/400/stat"));
+    assert_eq!(isold(r, &["apply"]).0, 0);
+    let (rc, out, _) = isold(r, &["verify"]);
+    assert_eq!(rc, 0, "waiting is no deviation: {out}");
+    for want in [
+        "  set, waiting      /etc/modprobe.d/isold-kvm.conf: set, takes effect after the kvm modules are loaded again (or a reboot): kvm.kvmclock_periodic_sync is Y, the file says 0\n",
+        "  set, waiting      /etc/systemd/system.conf.d/isold-cpuaffinity.conf: set, takes effect after the next boot (or `systemctl daemon-reexec`): written after systemd (PID 1) started\n",
+        "  set, waiting      /etc/default/irqbalance: set, takes effect after a restart of irqbalance (systemctl try-restart irqbalance): pid 400 read /etc/default/irqbalance before it was changed\n",
+    ] {
+        assert!(out.contains(want), "{want}\n{out}");
+    }
+    assert!(out.contains(" 3 set, waiting"), "{out}");
+    // A parameter that already has the file's value does not wait.
+    assert!(!out.contains("nx_huge_pages"), "{out}");
+
+    // The module loaded again, a boot after the drop-in, irqbalance restarted.
+    put(r, "sys/module/kvm/parameters/kvmclock_periodic_sync", "N\n");
+    put(
+        r,
+        "proc/stat",
+        &format!("cpu  1 2 3 4\nbtime {}\n", now + 10),
+    );
+    let (rc, out, _) = isold(r, &["verify"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(!out.contains("waiting"), "{out}");
+    put(
+        r,
+        "proc/stat",
+        &format!("cpu  1 2 3 4\nbtime {}\n", now - 1000),
+    );
+    let stat = read(r, "proc/400/task/400/stat");
+    // Started 2000 s after that boot: after the change.
+    put(
+        r,
+        "proc/400/stat",
+        &stat.replace(" 1400 0 0 ", " 200000 0 0 "),
+    );
+    let (_, out, _) = isold(r, &["verify"]);
+    assert!(!out.contains("restart of irqbalance"), "{out}");
+    assert!(out.contains("next boot"), "{out}");
+
+    // The GRUB drop-in waits for update-grub and a reboot, until the kernel has its
+    // arguments.
+    let (rc, _, err) = isold(r, &["bootargs", "--write-grub"]);
+    assert_eq!(rc, 0, "{err}");
+    let (rc, out, _) = isold(r, &["verify"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains("  set, waiting      /etc/default/grub.d/isold.cfg: set, takes effect after update-grub and a reboot: the running kernel lacks isolcpus=managed_irq,domain,2-3 nohz_full=2-3 "),
+        "{out}"
+    );
+    let args =
+        libtaskisol::policy::bootargs::drop_in_args(&read(r, "etc/default/grub.d/isold.cfg"))
+            .join(" ");
+    put(r, "proc/cmdline", &format!("console=ttyS0 {args}\n"));
+    let (_, out, _) = isold(r, &["verify"]);
+    assert!(
+        !out.contains("grub"),
+        "in effect, and right: not listed\n{out}"
+    );
+}

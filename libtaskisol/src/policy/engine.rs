@@ -294,30 +294,33 @@ fn edit_tree_file(root: &SysRoot, abs: &str, edit: impl FnOnce(&str) -> String) 
     root.write(abs, edit(&text))
 }
 
-/// Make the change `t` asks for, and read it back.
+/// Make the change `t` asks for, and read it back. The flag says whether a write took effect
+/// (or may have: a file half written, a partition whose undo failed), whatever the read-back
+/// said: then its original must be kept for restore. A write the kernel refused changed
+/// nothing.
 fn change(
     root: &SysRoot,
     isolated: &CpuSet,
     t: &Target,
     original: &Original,
     from: String,
-) -> Status {
+) -> (Status, bool) {
     match &t.op {
-        Op::Known(s) => s.clone(),
+        Op::Known(s) => (s.clone(), false),
         Op::Partition(p) => match original {
             Original::Partition(o) => partition::change(root, o, &p.cpus, from),
-            _ => failed(format!("{}: no partition original", t.id)),
+            _ => (failed(format!("{}: no partition original", t.id)), false),
         },
         Op::Attr { path, want } => {
             let raw = match root.read_to_string(path) {
                 Ok(r) => r,
-                Err(e) => return failed(e),
+                Err(e) => return (failed(e), false),
             };
             let text = want.write_text(&raw);
             if let Err(e) = root.write_attr(path, &text) {
-                return failed(e);
+                return (failed(e), false);
             }
-            match root.read_to_string(path) {
+            let status = match root.read_to_string(path) {
                 Ok(back) if want.matches(&back) => Status::Changed {
                     from,
                     to: shown(&back),
@@ -328,55 +331,74 @@ fn change(
                     shown(&back)
                 )),
                 Err(e) => failed(e),
-            }
+            };
+            (status, true)
         }
-        Op::Irq { irq: n, want } => irq_written(
-            *n,
-            want,
-            from,
-            irq::set_affinity(root, *n, want),
-            || irq::affinity(root, *n),
-            || irq_settled(root, isolated, *n),
-        ),
-        Op::File { path, content } => match write_file(root, path, content) {
-            Ok(()) => Status::Changed {
+        Op::Irq { irq: n, want } => {
+            let written = irq::set_affinity(root, *n, want);
+            let wrote = written.is_ok();
+            let status = irq_written(
+                *n,
+                want,
                 from,
-                to: "isold's content".into(),
-            },
-            Err(e) => failed(e),
+                written,
+                || irq::affinity(root, *n),
+                || irq_settled(root, isolated, *n),
+            );
+            (status, wrote)
+        }
+        Op::File { path, content } => match write_file(root, path, content) {
+            Ok(()) => (
+                Status::Changed {
+                    from,
+                    to: "isold's content".into(),
+                },
+                true,
+            ),
+            // A rewrite in place may have stopped half way.
+            Err(e) => (failed(e), true),
         },
         Op::Affinity { thread, want } => {
             match set_thread_affinity(root, thread.pid, thread.tid, want) {
-                Err(e) if e.errno() == Some(libc::ESRCH) => Status::Gone,
-                Err(e) if e.errno() == Some(libc::EINVAL) => Status::NotChangeable {
-                    reason: format!("the kernel refuses: {e}"),
-                },
-                Err(e) => failed(e),
-                Ok(()) => match tasks::read_thread(root, thread.pid, thread.tid) {
-                    Ok(None) => Status::Gone,
-                    Ok(Some(now)) if &now.affinity == want => Status::Changed {
-                        from,
-                        to: now.affinity.to_string(),
+                Err(e) if e.errno() == Some(libc::ESRCH) => (Status::Gone, false),
+                Err(e) if e.errno() == Some(libc::EINVAL) => (
+                    Status::NotChangeable {
+                        reason: format!("the kernel refuses: {e}"),
                     },
-                    Ok(Some(now)) => failed(format!(
-                        "sched_setaffinity({}, {want}) left CPUs {} (its cpuset narrows it)",
-                        thread.tid, now.affinity
-                    )),
-                    Err(e) => failed(e),
-                },
+                    false,
+                ),
+                Err(e) => (failed(e), false),
+                Ok(()) => {
+                    let status = match tasks::read_thread(root, thread.pid, thread.tid) {
+                        Ok(None) => Status::Gone,
+                        Ok(Some(now)) if &now.affinity == want => Status::Changed {
+                            from,
+                            to: now.affinity.to_string(),
+                        },
+                        Ok(Some(now)) => failed(format!(
+                            "sched_setaffinity({}, {want}) left CPUs {} (its cpuset narrows it)",
+                            thread.tid, now.affinity
+                        )),
+                        Err(e) => failed(e),
+                    };
+                    (status, true)
+                }
             }
         }
         Op::Sched { thread, want } => match set_thread_sched(root, thread.pid, thread.tid, *want) {
-            Err(e) if e.errno() == Some(libc::ESRCH) => Status::Gone,
-            Err(e) => failed(e),
-            Ok(()) => match tasks::read_thread(root, thread.pid, thread.tid) {
-                Ok(None) => Status::Gone,
-                Ok(Some(now)) => Status::Changed {
-                    from,
-                    to: sched_shown(now.policy, now.rt_priority),
-                },
-                Err(e) => failed(e),
-            },
+            Err(e) if e.errno() == Some(libc::ESRCH) => (Status::Gone, false),
+            Err(e) => (failed(e), false),
+            Ok(()) => {
+                let status = match tasks::read_thread(root, thread.pid, thread.tid) {
+                    Ok(None) => Status::Gone,
+                    Ok(Some(now)) => Status::Changed {
+                        from,
+                        to: sched_shown(now.policy, now.rt_priority),
+                    },
+                    Err(e) => failed(e),
+                };
+                (status, true)
+            }
         },
     }
 }
@@ -649,8 +671,13 @@ fn apply_loaded(
     }
     // The originals are on disk before the first write.
     ledger.persist()?;
+    let mut unchanged = std::collections::HashSet::new();
     for (i, original, from) in pending {
-        statuses[i] = Some(change(root, isolated, &targets[i], &original, from));
+        let (status, wrote) = change(root, isolated, &targets[i], &original, from);
+        if !wrote {
+            unchanged.insert(targets[i].id.clone());
+        }
+        statuses[i] = Some(status);
         rep.written.push(targets[i].id.clone());
     }
     let state = &mut ledger.state;
@@ -664,10 +691,11 @@ fn apply_loaded(
                 state.unchangeable.remove(&t.id);
             }
         }
-        // Recorded in this run, but the kernel refused the write or the target is gone:
-        // nothing changed, no original to keep. A write that happened but reads back wrong
-        // (failed) keeps its original: restore must be able to undo it.
-        if matches!(s, Status::NotChangeable { .. } | Status::Gone) && new_ids.contains(&t.id) {
+        // Recorded in this run, but no write took effect (the kernel refused it, the target
+        // is gone, a refused partition was undone): no original to keep. A write that
+        // happened keeps its original whatever the read-back said: restore must be able to
+        // undo it.
+        if unchanged.contains(&t.id) && new_ids.contains(&t.id) {
             state.entries.retain(|e| e.id != t.id);
         }
     }
@@ -1258,6 +1286,10 @@ mod tests {
     }
 
     fn changed(root: &SysRoot, op: Op) -> Status {
+        changed_wrote(root, op).0
+    }
+
+    fn changed_wrote(root: &SysRoot, op: Op) -> (Status, bool) {
         change(
             root,
             &policy().isolated,
@@ -1300,20 +1332,28 @@ mod tests {
             ),
             Status::Gone
         );
-        // The kernel takes the write but keeps its value: /dev/null reads back nothing.
+        // The kernel takes the write but keeps its value: /dev/null reads back nothing. The
+        // write happened: its original is kept (the flag), whatever the read-back said.
         std::fs::create_dir_all(dir.path().join("proc/sys/kernel")).unwrap();
         std::os::unix::fs::symlink("/dev/null", dir.path().join("proc/sys/kernel/stubborn"))
             .unwrap();
+        let attr = |p: &str| Op::Attr {
+            path: p.into(),
+            want: Want::Text("0".into()),
+        };
         assert!(matches!(
-            changed(
-                &root,
-                Op::Attr {
-                    path: "/proc/sys/kernel/stubborn".into(),
-                    want: Want::Text("0".into())
-                }
-            ),
-            Status::Failed { ref error } if error.contains("but it reads back ''")
+            changed_wrote(&root, attr("/proc/sys/kernel/stubborn")),
+            (Status::Failed { ref error }, true) if error.contains("but it reads back ''")
         ),);
+        // A write the kernel refuses (a file of the running kernel that takes no writes)
+        // changed nothing: no original to keep.
+        std::os::unix::fs::symlink("/proc/version", dir.path().join("proc/sys/kernel/ro")).unwrap();
+        let ro = changed_wrote(&root, attr("/proc/sys/kernel/ro"));
+        assert!(
+            matches!(ro, (Status::Failed { ref error }, false) if error.contains("failed to write '0'")),
+            "{ro:?}"
+        );
+        assert_eq!(changed_wrote(&root, irq(99)), (Status::Gone, false));
     }
 
     /// A stat line of the kernel's format for thread `tid`, started at `start`.

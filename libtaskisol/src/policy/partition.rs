@@ -372,18 +372,28 @@ fn same_process(root: &SysRoot, m: &Moved) -> Result<bool> {
     tasks::is_same_thread(root, m.pid, m.pid, m.starttime)
 }
 
-/// Make the partition; on any failure undo what was done and report why.
-pub fn change(root: &SysRoot, o: &PartitionOriginal, cpus: &CpuSet, from: String) -> Status {
+/// Make the partition; on any failure undo what was done and report why. The flag says
+/// whether anything is left changed (made, or an undo that failed): its original must then be
+/// kept for restore.
+pub fn change(
+    root: &SysRoot,
+    o: &PartitionOriginal,
+    cpus: &CpuSet,
+    from: String,
+) -> (Status, bool) {
     match build(root, o, cpus) {
-        Ok(to) => Status::Changed { from, to },
+        Ok(to) => (Status::Changed { from, to }, true),
         Err(why) => {
-            let undo = match undo(root, o) {
-                Ok(()) => "undone, nothing left behind".to_string(),
-                Err(e) => format!("and undoing it failed too: {e}"),
+            let (undo, left) = match undo(root, o) {
+                Ok(()) => ("undone, nothing left behind".to_string(), false),
+                Err(e) => (format!("and undoing it failed too: {e}"), true),
             };
-            Status::Failed {
-                error: format!("{why}; {undo}"),
-            }
+            (
+                Status::Failed {
+                    error: format!("{why}; {undo}"),
+                },
+                left,
+            )
         }
     }
 }
@@ -744,8 +754,8 @@ mod tests {
             panic!("a member partition must change")
         };
         assert!(!original.created && !original.enabled_cpuset);
-        let st = change(&root, &original, &"2-3".parse().unwrap(), from);
-        assert!(matches!(st, Status::Changed { .. }), "{st:?}");
+        let (st, left) = change(&root, &original, &"2-3".parse().unwrap(), from);
+        assert!(matches!(st, Status::Changed { .. }) && left, "{st:?}");
         assert_eq!(
             std::fs::read_to_string(r.join("sys/fs/cgroup/iso/cpuset.cpus.exclusive")).unwrap(),
             "2-3\n"
@@ -783,7 +793,7 @@ mod tests {
         assert!(original.created && original.enabled_cpuset);
         assert!(matches!(
             change(&root, &original, &"2-3".parse().unwrap(), from),
-            Status::Changed { .. }
+            (Status::Changed { .. }, true)
         ));
         std::fs::create_dir(r.join("sys/fs/cgroup/iso/child")).unwrap();
         let st = restore(&root, &original);
@@ -820,7 +830,7 @@ mod tests {
         };
         assert!(matches!(
             change(&root, &original, &"2-3".parse().unwrap(), from),
-            Status::Changed { .. }
+            (Status::Changed { .. }, true)
         ));
         assert_eq!(
             std::fs::read_to_string(r.join("proc/10/cgroup")).unwrap(),
