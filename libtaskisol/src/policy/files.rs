@@ -177,50 +177,15 @@ struct Hunk {
     wrote: std::ops::Range<usize>,
 }
 
-/// The runs of lines that differ between `a` and `b`, by a longest common subsequence
-/// (configuration files are small: a table of |a|·|b| cells).
+/// The runs of lines that differ between `a` and `b` (Myers' diff, from the `similar` crate).
 fn hunks(a: &[&str], b: &[&str]) -> Vec<Hunk> {
-    let (n, m) = (a.len(), b.len());
-    // lcs[i][j]: the longest common subsequence of a[i..] and b[j..].
-    let mut lcs = vec![vec![0u32; m + 1]; n + 1];
-    for i in (0..n).rev() {
-        for j in (0..m).rev() {
-            lcs[i][j] = if a[i] == b[j] {
-                lcs[i + 1][j + 1] + 1
-            } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
-            };
-        }
-    }
-    let (mut i, mut j) = (0, 0);
-    let mut out: Vec<Hunk> = Vec::new();
-    let mut open: Option<(usize, usize)> = None;
-    while i < n || j < m {
-        if i < n && j < m && a[i] == b[j] {
-            if let Some((oi, oj)) = open.take() {
-                out.push(Hunk {
-                    orig: oi..i,
-                    wrote: oj..j,
-                });
-            }
-            i += 1;
-            j += 1;
-            continue;
-        }
-        open.get_or_insert((i, j));
-        if j < m && (i == n || lcs[i][j + 1] >= lcs[i + 1][j]) {
-            j += 1;
-        } else {
-            i += 1;
-        }
-    }
-    if let Some((oi, oj)) = open {
-        out.push(Hunk {
-            orig: oi..n,
-            wrote: oj..m,
-        });
-    }
-    out
+    similar::capture_diff_slices(similar::Algorithm::Myers, a, b)
+        .into_iter()
+        .filter_map(|op| match op.as_tag_tuple() {
+            (similar::DiffTag::Equal, _, _) => None,
+            (_, orig, wrote) => Some(Hunk { orig, wrote }),
+        })
+        .collect()
 }
 
 #[cfg(test)]
