@@ -613,51 +613,127 @@ impl Config {
     }
 }
 
-/// Shell-style matching of a thread name: `*`, `?` and `[...]` classes (with ranges and a
-/// leading `!` or `^`). Written here because thread names are not paths: `*` must match `/`
-/// (`ksoftirqd/*`), which path globbing crates refuse.
+/// Shell-style matching of a thread name, cgroup path or IRQ name: `*`, `?` and `[...]`
+/// classes (with ranges and a leading `!` or `^`). Written here because thread names are not
+/// paths: `*` must match `/` (`ksoftirqd/*`), which path globbing crates refuse.
+///
+/// It takes at most |pattern| x |name| steps, whatever the pattern: the parts between stars
+/// are placed left to right at their first fit, never tried again (a leftmost fit leaves the
+/// most room for the rest, so no backtracking is needed). A recursive matcher tried every
+/// split of every star: `*?` sixteen times then `*Z` took 14 s over 130 thread names.
 pub fn glob_match(pattern: &str, name: &str) -> bool {
-    fn class(p: &[char], c: char) -> Option<(bool, usize)> {
-        // p starts after '['; returns (matched, length consumed including ']').
-        let mut i = 0;
-        let negate = matches!(p.first(), Some('!') | Some('^'));
-        if negate {
+    glob_steps(pattern, name).0
+}
+
+/// One element of a pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Tok {
+    Star,
+    Any,
+    Lit(char),
+    /// Members (single characters and inclusive ranges), negated.
+    Class(Vec<(char, char)>, bool),
+}
+
+impl Tok {
+    fn matches(&self, c: char) -> bool {
+        match self {
+            Tok::Star | Tok::Any => true,
+            Tok::Lit(l) => *l == c,
+            Tok::Class(set, negate) => set.iter().any(|(a, b)| *a <= c && c <= *b) != *negate,
+        }
+    }
+}
+
+fn tokens(pattern: &str) -> Vec<Tok> {
+    let p: Vec<char> = pattern.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < p.len() {
+        match p[i] {
+            '*' => out.push(Tok::Star),
+            '?' => out.push(Tok::Any),
+            '[' => match class(&p[i + 1..]) {
+                Some((tok, len)) => {
+                    out.push(tok);
+                    i += 1 + len;
+                    continue;
+                }
+                // An unclosed class is literal text.
+                None => out.push(Tok::Lit('[')),
+            },
+            c => out.push(Tok::Lit(c)),
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The class that `p` (after its `[`) starts, and its length including the `]`; `None`
+/// when it is not closed. A `]` first (after the negation) is a member; so is a `-` before
+/// the `]`.
+fn class(p: &[char]) -> Option<(Tok, usize)> {
+    let negate = matches!(p.first(), Some('!') | Some('^'));
+    let mut i = usize::from(negate);
+    let mut set = Vec::new();
+    let mut first = true;
+    while i < p.len() {
+        if p[i] == ']' && !first {
+            return Some((Tok::Class(set, negate), i + 1));
+        }
+        first = false;
+        if i + 2 < p.len() && p[i + 1] == '-' && p[i + 2] != ']' {
+            set.push((p[i], p[i + 2]));
+            i += 3;
+        } else {
+            set.push((p[i], p[i]));
             i += 1;
         }
-        let mut matched = false;
-        let mut first = true;
-        while i < p.len() {
-            if p[i] == ']' && !first {
-                return Some((matched != negate, i + 1));
-            }
-            first = false;
-            if i + 2 < p.len() && p[i + 1] == '-' && p[i + 2] != ']' {
-                matched |= p[i] <= c && c <= p[i + 2];
-                i += 3;
-            } else {
-                matched |= p[i] == c;
-                i += 1;
-            }
-        }
-        None
     }
-    fn go(p: &[char], n: &[char]) -> bool {
-        match p.first() {
-            None => n.is_empty(),
-            Some('*') => (0..=n.len()).any(|k| go(&p[1..], &n[k..])),
-            Some('?') => !n.is_empty() && go(&p[1..], &n[1..]),
-            Some('[') => match (n.first(), class(&p[1..], *n.first().unwrap_or(&'\0'))) {
-                (Some(_), Some((true, len))) => go(&p[1 + len..], &n[1..]),
-                (Some(_), Some((false, _))) => false,
-                (None, _) => false,
-                (Some(c), None) => *c == '[' && go(&p[1..], &n[1..]),
-            },
-            Some(c) => n.first() == Some(c) && go(&p[1..], &n[1..]),
-        }
-    }
-    let p: Vec<char> = pattern.chars().collect();
+    None
+}
+
+/// Whether `seg` (no star in it) matches `n` at its start; counts the characters compared.
+fn fits(seg: &[Tok], n: &[char], steps: &mut usize) -> bool {
+    seg.len() <= n.len()
+        && seg.iter().zip(n).all(|(t, c)| {
+            *steps += 1;
+            t.matches(*c)
+        })
+}
+
+/// [`glob_match`] and the number of characters it compared (for the test of its bound).
+fn glob_steps(pattern: &str, name: &str) -> (bool, usize) {
+    let toks = tokens(pattern);
     let n: Vec<char> = name.chars().collect();
-    go(&p, &n)
+    let mut steps = 0;
+    let segs: Vec<&[Tok]> = toks.split(|t| *t == Tok::Star).collect();
+    let (first, rest) = segs.split_first().expect("split gives one part at least");
+    let Some((last, middle)) = rest.split_last() else {
+        // No star: the whole name, exactly.
+        return (first.len() == n.len() && fits(first, &n, &mut steps), steps);
+    };
+    if first.len() + last.len() > n.len() || !fits(first, &n, &mut steps) {
+        return (false, steps);
+    }
+    // The last part is anchored at the end; the middle ones go between, leftmost first.
+    let end = n.len() - last.len();
+    let mut at = first.len();
+    for seg in middle {
+        let mut placed = false;
+        while at + seg.len() <= end {
+            if fits(seg, &n[at..], &mut steps) {
+                placed = true;
+                break;
+            }
+            at += 1;
+        }
+        if !placed {
+            return (false, steps);
+        }
+        at += seg.len();
+    }
+    (fits(last, &n[end..], &mut steps), steps)
 }
 
 #[cfg(test)]
@@ -1015,5 +1091,66 @@ mod tests {
             !glob_match("a[", "ab"),
             "an unclosed class matches only '['"
         );
+        assert!(glob_match("[]a]", "]") && glob_match("[!]a]", "b") && !glob_match("[!]a]", "]"));
+        assert!(glob_match("*", "") && glob_match("**", "x") && !glob_match("?*", ""));
+        assert!(glob_match("a*b*c", "aXbYbc") && !glob_match("a*b*c", "aXcYb"));
+        assert!(
+            glob_match("*ab", "aab") && glob_match("ab*ab", "abab") && !glob_match("ab*ab", "aba")
+        );
+        assert!(glob_match("/kubepods/*/pod*", "/kubepods/burstable/pod12"));
+    }
+
+    /// The pattern that took the recursive matcher 14 s over 130 thread names: sixteen `*?`
+    /// then `*Z`, against names without a Z. The count of characters compared stays within
+    /// |pattern| x |name|, also for a name a thousand characters long.
+    #[test]
+    fn a_pathological_pattern_costs_at_most_pattern_times_name() {
+        let pattern = format!("{}*Z", "*?".repeat(16));
+        for len in [15usize, 64, 1000] {
+            let name = "a".repeat(len);
+            let (hit, steps) = glob_steps(&pattern, &name);
+            assert!(!hit);
+            assert!(
+                steps <= pattern.len() * len,
+                "{steps} steps for a {len}-character name"
+            );
+            let (hit, _) = glob_steps(&pattern, &format!("{name}Z"));
+            assert_eq!(hit, len >= 16, "{len}");
+        }
+    }
+
+    /// Against the recursive matcher it replaces, on every pattern and name built from a
+    /// small alphabet: the same answers.
+    #[test]
+    fn the_segment_matcher_agrees_with_the_recursive_one() {
+        fn slow(p: &[char], n: &[char]) -> bool {
+            match p.first() {
+                None => n.is_empty(),
+                Some('*') => (0..=n.len()).any(|k| slow(&p[1..], &n[k..])),
+                Some('?') => !n.is_empty() && slow(&p[1..], &n[1..]),
+                Some(c) => n.first() == Some(c) && slow(&p[1..], &n[1..]),
+            }
+        }
+        let alphabet = ['a', 'b', '*', '?'];
+        let words = |max: usize, with: &[char]| {
+            let mut out = vec![String::new()];
+            let mut last = vec![String::new()];
+            for _ in 0..max {
+                last = last
+                    .iter()
+                    .flat_map(|w| with.iter().map(move |c| format!("{w}{c}")))
+                    .collect();
+                out.extend(last.iter().cloned());
+            }
+            out
+        };
+        let names = words(5, &['a', 'b']);
+        for p in words(5, &alphabet) {
+            let pc: Vec<char> = p.chars().collect();
+            for n in &names {
+                let nc: Vec<char> = n.chars().collect();
+                assert_eq!(glob_match(&p, n), slow(&pc, &nc), "{p:?} {n:?}");
+            }
+        }
     }
 }
