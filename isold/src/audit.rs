@@ -91,6 +91,7 @@ pub fn scope(
         preset: base.preset,
         allow_comm: base.allow_comm,
         allow_cgroup: base.allow_cgroup,
+        allow_irqs: base.irq_allow,
         irq_movable,
     })
 }
@@ -272,6 +273,15 @@ fn cpu_block(s: &mut String, c: &CpuAudit, verbose: bool) {
         let head = "  workloads ran (meant to be here): ";
         let _ = writeln!(s, "{head}{}", wrap(&names.join(", "), head.len(), 4));
     }
+    if !c.workload_irqs_fired.is_empty() {
+        let names: Vec<String> = c
+            .workload_irqs_fired
+            .iter()
+            .map(|d| format!("{} ({})", d.source, d.count))
+            .collect();
+        let head = "  the workload's IRQs fired (meant to be here): ";
+        let _ = writeln!(s, "{head}{}", wrap(&names.join(", "), head.len(), 4));
+    }
     if let Some(n) = &c.osnoise {
         let line = format!(
             "osnoise: {} us of noise in {:.1} s measured ({} periods), longest {} us; interference: {} IRQ, {} softirq, {} thread, {} NMI, {} hardware",
@@ -312,6 +322,15 @@ fn cpu_block(s: &mut String, c: &CpuAudit, verbose: bool) {
     let _ = writeln!(s, "  {}", wrap(&can_line, 2, 4));
     if !irqs.is_empty() {
         let _ = writeln!(s, "    IRQs: {}", wrap(&irqs.join(", "), 10, 6));
+    }
+    if !can.workload_irqs.is_empty() {
+        let names: Vec<String> = can
+            .workload_irqs
+            .iter()
+            .map(|i| format!("{} {}", i.irq, i.name))
+            .collect();
+        let head = "    the workload's IRQs: ";
+        let _ = writeln!(s, "{head}{}", wrap(&names.join(", "), head.len(), 6));
     }
     if verbose {
         for t in &can.tasks {
@@ -560,6 +579,7 @@ mod tests {
             }),
             disturbed_by: did,
             workloads_ran: Vec::new(),
+            workload_irqs_fired: Vec::new(),
             can_disturb: Exposure::default(),
             osnoise: None,
         }

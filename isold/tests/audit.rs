@@ -683,3 +683,54 @@ fn a_missing_softirqs_file_is_no_softirqs_and_an_unreadable_one_an_error() {
     let e = Sample::read(&root).unwrap_err().to_string();
     assert!(e.contains("softirqs"), "{e}");
 }
+
+/// An IRQ of `[irqs] allow` is the workload's: the audit lists it apart, where it may reach
+/// and where it fired, never among the disturbers, and a CPU that only it reached is quiet as
+/// far as IRQs go.
+#[test]
+fn the_workloads_irqs_are_not_disturbers() {
+    use libtaskisol::policy::config::IrqAllow;
+    let start = SysRoot::new(fixture("debian-6.12-rt-audit"));
+    let end = SysRoot::new(fixture("debian-6.12-rt-audit-end"));
+    let before = Sample::read(&start).unwrap();
+    let after = Sample::read(&end).unwrap();
+    for allow in [IrqAllow::Number(4), IrqAllow::Name("tty*".into())] {
+        let mut sc = scope();
+        sc.allow_irqs = vec![allow.clone()];
+        let a = audit::audit(&end, &sc, &before, &after, 10.0).unwrap();
+        let c3 = &a.per_cpu[1];
+        assert!(
+            !c3.disturbed_by
+                .iter()
+                .any(|d| d.source.starts_with("IRQ 4 ")),
+            "{allow}: {:?}",
+            c3.disturbed_by
+        );
+        let fired = c3
+            .workload_irqs_fired
+            .iter()
+            .find(|d| d.source == "IRQ 4 ttyS0")
+            .expect("listed as the workload's");
+        assert!(fired.count > 0);
+        assert!(!c3.can_disturb.irqs.iter().any(|i| i.irq == 4));
+        let irq4 = c3
+            .can_disturb
+            .workload_irqs
+            .iter()
+            .find(|i| i.irq == 4)
+            .unwrap();
+        assert_eq!(
+            irq4.fix,
+            format!("none: the workload's IRQ ([irqs] allow {allow})")
+        );
+        let text = isold::audit::human(&a, false);
+        assert!(
+            text.contains("the workload's IRQs fired (meant to be here): IRQ 4 ttyS0 ("),
+            "{text}"
+        );
+        assert!(
+            text.contains("    the workload's IRQs: 4 ttyS0\n"),
+            "{text}"
+        );
+    }
+}

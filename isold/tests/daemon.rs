@@ -399,3 +399,22 @@ fn a_changed_partition_is_made_again_and_stop_removes_it() {
     write(&t, subtree, "");
     assert_restored(&t);
 }
+
+/// The daemon's scans leave the workload's IRQ (`[irqs] allow`) wherever it is put, while
+/// another IRQ moved onto an isolated CPU is put back.
+#[test]
+fn the_scans_leave_an_allowed_irq_alone() {
+    let t = tree("isolated_cpus = \"2-3\"\n[irqs]\nallow = [\"ttyS0\"]\n");
+    let irq1 = "/proc/irq/1/smp_affinity_list";
+    let c = start(&t, &[]);
+    eventually("applied", || read(&t, irq1).trim() == "0-1");
+    write(&t, IRQ4, "3\n");
+    write(&t, irq1, "3\n");
+    eventually("IRQ 1 put back", || read(&t, irq1).trim() == "0-1");
+    // Several scans (every 50 ms) later, IRQ 4 is where it was put.
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(read(&t, IRQ4).trim(), "3");
+    let (code, log) = stop(c);
+    assert_eq!(code, 0, "{log}");
+    assert!(!log.contains("IRQ 4"), "{log}");
+}

@@ -1007,3 +1007,46 @@ fn verify_says_which_written_files_wait_and_for_what() {
         "in effect, and right: not listed\n{out}"
     );
 }
+
+/// An IRQ the administrator pinned to an isolated CPU for the workload (the NIC queue that
+/// feeds its thread), named in `[irqs] allow` by its action name or its number: apply leaves
+/// it exactly where it is while every other movable IRQ moves, verify finds nothing to say,
+/// and restore, having recorded nothing for it, leaves it too.
+#[test]
+fn an_allowed_irq_stays_on_its_isolated_cpu() {
+    for allow in ["\"ttyS*\"", "4", "\"4\""] {
+        let t = tree_with(&format!(
+            "isolated_cpus = \"2-3\"\n[irqs]\nallow = [{allow}]\n"
+        ));
+        let r = t.path();
+        put(r, "proc/irq/4/smp_affinity_list", "3\n");
+        put(r, "proc/irq/4/smp_affinity", "8\n");
+        let (rc, out, err) = isold(r, &["apply", "-v"]);
+        assert_eq!(rc, 0, "{out}{err}");
+        assert!(
+            out.contains(
+                "left alone        IRQ 4 (ttyS0): left alone: the workload's IRQ ([irqs] allow "
+            ),
+            "{allow}: {out}"
+        );
+        assert_eq!(read(r, "proc/irq/4/smp_affinity_list"), "3\n");
+        assert_eq!(
+            read(r, "proc/irq/1/smp_affinity_list"),
+            "0-1\n",
+            "the others move: {out}"
+        );
+        let (rc, out, _) = isold(r, &["verify"]);
+        assert_eq!(rc, 0, "{out}");
+        assert!(!read(r, "run/isold/state.json").contains("\"irq:4\""));
+        let (rc, out, _) = isold(r, &["restore"]);
+        assert_eq!(rc, 0, "{out}");
+        assert_eq!(read(r, "proc/irq/4/smp_affinity_list"), "3\n");
+        assert_eq!(read(r, "proc/irq/1/smp_affinity_list"), "0-3\n");
+    }
+    // Without the allow-list it moves, as before.
+    let t = tree();
+    let r = t.path();
+    put(r, "proc/irq/4/smp_affinity_list", "3\n");
+    assert_eq!(isold(r, &["apply"]).0, 0);
+    assert_eq!(read(r, "proc/irq/4/smp_affinity_list"), "0-1\n");
+}

@@ -44,6 +44,9 @@ pub struct Scope {
     pub allow_comm: Vec<String>,
     /// Cgroups whose tasks are workloads (`allow_cgroup`).
     pub allow_cgroup: Vec<String>,
+    /// IRQs that are the workload's (`[irqs] allow`): meant to reach the CPU.
+    #[doc(alias = "irqs.allow")]
+    pub allow_irqs: Vec<crate::policy::config::IrqAllow>,
     /// What `isold apply` learnt about IRQs (its state file): true for an IRQ it moved,
     /// false for one the kernel refused to move. Used where the kernel's IRQ flags are not
     /// readable (no CONFIG_GENERIC_IRQ_DEBUGFS, as on Debian's kernels).
@@ -64,6 +67,7 @@ impl Scope {
             preset: c.preset,
             allow_comm: c.allow_comm,
             allow_cgroup: c.allow_cgroup,
+            allow_irqs: c.irq_allow,
             irq_movable: Default::default(),
         }
     }
@@ -178,6 +182,9 @@ pub struct Exposure {
     pub percpu_kthreads: Vec<TaskRef>,
     /// Workloads allowed on it: meant to be there.
     pub workloads: Vec<TaskRef>,
+    /// The workload's IRQs (`[irqs] allow`) that reach it: meant to be there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workload_irqs: Vec<IrqExposure>,
     /// Per-CPU settings (tick, RCU callbacks, unbound workqueues).
     pub settings: Vec<Setting>,
 }
@@ -227,6 +234,9 @@ pub struct CpuAudit {
     pub disturbed_by: Vec<Disturbance>,
     /// Workloads that ran on it (meant to be there; not disturbers).
     pub workloads_ran: Vec<TaskRef>,
+    /// The workload's IRQs that fired on it (meant to be there; not disturbers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workload_irqs_fired: Vec<Disturbance>,
     /// Who can disturb it.
     pub can_disturb: Exposure,
     /// What the kernel's osnoise tracer measured during the window (`--osnoise`).
@@ -295,7 +305,7 @@ pub fn audit(
         &cmdline,
     );
     let settings = machine_settings(root, &after.threads, &scope.cpus)?;
-    let irqs = irq_exposures(root, &scope.irq_movable)?;
+    let irqs = irq_exposures(root, &scope.irq_movable, &scope.allow_irqs)?;
     let unbound = workqueue::unbound_cpumask(root)?;
     let rcu_nocbs = bootargs::last_value(&cmdline, "rcu_nocbs")
         .and_then(|v| CpuSet::parse_list(&v).ok())
@@ -304,16 +314,16 @@ pub fn audit(
     let earlier = by_identity(before);
     let mut per_cpu = Vec::new();
     for cpu in scope.cpus.iter() {
-        let mut can = Exposure {
-            irqs: irqs
-                .iter()
-                .filter(|(aff, eff, _)| {
-                    aff.contains(cpu) || eff.as_ref().is_some_and(|e| e.contains(cpu))
-                })
-                .map(|(_, _, x)| x.clone())
-                .collect(),
-            ..Exposure::default()
-        };
+        let mut can = Exposure::default();
+        for i in irqs.iter().filter(|i| {
+            i.affinity.contains(cpu) || i.effective.as_ref().is_some_and(|e| e.contains(cpu))
+        }) {
+            if i.workload {
+                can.workload_irqs.push(i.exposure.clone());
+            } else {
+                can.irqs.push(i.exposure.clone());
+            }
+        }
         for t in after.threads.iter().filter(|t| t.affinity.contains(cpu)) {
             let r = TaskRef::of(t);
             if t.is_pinned_by_kernel() {
@@ -369,13 +379,20 @@ pub fn audit(
         }
         let tick = tick_of(before, after, cpu, window_s, nohz_full);
         let mut did = Vec::new();
+        let mut workload_irqs_fired = Vec::new();
         let at = At {
             cpu,
             nohz_full,
             cpus: &scope.cpus,
             window_s,
         };
-        did_interrupts(&before.interrupts, &after.interrupts, &at, &irqs, &mut did);
+        did_interrupts(
+            &before.interrupts,
+            &after.interrupts,
+            &at,
+            &irqs,
+            (&mut did, &mut workload_irqs_fired),
+        );
         if let (Some(b), Some(a)) = (&before.softirqs, &after.softirqs) {
             did_softirqs(b, a, cpu, window_s, &mut did);
         }
@@ -404,6 +421,7 @@ pub fn audit(
             tick,
             disturbed_by: did,
             workloads_ran,
+            workload_irqs_fired,
             can_disturb: can,
             osnoise: None,
         });
@@ -460,10 +478,20 @@ impl<'a> Workloads<'a> {
 }
 
 /// Every IRQ with its affinity, effective affinity and exposure record.
+/// An IRQ as the audit sees it: where it may and does go, what it is, whose it is.
+struct SeenIrq {
+    affinity: CpuSet,
+    effective: Option<CpuSet>,
+    exposure: IrqExposure,
+    /// The workload's (`[irqs] allow`).
+    workload: bool,
+}
+
 fn irq_exposures(
     root: &SysRoot,
     known: &std::collections::BTreeMap<u32, bool>,
-) -> Result<Vec<(CpuSet, Option<CpuSet>, IrqExposure)>> {
+    allow: &[crate::policy::config::IrqAllow],
+) -> Result<Vec<SeenIrq>> {
     let mut out = Vec::new();
     // An IRQ without a handler is never delivered: no device requested it.
     for i in irq::list(root)?
@@ -484,26 +512,29 @@ fn irq_exposures(
                     .any(|b| f.contains(b))
             })
             .or_else(|| known.get(&i.irq).copied());
-        let fix = match (managed, movable) {
-            (Some(true), _) => {
-                "boot argument isolcpus=managed_irq,... (the kernel places managed IRQs)"
+        let allowed = crate::policy::config::allowed_irq(allow, i.irq, &i.actions);
+        let fix = match (allowed, managed, movable) {
+            (Some(a), _, _) => format!("none: the workload's IRQ ([irqs] allow {a})"),
+            (_, Some(true), _) => {
+                "boot argument isolcpus=managed_irq,... (the kernel places managed IRQs)".into()
             }
-            (_, Some(false)) => "none at run time: the kernel does not let this IRQ move",
-            _ => "isold item irq_affinity",
+            (_, _, Some(false)) => "none at run time: the kernel does not let this IRQ move".into(),
+            _ => "isold item irq_affinity".into(),
         };
-        out.push((
-            i.affinity.clone(),
-            i.effective.clone(),
-            IrqExposure {
+        out.push(SeenIrq {
+            affinity: i.affinity.clone(),
+            effective: i.effective.clone(),
+            exposure: IrqExposure {
                 irq: i.irq,
                 name: i.action.clone(),
                 affinity: i.affinity.to_string(),
                 effective: i.effective.as_ref().map(|e| e.to_string()),
                 managed,
                 movable,
-                fix: fix.into(),
+                fix,
             },
-        ));
+            workload: allowed.is_some(),
+        });
     }
     Ok(out)
 }
@@ -709,12 +740,14 @@ struct At<'a> {
     window_s: f64,
 }
 
+/// The interrupts counted on the CPU during the window: disturbers to `did`, the workload's
+/// own IRQs to `workload`.
 fn did_interrupts(
     before: &Interrupts,
     after: &Interrupts,
     at: &At,
-    irqs: &[(CpuSet, Option<CpuSet>, IrqExposure)],
-    out: &mut Vec<Disturbance>,
+    irqs: &[SeenIrq],
+    (did, workload): (&mut Vec<Disturbance>, &mut Vec<Disturbance>),
 ) {
     let (cpu, window_s) = (at.cpu, at.window_s);
     for row in &after.rows {
@@ -723,12 +756,16 @@ fn did_interrupts(
             continue;
         }
         if let Some(num) = row.irq() {
-            let fix = irqs
-                .iter()
-                .find(|(_, _, x)| x.irq == num)
-                .map(|(_, _, x)| x.fix.clone())
+            let seen = irqs.iter().find(|i| i.exposure.irq == num);
+            let fix = seen
+                .map(|i| i.exposure.fix.clone())
                 .unwrap_or_else(|| "isold item irq_affinity".into());
             let name = row.action();
+            let out = if seen.is_some_and(|i| i.workload) {
+                &mut *workload
+            } else {
+                &mut *did
+            };
             out.push(Disturbance {
                 kind: "irq".into(),
                 source: if name.is_empty() {
@@ -746,7 +783,7 @@ fn did_interrupts(
                 continue; // the residual tick of nohz_full: reported as the tick
             }
             let (kind, fix) = ipi_fix(&row.label, at.nohz_full, at.cpus);
-            out.push(Disturbance {
+            did.push(Disturbance {
                 kind: kind.into(),
                 source: format!("{} {}", row.label, row.description.to_lowercase()),
                 count: n,
@@ -897,11 +934,11 @@ LOC:       1480       1501        793       1312   Local timer interrupts\n\
 RES:        327        240        292        376   Rescheduling interrupts\n\
 ERR:          0\n";
 
-    fn exposure(irq: u32, fix: &str) -> (CpuSet, Option<CpuSet>, IrqExposure) {
-        (
-            "0-3".parse().unwrap(),
-            None,
-            IrqExposure {
+    fn exposure(irq: u32, fix: &str) -> SeenIrq {
+        SeenIrq {
+            affinity: "0-3".parse().unwrap(),
+            effective: None,
+            exposure: IrqExposure {
                 irq,
                 name: "ttyS0".into(),
                 affinity: "0-3".into(),
@@ -910,7 +947,8 @@ ERR:          0\n";
                 movable: None,
                 fix: fix.into(),
             },
-        )
+            workload: false,
+        }
     }
 
     fn did(cpu: usize, nohz_full: bool) -> Vec<Disturbance> {
@@ -922,13 +960,15 @@ ERR:          0\n";
             window_s: 2.0,
         };
         let mut out = Vec::new();
+        let mut workload = Vec::new();
         did_interrupts(
             &table(BEFORE),
             &table(AFTER),
             &at,
             &[exposure(4, "move it")],
-            &mut out,
+            (&mut out, &mut workload),
         );
+        assert!(workload.is_empty());
         out
     }
 

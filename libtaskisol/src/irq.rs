@@ -64,13 +64,37 @@ impl InterruptRow {
         self.label.parse().ok()
     }
 
-    /// The device (action) name: the last word of the description of a numbered row
-    /// (`virtio0-input.0`), empty when the IRQ has no handler.
-    pub fn action(&self) -> &str {
+    /// The names of the IRQ's handlers (actions) of a numbered row, as the kernel lists them
+    /// after the chip, the hardware IRQ number and the trigger (`virtio0-input.0`; a shared
+    /// line has several: `ehci_hcd:usb1, uhci_hcd:usb3`); none without a handler. Where the
+    /// trigger word cannot be found, the last word.
+    pub fn actions(&self) -> Vec<String> {
         if self.irq().is_none() {
-            return "";
+            return Vec::new();
         }
-        self.description.split_whitespace().last().unwrap_or("")
+        let words: Vec<&str> = self.description.split_whitespace().collect();
+        let trigger = words.iter().rposition(|w| {
+            let w = w.to_ascii_lowercase();
+            ["edge", "level", "fasteoi", "eoi"]
+                .iter()
+                .any(|t| w == *t || w.ends_with(&format!("-{t}")))
+        });
+        let rest = match trigger {
+            Some(i) => &words[i + 1..],
+            None => &words[words.len().saturating_sub(1)..],
+        };
+        rest.join(" ")
+            .split(", ")
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The handlers' names joined as the kernel shows them (`virtio0-input.0`,
+    /// `ehci_hcd:usb1, uhci_hcd:usb3`); empty when the IRQ has no handler.
+    pub fn action(&self) -> String {
+        self.actions().join(", ")
     }
 }
 
@@ -148,8 +172,11 @@ pub struct IrqInfo {
     pub affinity: CpuSet,
     /// `effective_affinity_list`, where the kernel has it.
     pub effective: Option<CpuSet>,
-    /// The action name from `/proc/interrupts` (empty without a handler).
+    /// The action names from `/proc/interrupts`, joined with ", " (empty without a
+    /// handler).
     pub action: String,
+    /// Each action name (a shared line has several).
+    pub actions: Vec<String>,
 }
 
 /// Every IRQ under `/proc/irq` with its affinity and name. An IRQ freed while being read is
@@ -173,10 +200,8 @@ pub fn list(root: &SysRoot) -> Result<Vec<IrqInfo>> {
             irq,
             affinity,
             effective: effective_affinity(root, irq)?,
-            action: table
-                .irq(irq)
-                .map(|r| r.action().to_string())
-                .unwrap_or_default(),
+            action: table.irq(irq).map(|r| r.action()).unwrap_or_default(),
+            actions: table.irq(irq).map(|r| r.actions()).unwrap_or_default(),
         });
     }
     Ok(out)
@@ -205,6 +230,22 @@ ERR:          0\n";
         assert_eq!(loc.counts, vec![988, 895, 119]);
         assert_eq!(loc.description, "Local timer interrupts");
         assert_eq!(loc.action(), "");
+        // A shared line lists every handler after the trigger; a row of another format (no
+        // trigger word) gives its last word.
+        let more = Interrupts::parse(
+            "  CPU0 CPU1\n 16:  5  0  IO-APIC  16-fasteoi   ehci_hcd:usb1, uhci_hcd:usb3\n 30:  1  0  GICv3  27 Level     arch_timer\n 31:  1  0  weird chip name\n",
+        )
+        .unwrap();
+        assert_eq!(
+            more.irq(16).unwrap().actions(),
+            ["ehci_hcd:usb1", "uhci_hcd:usb3"]
+        );
+        assert_eq!(
+            more.irq(16).unwrap().action(),
+            "ehci_hcd:usb1, uhci_hcd:usb3"
+        );
+        assert_eq!(more.irq(30).unwrap().actions(), ["arch_timer"]);
+        assert_eq!(more.irq(31).unwrap().actions(), ["name"]);
         assert_eq!(t.rows[3].counts, vec![0]);
     }
 

@@ -324,6 +324,43 @@ kill $w
             Expect::field("differences", "0"),
         ],
     );
+    // The workload's IRQ ([irqs] allow): the serial port's IRQ routed to CPU 3 on purpose
+    // stays there through the start, two seconds of scans and the stop (which restores the
+    // rest), while every other movable IRQ moves to 0-1 and back.
+    s.step_with_timeout(
+        "allowed_irq_stays_on_its_isolated_cpu",
+        &format!(
+            "{PRE}printf 'isolated_cpus = \"2-3\"\\non_stop = \"restore\"\\n[irqs]\\nallow = [\"ttyS0\"]\\n' >/etc/isold/isold.toml
+             echo 3 >/proc/irq/4/smp_affinity_list
+             echo irq1_before=$(cat /proc/irq/1/smp_affinity_list)
+             systemctl start isold; echo start_rc=$?
+             echo irq4_started=$(cat /proc/irq/4/smp_affinity_list)
+             echo irq1_started=$(cat /proc/irq/1/smp_affinity_list)
+             sleep 2
+             echo irq4_scanned=$(cat /proc/irq/4/smp_affinity_list)
+             isold verify >/dev/null; echo verify_rc=$?
+             systemctl stop isold; echo stop_rc=$?
+             echo irq4_stopped=$(cat /proc/irq/4/smp_affinity_list)
+             echo irq1_stopped=$(cat /proc/irq/1/smp_affinity_list)
+             echo 0-3 >/proc/irq/4/smp_affinity_list"
+        ),
+        Duration::from_secs(120),
+        vec![
+            Expect::field("start_rc", "0"),
+            Expect::field("irq4_started", "3"),
+            Expect::field("irq1_started", "0-1"),
+            Expect::field("irq4_scanned", "3"),
+            Expect::field("verify_rc", "0"),
+            Expect::field("stop_rc", "0"),
+            Expect::field("irq4_stopped", "3"),
+            Expect::that("IRQ 1 restored", |o: &StepOutput| {
+                match (o.field("irq1_before"), o.field("irq1_stopped")) {
+                    (Some(a), Some(b)) if a == b => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            }),
+        ],
+    );
     let o = run(&s).unwrap_or_else(|e| panic!("{e}"));
     if let Some(out) = o.outputs.get("wide_tasks_narrowed_at_exec") {
         let figures: Vec<&str> = out

@@ -93,8 +93,48 @@ const TOP_KEYS: &[&str] = &[
     "tasks",
     "kthread_priority",
     "kvm",
+    "irqs",
 ];
 const TASK_KEYS: &[&str] = &["allow_comm", "allow_cgroup"];
+const IRQ_KEYS: &[&str] = &["allow"];
+
+/// An IRQ that belongs to the workload (`[irqs] allow`): left exactly as it is by apply,
+/// verify, the daemon and restore, and shown by audit as the workload's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IrqAllow {
+    /// By number.
+    Number(u32),
+    /// By a pattern over its action names as `/proc/interrupts` shows them (`eth1-rx-*`).
+    Name(String),
+}
+
+impl IrqAllow {
+    /// Whether IRQ `irq`, whose handlers are named `actions`, is this one.
+    pub fn matches(&self, irq: u32, actions: &[String]) -> bool {
+        match self {
+            IrqAllow::Number(n) => *n == irq,
+            IrqAllow::Name(p) => actions.iter().any(|a| glob_match(p, a)),
+        }
+    }
+}
+
+impl fmt::Display for IrqAllow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IrqAllow::Number(n) => write!(f, "{n}"),
+            IrqAllow::Name(p) => write!(f, "{p:?}"),
+        }
+    }
+}
+
+/// The entry of `allow` that IRQ `irq` (handlers `actions`) matches, if any.
+pub fn allowed_irq<'a>(
+    allow: &'a [IrqAllow],
+    irq: u32,
+    actions: &[String],
+) -> Option<&'a IrqAllow> {
+    allow.iter().find(|a| a.matches(irq, actions))
+}
 
 /// What `isold run` does with the applied values when it stops (`on_stop`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -153,6 +193,8 @@ pub struct Config {
     pub allow_comm: Vec<String>,
     /// cgroup v2 paths whose tasks are left where they are.
     pub allow_cgroup: Vec<String>,
+    /// IRQs that belong to the workload (`[irqs] allow`).
+    pub irq_allow: Vec<IrqAllow>,
     /// kthread name pattern and policy.
     pub kthread_priority: Vec<(String, SchedPolicy)>,
     /// PM QoS resume latency limit of isolated CPUs, microseconds.
@@ -254,6 +296,7 @@ impl Config {
             tasks: false,
             allow_comm: Vec::new(),
             allow_cgroup: Vec::new(),
+            irq_allow: Vec::new(),
             kthread_priority: Vec::new(),
             pm_qos: None,
             cpufreq: None,
@@ -600,6 +643,42 @@ impl Config {
                 Ok(())
             })?;
         }
+        if let Some(t) = table("irqs")? {
+            walk(t, "irqs", &mut |k, v| {
+                if !IRQ_KEYS.contains(&k) {
+                    return Err(unknown("key", k, IRQ_KEYS));
+                }
+                let Value::Array(a) = v else {
+                    return Err(
+                        "irqs.allow must be an array of IRQ numbers and name patterns".into(),
+                    );
+                };
+                for e in a.iter() {
+                    c.irq_allow.push(match e {
+                        Value::Integer(n) => {
+                            IrqAllow::Number(u32::try_from(*n.value()).map_err(|_| {
+                                format!("irqs.allow: {} is not an IRQ number", n.value())
+                            })?)
+                        }
+                        Value::String(s) if s.value().trim().is_empty() => {
+                            return Err("irqs.allow: an empty name matches no IRQ".into())
+                        }
+                        // A number written as a string is the number.
+                        Value::String(s) => match s.value().trim().parse::<u32>() {
+                            Ok(n) => IrqAllow::Number(n),
+                            Err(_) => IrqAllow::Name(s.value().clone()),
+                        },
+                        other => {
+                            return Err(format!(
+                                "irqs.allow takes IRQ numbers and name patterns, not {}",
+                                other.type_name()
+                            ))
+                        }
+                    });
+                }
+                Ok(())
+            })?;
+        }
         Ok(c)
     }
 
@@ -770,6 +849,52 @@ mod tests {
         assert!(!c.systemd_cpuaffinity);
         assert_eq!(c.isolated_line, Some(1));
         assert_eq!(c.on_stop, OnStop::Keep, "stopping is not undoing");
+    }
+
+    #[test]
+    fn irqs_allow_takes_numbers_and_names() {
+        let c = parse("isolated_cpus = \"2-3\"\n[irqs]\nallow = [24, \"25\", \"eth1-rx-*\"]\n")
+            .unwrap();
+        assert_eq!(
+            c.irq_allow,
+            [
+                IrqAllow::Number(24),
+                IrqAllow::Number(25),
+                IrqAllow::Name("eth1-rx-*".into())
+            ]
+        );
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            allowed_irq(&c.irq_allow, 30, &names(&["virtio0", "eth1-rx-3"])),
+            Some(&IrqAllow::Name("eth1-rx-*".into()))
+        );
+        assert_eq!(
+            allowed_irq(&c.irq_allow, 25, &[]),
+            Some(&IrqAllow::Number(25))
+        );
+        assert_eq!(allowed_irq(&c.irq_allow, 26, &names(&["eth1-tx-0"])), None);
+        assert_eq!(IrqAllow::Number(24).to_string(), "24");
+        assert_eq!(IrqAllow::Name("a*".into()).to_string(), "\"a*\"");
+        for (text, want) in [
+            ("allow = [\"\"]", "irqs.allow: an empty name matches no IRQ"),
+            ("allow = [-1]", "irqs.allow: -1 is not an IRQ number"),
+            (
+                "allow = [true]",
+                "irqs.allow takes IRQ numbers and name patterns, not boolean",
+            ),
+            (
+                "allow = \"eth*\"",
+                "irqs.allow must be an array of IRQ numbers and name patterns",
+            ),
+            ("alow = [1]", "unknown key 'alow' (did you mean 'allow'?)"),
+        ] {
+            let e = parse(&format!("isolated_cpus = \"2-3\"\n[irqs]\n{text}\n")).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("/etc/isold/isold.toml:3: {want}"),
+                "{text}"
+            );
+        }
     }
 
     #[test]

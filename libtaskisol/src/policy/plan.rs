@@ -5,7 +5,7 @@
 //! before the global one, so that restore widens the global mask first (the kernel clips a
 //! workqueue's mask to the global one).
 
-use super::config::glob_match;
+use super::config::{allowed_irq, glob_match};
 use super::{Policy, Status};
 use crate::cpuset::CpuSet;
 use crate::error::Result;
@@ -313,6 +313,19 @@ pub fn plan(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {
             } else {
                 info.action.clone()
             };
+            if let Some(a) = allowed_irq(&c.irq_allow, info.irq, &info.actions) {
+                // The workload's own IRQ (a NIC queue that feeds its thread): never written,
+                // so never recorded, so never restored either.
+                out.push(known(
+                    "irq_affinity",
+                    format!("irq:{}", info.irq),
+                    format!("IRQ {} ({name})", info.irq),
+                    Status::LeftAlone {
+                        reason: format!("the workload's IRQ ([irqs] allow {a})"),
+                    },
+                ));
+                continue;
+            }
             out.push(Target {
                 item: "irq_affinity",
                 id: format!("irq:{}", info.irq),
