@@ -364,6 +364,20 @@ mod tests {
         assert_eq!(own_unit("12:cpuset:/\n"), None);
     }
 
+    /// The lock file is never opened through a symlink someone left in its place.
+    #[test]
+    fn a_symlinked_run_lock_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state.json");
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        std::os::unix::fs::symlink(&victim, run_lock_path(&state)).unwrap();
+        let e = lock_run(&state).unwrap_err();
+        assert!(e.contains("symbolic links"), "{e}");
+        assert_eq!(running(&state), None);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+    }
+
     #[test]
     fn the_run_lock_is_held_once() {
         let dir = tempfile::tempdir().unwrap();

@@ -945,6 +945,22 @@ mod tests {
         assert_eq!(State::load(&pb).unwrap().unwrap(), b);
     }
 
+    /// The journal and the lock are never opened through a symlink left in their place.
+    #[test]
+    fn the_journal_and_the_lock_refuse_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let victim = dir.path().join("victim");
+        fs::write(&victim, "precious").unwrap();
+        std::os::unix::fs::symlink(&victim, journal_path(&path)).unwrap();
+        let e = append_entries(&path, &[entry("sysctl:x", "1\n")]).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ELOOP), "{e}");
+        std::os::unix::fs::symlink(&victim, crate::policy::engine::lock_path(&path)).unwrap();
+        let e = crate::policy::engine::lock(&path).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ELOOP), "{e}");
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
+    }
+
     /// The journal takes appends up to JOURNAL_MAX bytes; past it, the caller folds it in.
     #[test]
     fn the_journal_limit_is_inclusive() {
