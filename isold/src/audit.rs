@@ -340,8 +340,11 @@ fn cpu_block(s: &mut String, c: &CpuAudit, verbose: bool) {
             let _ = writeln!(s, "    per-CPU kthread: {} {}", t.tid, t.comm);
         }
     } else if !can.tasks.is_empty() {
-        let names: Vec<String> = can
-            .tasks
+        // The user's own tasks first: those an admin acts on; movable kthreads after them
+        // (a line of kthreads must not hide the wide task someone started by hand).
+        let mut order: Vec<&libtaskisol::audit::TaskRef> = can.tasks.iter().collect();
+        order.sort_by_key(|t| (t.kthread, t.tid));
+        let names: Vec<String> = order
             .iter()
             .take(6)
             .map(|t| format!("{} {}", t.tid, t.comm))
@@ -683,7 +686,14 @@ mod tests {
         did[1].cpu_ms = Some(0);
         let mut c = cpu(3, did);
         c.workloads_ran = vec![task(77, "rtapp")];
-        c.can_disturb.tasks = (1..=7).map(|i| task(i, &format!("t{i}"))).collect();
+        // Six movable kthreads of low pids, then the user's own tasks.
+        c.can_disturb.tasks = (1..=6)
+            .map(|i| libtaskisol::audit::TaskRef {
+                kthread: true,
+                ..task(i, &format!("k{i}"))
+            })
+            .chain((7..=8).map(|i| task(i, &format!("t{i}"))))
+            .collect();
         c.can_disturb.percpu_kthreads = vec![task(40, "ksoftirqd/3")];
         c.can_disturb.irqs = vec![libtaskisol::audit::IrqExposure {
             irq: 30,
@@ -732,7 +742,7 @@ mod tests {
         );
         assert!(!s.contains("rcu callbacks"), "{s}");
         assert!(
-            s.contains("    tasks: 1 t1, 2 t2, 3 t3, 4 t4, 5 t5, 6 t6, ...\n"),
+            s.contains("    tasks: 7 t7, 8 t8, 1 k1, 2 k2, 3 k3, 4 k4, ...\n"),
             "{s}"
         );
         assert!(!s.contains("per-CPU kthread:"), "{s}");

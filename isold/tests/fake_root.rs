@@ -1050,3 +1050,38 @@ fn an_allowed_irq_stays_on_its_isolated_cpu() {
     assert_eq!(isold(r, &["apply"]).0, 0);
     assert_eq!(read(r, "proc/irq/4/smp_affinity_list"), "0-1\n");
 }
+
+/// A sysctl the file names that the kernel lacks is a mistake said before anything changes,
+/// with the closest name this kernel has (judged by the tree's own /proc/sys); a preset's
+/// sysctl the kernel lacks is only "not present".
+#[test]
+fn a_misspelled_sysctl_is_an_error_with_the_closest_name() {
+    for (key, want) in [
+        ("kernel.prinkt", "sysctl kernel.prinkt: this kernel has no /proc/sys/kernel/prinkt (did you mean 'kernel.printk'?)"),
+        ("krnel.printk", "sysctl krnel.printk: this kernel has no /proc/sys/krnel/printk (did you mean 'kernel.printk'?)"),
+        ("vm/stat_intervall", "sysctl vm/stat_intervall: this kernel has no /proc/sys/vm/stat_intervall (did you mean 'vm/stat_interval'?)"),
+    ] {
+        let t = tree_with(&format!(
+            "isolated_cpus = \"2-3\"\n[items]\nprintk = false\n[sysctl]\n\"{key}\" = 4\n"
+        ));
+        let r = t.path();
+        let before = snapshot(r);
+        for cmd in ["check", "apply"] {
+            let (rc, out, err) = isold(r, &[cmd]);
+            assert_eq!(rc, 1, "{cmd}: {out}");
+            assert_eq!(
+                err,
+                format!("isold: {}:5: {want}\n", r.join("etc/isold/isold.toml").display())
+            );
+        }
+        assert_eq!(snapshot(r), before, "nothing changed");
+    }
+    // kernel.numa_balancing (the preset's) is absent from the captured VM: not an error.
+    let t = tree();
+    let (rc, out, _) = isold(t.path(), &["apply", "-v"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        out.contains("not present       sysctl kernel.numa_balancing"),
+        "{out}"
+    );
+}

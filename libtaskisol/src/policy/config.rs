@@ -177,6 +177,10 @@ pub struct Config {
     pub on_stop: OnStop,
     /// sysctl name and value, in preset order then file order.
     pub sysctl: Vec<(String, String)>,
+    /// The line of each sysctl the file names (the others come from the preset).
+    pub sysctl_lines: std::collections::BTreeMap<String, usize>,
+    /// The line of `[items] printk`, when the file sets it.
+    pub printk_line: Option<usize>,
     /// THP `enabled` value.
     pub thp: Option<String>,
     /// Unbound workqueue cpumasks.
@@ -217,7 +221,7 @@ fn line_of(text: &str, span: Option<std::ops::Range<usize>>) -> Option<usize> {
     span.map(|r| text[..r.start.min(text.len())].matches('\n').count() + 1)
 }
 
-fn closest<'a>(word: &str, valid: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn closest<'a>(word: &str, valid: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
     valid
         .into_iter()
         .map(|v| (strsim::levenshtein(word, v), v))
@@ -288,6 +292,8 @@ impl Config {
             preset,
             on_stop: OnStop::Keep,
             sysctl: Vec::new(),
+            sysctl_lines: Default::default(),
+            printk_line: None,
             thp: None,
             workqueue: false,
             machinecheck: false,
@@ -429,6 +435,11 @@ impl Config {
             }
             Some(v) if v.contains('\n') => {
                 return Err(format!("sysctl {key}: a value cannot span lines"))
+            }
+            Some(v) if v.trim().is_empty() => {
+                return Err(format!(
+                    "sysctl {key}: an empty value writes nothing (give a value, or false to leave it alone)"
+                ))
             }
             Some(v) => self.sysctl.push((key.into(), v.into())),
         }
@@ -590,13 +601,27 @@ impl Config {
                 c.set_item(k, &text)
             })?;
         }
+        let line_in = |t: &dyn TableLike, k: &str| {
+            line_of(text, t.get_key_value(k).and_then(|(key, _)| key.span()))
+        };
+        if let Some(t) = table("items")? {
+            if c.printk.is_some() {
+                c.printk_line = line_in(t, "printk");
+            }
+        }
         if let Some(t) = table("sysctl")? {
             walk(t, "sysctl", &mut |k, v| match v {
                 Value::Boolean(b) if !*b.value() => c.set_sysctl(k, None),
                 Value::String(_) | Value::Integer(_) => c.set_sysctl(k, value_text(v).as_deref()),
                 _ => Err(format!("sysctl {k} takes a number, a string or false")),
             })?;
+            for (k, _) in t.iter().filter(|(k, _)| c.sysctl.iter().any(|(n, _)| n == k)) {
+                if let Some(line) = line_in(t, k) {
+                    c.sysctl_lines.insert(k.to_string(), line);
+                }
+            }
         }
+        c.one_setting_per_file()?;
         if let Some(t) = table("kthread_priority")? {
             walk(t, "kthread_priority", &mut |k, v| match v {
                 Value::Boolean(b) if !*b.value() => c.set_kthread(k, None),
@@ -680,6 +705,56 @@ impl Config {
             })?;
         }
         Ok(c)
+    }
+
+    /// Two settings that write one file would undo each other at every check of a daemon:
+    /// refused, naming both.
+    fn one_setting_per_file(&self) -> Result<(), ConfigError> {
+        let mut by_path: std::collections::BTreeMap<String, Vec<(String, Option<usize>)>> =
+            Default::default();
+        let from = |line: Option<usize>| match line {
+            Some(l) => format!("line {l}"),
+            None => format!("preset {}", self.preset),
+        };
+        for (name, _) in &self.sysctl {
+            if let Ok(path) = crate::sysctl::path_of(name) {
+                by_path.entry(path).or_default().push((
+                    format!("[sysctl] {name}"),
+                    self.sysctl_lines.get(name).copied(),
+                ));
+            }
+        }
+        if self.printk.is_some() {
+            by_path
+                .entry(super::plan::PRINTK.to_string())
+                .or_default()
+                .push(("the printk item".into(), self.printk_line));
+        }
+        for (path, who) in by_path {
+            if let [a, b, ..] = &who[..] {
+                return Err(ConfigError {
+                    file: self.file.clone(),
+                    line: b.1.or(a.1),
+                    reason: format!(
+                        "{} ({}) and {} ({}) both write {path}: isold would undo one with the other at every check; keep one (false turns either off)",
+                        a.0,
+                        from(a.1),
+                        b.0,
+                        from(b.1)
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// An error at `line` of the file.
+    pub fn error_at(&self, line: Option<usize>, reason: String) -> ConfigError {
+        ConfigError {
+            file: self.file.clone(),
+            line,
+            reason,
+        }
     }
 
     /// The error for the `isolated_cpus` line.
@@ -895,6 +970,50 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    /// Two settings of one file would fight at every check of the daemon: a configuration
+    /// error naming both; turning either off resolves it. An empty value is no value.
+    #[test]
+    fn one_file_one_setting_and_no_empty_values() {
+        let e = parse("isolated_cpus = \"2-3\"\n[sysctl]\n\"kernel.printk\" = \"7 4 1 7\"\n")
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/etc/isold/isold.toml:3: [sysctl] kernel.printk (line 3) and the printk item (preset realtime-virtual-host) both write /proc/sys/kernel/printk: isold would undo one with the other at every check; keep one (false turns either off)"
+        );
+        let e = parse(
+            "isolated_cpus = \"2-3\"\n[items]\nprintk = 3\n[sysctl]\n\"kernel.printk\" = \"7 4 1 7\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().starts_with("/etc/isold/isold.toml:3: [sysctl] kernel.printk (line 5) and the printk item (line 3) both write"),
+            "{e}"
+        );
+        assert!(parse(
+            "isolated_cpus = \"2-3\"\n[items]\nprintk = false\n[sysctl]\n\"kernel.printk\" = \"7 4 1 7\"\n"
+        )
+        .is_ok());
+        let e = parse(
+            "isolated_cpus = \"2-3\"\n[sysctl]\n\"vm.stat_interval\" = 5\n\"vm/stat_interval\" = 6\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().starts_with("/etc/isold/isold.toml:4: [sysctl] vm.stat_interval (line 3) and [sysctl] vm/stat_interval (line 4) both write /proc/sys/vm/stat_interval"),
+            "{e}"
+        );
+        let e =
+            parse("isolated_cpus = \"2-3\"\n[sysctl]\n\"vm.swappiness\" = \" \"\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/etc/isold/isold.toml:3: sysctl vm.swappiness: an empty value writes nothing (give a value, or false to leave it alone)"
+        );
+        let c = parse("isolated_cpus = \"2-3\"\n\n[sysctl]\n\"vm.swappiness\" = 1\n").unwrap();
+        assert_eq!(c.sysctl_lines.get("vm.swappiness"), Some(&4));
+        assert!(
+            !c.sysctl_lines.contains_key("vm.dirty_ratio"),
+            "a preset's has no line"
+        );
     }
 
     #[test]

@@ -100,6 +100,25 @@ impl Policy {
                 all
             }
         };
+        // A sysctl the file names that this kernel lacks is a mistake to say now (a preset's
+        // may be absent on some kernels: reported "not present" by apply).
+        for (name, _) in &config.sysctl {
+            let Some(&line) = config.sysctl_lines.get(name) else {
+                continue;
+            };
+            let path = crate::sysctl::path_of(name)?;
+            if !root.exists(&path) {
+                let hint = closest_sysctl(root, name)
+                    .map(|c| format!(" (did you mean '{c}'?)"))
+                    .unwrap_or_default();
+                return Err(config
+                    .error_at(
+                        Some(line),
+                        format!("sysctl {name}: this kernel has no {path}{hint}"),
+                    )
+                    .into());
+            }
+        }
         let housekeeping = online.difference(&isolated);
         if housekeeping.is_empty() {
             return Err(config
@@ -115,6 +134,28 @@ impl Policy {
             housekeeping,
         })
     }
+}
+
+/// The existing sysctl closest to `name`: at the deepest directory of its path that exists,
+/// the entry closest to the name's next part, with the rest of the name after it.
+fn closest_sysctl(root: &SysRoot, name: &str) -> Option<String> {
+    let sep = if name.contains('/') { '/' } else { '.' };
+    let parts: Vec<&str> = name.split(sep).collect();
+    let mut dir = String::from("/proc/sys");
+    for (i, part) in parts.iter().enumerate() {
+        let next = format!("{dir}/{part}");
+        if root.exists(&next) {
+            dir = next;
+            continue;
+        }
+        let entries = root.read_dir_names(&dir).ok()?;
+        let best = config::closest(part, entries.iter().map(String::as_str))?;
+        let mut out: Vec<&str> = parts[..i].to_vec();
+        out.push(best);
+        out.extend(&parts[i + 1..]);
+        return Some(out.join(&sep.to_string()));
+    }
+    None
 }
 
 /// The outcome for one target.
