@@ -97,7 +97,7 @@ pub fn scope(
 }
 
 /// `isold audit`.
-pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs) -> i32 {
+pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs, state_path: &Path) -> i32 {
     if !(args.duration >= 0.0 && args.duration <= 3600.0) {
         return fail(format!(
             "--duration {}: give seconds from 0 to 3600",
@@ -173,6 +173,7 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs) -> i32 {
         }
     }
     a.notes = notes;
+    a.settings.extend(contested(state_path));
     let text = if args.json {
         let mut t = serde_json::to_string_pretty(&a).expect("audit serializes");
         t.push('\n');
@@ -181,6 +182,30 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs) -> i32 {
         human(&a, args.verbose)
     };
     print_out(&text)
+}
+
+/// The values `isold run` finds changed back again and again (from its status file): another
+/// program writes them, and the CPUs get whatever the last writer wanted.
+fn contested(state_path: &Path) -> Vec<libtaskisol::audit::Setting> {
+    let Some(st) = std::fs::read_to_string(crate::daemon::status_path(state_path))
+        .ok()
+        .and_then(|t| serde_json::from_str::<crate::daemon::DaemonStatus>(&t).ok())
+    else {
+        return Vec::new();
+    };
+    st.contested
+        .into_iter()
+        .map(|c| libtaskisol::audit::Setting {
+            name: c.label,
+            value: format!(
+                "contested ({} repairs by isold run, now every {} s)",
+                c.repairs, c.backoff_s
+            ),
+            ok: false,
+            why: "another program keeps changing it back: it and isold undo each other".into(),
+            fix: "find what writes it (tuned, irqbalance, a script) and stop it, or leave it out of the policy".into(),
+        })
+        .collect()
 }
 
 /// Wrap `text` at 79 columns, every line after the first indented by `indent` spaces.

@@ -48,6 +48,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use serde::{Deserialize, Serialize};
 
 use crate::cli::RunArgs;
+use crate::contest;
 use crate::lifecycle::{self, StopKind};
 
 /// What `isold status` reads: kept current by the daemon in `status.json` next to the state
@@ -85,6 +86,9 @@ pub struct DaemonStatus {
     /// Files the policy wrote that are not in effect yet, each with what it waits for.
     #[serde(default)]
     pub waiting: Vec<String>,
+    /// Values something else keeps changing back, left alone for a growing back-off.
+    #[serde(default)]
+    pub contested: Vec<contest::Contested>,
     /// How fast wide tasks were narrowed in answer to their process event (fast or general
     /// path): from the kernel's event to the affinity read back, over the last
     /// [`REACTIONS_KEPT`] corrections.
@@ -269,13 +273,26 @@ enum Ctl {
     Stop,
 }
 
+/// What the scan thread tells the main thread.
+enum ScanMsg {
+    /// An apply that changed something, or said something.
+    Report(Report),
+    /// A check or an apply that failed.
+    Failed(String),
+    /// A value became contested, or settled ([`crate::contest`]).
+    Contest(contest::Change),
+    /// The contested values now.
+    Contested(Vec<contest::Contested>),
+}
+
 /// The periodic scan of the values without events (sysctls, sysfs, IRQs, workqueues), on a
 /// thread of its own so that it never delays the answer to a process event: a compare that
 /// takes no lock and writes nothing while nothing drifted, an apply when something did.
-/// Reports with changes go back to the main thread, which counts and logs them.
+/// Reports with changes go back to the main thread, which counts and logs them. A value
+/// something else keeps changing back is left alone for a growing back-off.
 struct Scanner {
     ctl: std::sync::mpsc::Sender<Ctl>,
-    reports: std::sync::mpsc::Receiver<std::result::Result<Report, String>>,
+    reports: std::sync::mpsc::Receiver<ScanMsg>,
     /// Readable when a report is waiting (the main thread polls it).
     wake: std::os::unix::net::UnixStream,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -311,6 +328,7 @@ impl Scanner {
                 // drifted value is put back within one interval.
                 let period = interval / 2;
                 let mut watch = Watch::of(&root, &scan, &files).ok();
+                let mut contests = contest::Contests::default();
                 let mut next = Instant::now() + period;
                 loop {
                     let mut full = false;
@@ -339,27 +357,62 @@ impl Scanner {
                         Some(w) if !full => w.drift(&root),
                         _ => Drift::IrqSet,
                     };
+                    let now = Instant::now();
+                    // Contested values in their back-off are left as the other program set
+                    // them.
+                    let free = |targets: Vec<plan::Target>| -> Vec<plan::Target> {
+                        targets
+                            .into_iter()
+                            .filter(|t| !contests.waiting(&t.id, now))
+                            .collect()
+                    };
                     let mut outs = Vec::new();
                     match drift {
                         Drift::None => {}
                         Drift::Targets(targets) => {
-                            outs.push(engine::apply_only(&root, &scan, &files, targets));
+                            let targets = free(targets);
+                            if !targets.is_empty() {
+                                outs.push(engine::apply_only(&root, &scan, &files, targets));
+                            }
                         }
                         Drift::IrqSet => outs.push(drifted(&root, &scan, &files).and_then(|d| {
                             if d {
-                                engine::apply(&root, &scan, &files)
+                                let targets = free(plan::plan(&scan, &root)?);
+                                engine::apply_only(&root, &scan, &files, targets)
                             } else {
                                 Ok(Report::default())
                             }
                         })),
                     }
                     let applied = !outs.is_empty();
+                    let mut msgs = Vec::new();
                     for out in outs {
-                        let msg = match out {
-                            Ok(rep) if rep.outcomes.is_empty() && rep.notes.is_empty() => continue,
-                            Ok(rep) => Ok(rep),
-                            Err(e) => Err(e.to_string()),
-                        };
+                        match out {
+                            Ok(rep) => {
+                                for o in rep.outcomes.iter().filter(|o| rep.written.contains(&o.id))
+                                {
+                                    msgs.extend(
+                                        contests
+                                            .repaired(&o.id, &o.label, now)
+                                            .map(ScanMsg::Contest),
+                                    );
+                                }
+                                if !rep.outcomes.is_empty() || !rep.notes.is_empty() {
+                                    msgs.push(ScanMsg::Report(rep));
+                                }
+                            }
+                            Err(e) => msgs.push(ScanMsg::Failed(e.to_string())),
+                        }
+                    }
+                    let settled = contests.sweep(now);
+                    let contests_changed = msgs.iter().any(|m| matches!(m, ScanMsg::Contest(_)))
+                        || !settled.is_empty()
+                        || applied && !contests.list().is_empty();
+                    msgs.extend(settled.into_iter().map(ScanMsg::Contest));
+                    if contests_changed {
+                        msgs.push(ScanMsg::Contested(contests.list()));
+                    }
+                    for msg in msgs {
                         if tx.send(msg).is_err() {
                             return;
                         }
@@ -423,6 +476,12 @@ struct Daemon {
     partition_failed: bool,
     /// The partition could not be watched (said once).
     partition_unwatched: bool,
+    /// Repairs of the partition: one that something else keeps undoing backs off.
+    partition_contests: contest::Contests,
+    /// The partition is left alone until then (contested), then checked again.
+    partition_retry: Option<Instant>,
+    /// The contested values of the scan thread.
+    scan_contested: Vec<contest::Contested>,
     /// The fast path for single tasks.
     fixer: TaskFixer,
     /// kthreads forked by kthreadd, looked at once named: (when, forked at, pid, tid).
@@ -869,10 +928,17 @@ impl Daemon {
         let Some(p) = partition_policy(&self.policy) else {
             return;
         };
+        let id = format!("cgroup_partition:{dir}");
         // A change that lands while the partition is made again has its event dropped with
         // the old watches: looked at again after the new ones are in place (three tries).
         for _ in 0..3 {
             if partition::holds(&self.root, &dir, &self.policy.isolated) {
+                return;
+            }
+            let now = Instant::now();
+            if self.partition_contests.waiting(&id, now) {
+                // Contested: left as the other program set it until the back-off ends.
+                self.partition_retry = self.partition_contests.until(&id);
                 return;
             }
             // A partition this daemon made (its directory is there): remade without the
@@ -885,6 +951,16 @@ impl Daemon {
             };
             match out {
                 Ok(rep) => {
+                    if rep.written.contains(&id) {
+                        if let Some(ch) = self.partition_contests.repaired(
+                            &id,
+                            &format!("isolated partition {dir}"),
+                            now,
+                        ) {
+                            self.contest_changed(&ch);
+                        }
+                        self.refresh_contested();
+                    }
                     self.take_report(&rep, false);
                 }
                 Err(e) => self.log.warn(&format!("cgroup partition: {e}")),
@@ -1041,6 +1117,34 @@ impl Daemon {
         self.save_status();
     }
 
+    /// The status's contested values: the scan thread's and the partition's.
+    fn refresh_contested(&mut self) {
+        let mut all = self.scan_contested.clone();
+        all.extend(self.partition_contests.list());
+        if all != self.status.contested {
+            self.status.contested = all;
+            self.dirty = true;
+        }
+    }
+
+    /// A value became contested (said once, as a warning) or settled.
+    fn contest_changed(&mut self, change: &contest::Change) {
+        match change {
+            contest::Change::Contested(c) => self.log.warn(&format!(
+                "{}: something else keeps changing it back ({} repairs within {} s): repaired again after {} s, twice as long each time it is undone (up to {} s); find what writes it (tuned, irqbalance, a script) or leave it out of the policy",
+                c.label,
+                c.repairs,
+                contest::WINDOW.as_secs(),
+                c.backoff_s,
+                contest::MAX_BACKOFF.as_secs()
+            )),
+            contest::Change::Settled { label, .. } => {
+                self.log.info(&format!("{label}: no longer changed back"))
+            }
+        }
+        self.dirty = true;
+    }
+
     /// The policy's files that wait for a reboot, a module load or a daemon restart, for the
     /// status (a few reads: no task scan).
     fn refresh_waiting(&mut self) {
@@ -1151,6 +1255,9 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
         inotify: None,
         partition_failed: false,
         partition_unwatched: false,
+        partition_contests: contest::Contests::default(),
+        partition_retry: None,
+        scan_contested: Vec::new(),
         fixer: TaskFixer::new(&files.runtime),
         new_kthreads: Vec::new(),
         dirty: false,
@@ -1256,6 +1363,9 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
         if d.tasks_unlogged > 0 {
             deadline = deadline.min(last_task_log + Duration::from_secs(10));
         }
+        if let Some(at) = d.partition_retry {
+            deadline = deadline.min(at);
+        }
         let wait = deadline.saturating_duration_since(now);
         let timeout =
             PollTimeout::try_from(wait.as_millis().min(60_000) as i32).unwrap_or(PollTimeout::NONE);
@@ -1354,14 +1464,27 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
             while matches!(std::io::Read::read(&mut &scanner.wake, &mut byte), Ok(n) if n > 0) {}
             while let Ok(msg) = scanner.reports.try_recv() {
                 match msg {
-                    Ok(rep) => {
+                    ScanMsg::Report(rep) => {
                         d.take_report(&rep, false);
                     }
-                    Err(e) => d.log.warn(&format!("scan: {e}")),
+                    ScanMsg::Failed(e) => d.log.warn(&format!("scan: {e}")),
+                    ScanMsg::Contest(change) => d.contest_changed(&change),
+                    ScanMsg::Contested(list) => {
+                        d.scan_contested = list;
+                        d.refresh_contested();
+                    }
                 }
             }
         }
         let now = Instant::now();
+        if d.partition_retry.is_some_and(|at| now >= at) {
+            d.partition_retry = None;
+            d.check_partition(true);
+        }
+        for ch in d.partition_contests.sweep(now) {
+            d.contest_changed(&ch);
+            d.refresh_contested();
+        }
         if partition_unwatched && now >= next_partition {
             d.check_partition(false);
             next_partition = Instant::now() + interval;
@@ -1553,6 +1676,18 @@ pub fn human_status(s: &DaemonStatus) -> String {
         out.push_str(&format!("  waiting ({}):\n", s.waiting.len()));
         for w in &s.waiting {
             out.push_str(&format!("    {w}\n"));
+        }
+    }
+    if !s.contested.is_empty() {
+        out.push_str(&format!(
+            "  contested: changed back by something else ({}):\n",
+            s.contested.len()
+        ));
+        for c in &s.contested {
+            out.push_str(&format!(
+                "    {}: {} repairs, now repaired every {} s\n",
+                c.label, c.repairs, c.backoff_s
+            ));
         }
     }
     let total: u64 = s.corrections.values().sum();

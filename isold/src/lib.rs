@@ -3,6 +3,7 @@
 
 pub mod audit;
 pub mod cli;
+pub mod contest;
 pub mod daemon;
 pub mod lifecycle;
 
@@ -129,7 +130,7 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
             check(&policy, out)
         }
         Command::Audit(args) => match scope_of(args.cpus.as_deref()) {
-            Ok(scope) => audit::run(&root, &scope, args),
+            Ok(scope) => audit::run(&root, &scope, args, &state_path),
             Err(code) => code,
         },
         Command::Bootargs(args) => match scope_of(args.cpus.as_deref()) {

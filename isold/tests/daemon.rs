@@ -418,3 +418,61 @@ fn the_scans_leave_an_allowed_irq_alone() {
     assert_eq!(code, 0, "{log}");
     assert!(!log.contains("IRQ 4"), "{log}");
 }
+
+/// Something else that keeps writing a value back (a second tuner, a script): isold repairs
+/// it five times, then says once that it is contested, leaves it for a back-off instead of
+/// writing it every check, and names it in `isold status`.
+#[test]
+fn a_value_changed_back_again_and_again_is_contested_not_fought() {
+    let t = tree("isolated_cpus = \"2-3\"\n");
+    let c = start(&t, &[]);
+    eventually("applied", || read(&t, STAT_INTERVAL).trim() == "10");
+    eventually("status written", || running(&t));
+    // The other program: writes 1 every 20 ms for 3 s (the daemon checks every 50 ms).
+    let path = t.root.join(STAT_INTERVAL.trim_start_matches('/'));
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(3) {
+        std::fs::write(&path, "1\n").unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eventually("named in the status", || {
+        status_json(&t)["status"]["contested"][0]["id"] == "sysctl:vm.stat_interval"
+    });
+    let st = status_json(&t)["status"].clone();
+    let repairs = st["corrections"]["sysctl"].as_u64().unwrap();
+    assert!(
+        (5..=6).contains(&repairs),
+        "repaired {repairs} times in 3 s of fighting, not every check"
+    );
+    assert_eq!(st["contested"][0]["backoff_s"], 10);
+    // Left as the other program set it, for the back-off.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(read(&t, STAT_INTERVAL).trim(), "1");
+    let (code, text, _) = common::isold_at(Some(&t.root), &["status"]);
+    assert_eq!(code, 0);
+    assert!(
+        text.contains(
+            "  contested: changed back by something else (1):\n    sysctl vm.stat_interval: "
+        ),
+        "{text}"
+    );
+    // isold audit names it among what is not right machine-wide.
+    let (code, text, err) = common::isold_at(
+        Some(&t.root),
+        &["audit", "--cpus", "2-3", "--duration", "0"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains(
+            "  sysctl vm.stat_interval is contested (5 repairs by isold run, now every 10"
+        ) && text.contains("find what writes it"),
+        "{text}"
+    );
+    let (code, log) = stop(c);
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(
+        log.matches("sysctl vm.stat_interval: something else keeps changing it back (5 repairs within 60 s)").count(),
+        1,
+        "{log}"
+    );
+}

@@ -615,7 +615,10 @@ impl Config {
                 Value::String(_) | Value::Integer(_) => c.set_sysctl(k, value_text(v).as_deref()),
                 _ => Err(format!("sysctl {k} takes a number, a string or false")),
             })?;
-            for (k, _) in t.iter().filter(|(k, _)| c.sysctl.iter().any(|(n, _)| n == k)) {
+            for (k, _) in t
+                .iter()
+                .filter(|(k, _)| c.sysctl.iter().any(|(n, _)| n == k))
+            {
                 if let Some(line) = line_in(t, k) {
                     c.sysctl_lines.insert(k.to_string(), line);
                 }
