@@ -443,16 +443,26 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &Stat
         Ok(c) => c.unwrap_or_default(),
         Err(e) => return fail(e),
     };
+    let housekeeping = online.difference(&scope.cpus);
+    if housekeeping.is_empty() {
+        // As the configuration's isolated_cpus: irqaffinity= would be empty, and the
+        // kernel would have no CPU left for its own work.
+        return fail(format!(
+            "isolated CPUs {}: no housekeeping CPU left: they cover every online CPU ({online})",
+            scope.cpus
+        ));
+    }
     let all = bootargs::needed(
         scope.preset,
         &scope.cpus,
-        &online.difference(&scope.cpus),
+        &housekeeping,
         bootargs::cpu_vendor(root).as_deref(),
         &cmdline,
     );
     let missing: Vec<&BootArg> = all.iter().filter(|a| !a.satisfied).collect();
     if args.write_grub {
-        if missing.is_empty() {
+        let drop_in_exists = root.exists(bootargs::GRUB_DROP_IN);
+        if missing.is_empty() && !drop_in_exists {
             return print_out("bootargs: the running kernel has every argument; nothing written\n");
         }
         if root.is_host() && !nix::unistd::geteuid().is_root() {
@@ -461,7 +471,10 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &Stat
                 bootargs::GRUB_DROP_IN
             ));
         }
-        let text = bootargs::grub_drop_in(&missing);
+        // The complete set, not only what this boot lacks: a command line that came from an
+        // earlier drop-in must come from the next one too.
+        let every: Vec<&BootArg> = all.iter().collect();
+        let text = bootargs::grub_drop_in(&every);
         // Through the engine: its original (none, usually) is recorded in the persistent
         // state file first, so that isold restore removes it after any number of reboots.
         let rep = match engine::write_owned_file(
@@ -533,7 +546,7 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &Stat
             missing.len(),
             words.join(" ")
         );
-        s.push_str("(isold bootargs --write-grub writes them to /etc/default/grub.d/isold.cfg)\n");
+        s.push_str("(isold bootargs --write-grub writes every argument to /etc/default/grub.d/isold.cfg)\n");
     }
     match print_out(&s) {
         EXIT_OK if missing.is_empty() => EXIT_OK,

@@ -290,14 +290,23 @@ fn bootargs_lists_the_missing_and_writes_the_grub_drop_in() {
             path.display()
         )
     );
+    // Every argument the policy needs, not only the missing ones (nohz=on, the kernel's
+    // default, too): the next boot gets them all from this file.
+    let every: Vec<&str> = v["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["arg"].as_str().unwrap())
+        .collect();
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(
         text.contains(&format!(
-            "GRUB_CMDLINE_LINUX_DEFAULT=\"$GRUB_CMDLINE_LINUX_DEFAULT {}",
-            missing.join(" ")
+            "GRUB_CMDLINE_LINUX_DEFAULT=\"$GRUB_CMDLINE_LINUX_DEFAULT {}\"\n",
+            every.join(" ")
         )),
         "{text}"
     );
+    assert!(every.contains(&"nohz=on") && every.len() > missing.len());
     // What is written waits for update-grub and a reboot, and says so.
     let (rc, out, _) = isold(&["--root", root, "bootargs", "--cpus", "2-3"]);
     assert_eq!(rc, 1);
@@ -733,4 +742,20 @@ fn the_workloads_irqs_are_not_disturbers() {
             "{text}"
         );
     }
+}
+
+/// `--cpus` gets the configuration's check: CPUs that cover every online CPU leave no
+/// housekeeping CPU, and no drop-in with an empty `irqaffinity=` is ever written.
+#[test]
+fn bootargs_cpus_must_leave_a_housekeeping_cpu() {
+    let t = tempfile::tempdir().unwrap();
+    copy_dir(&fixture("debian-6.12-rt-audit"), t.path());
+    let root = t.path().to_str().unwrap();
+    let (rc, out, err) = isold(&["--root", root, "bootargs", "--cpus", "0-3", "--write-grub"]);
+    assert_eq!((rc, out.as_str()), (1, ""));
+    assert_eq!(
+        err,
+        "isold: isolated CPUs 0-3: no housekeeping CPU left: they cover every online CPU (0-3)\n"
+    );
+    assert!(!t.path().join("etc/default/grub.d/isold.cfg").exists());
 }

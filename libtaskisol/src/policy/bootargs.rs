@@ -6,7 +6,15 @@
 //! An argument is satisfied by the running command line when the kernel would do at least
 //! what it asks: `isolcpus=` with the same flags and a list that covers the isolated CPUs,
 //! `nohz_full=`/`rcu_nocbs=` covering them, `irqaffinity=` inside the housekeeping CPUs, and
-//! the other arguments verbatim. The kernel takes the last occurrence of a repeated argument.
+//! the other arguments verbatim. The command line is read as the kernel parses it: the first
+//! `isolcpus=` and the first `nohz_full=` count (kernel/sched/isolation.c sets each
+//! housekeeping type once and ignores a later mismatching list), the last of the others
+//! (they are parsed again at each occurrence); and the boot CPU (0), which keeps the
+//! timekeeping, is never a nohz_full CPU (the kernel takes it out of the list), so it is
+//! neither asked for nor counted.
+
+/// The CPU that boots the kernel and keeps the timekeeping: never in nohz_full.
+pub const BOOT_CPU: usize = 0;
 
 use serde::{Deserialize, Serialize};
 
@@ -45,14 +53,22 @@ pub fn needed(
             "keeps the scheduler's load balancing and managed IRQs (multi-queue devices) off the isolated CPUs",
         ));
     }
-    out.push((
-        "nohz=on".into(),
-        "lets the tick stop (needed for nohz_full)",
-    ));
-    out.push((
-        format!("nohz_full={isolated}"),
-        "stops the scheduler tick on an isolated CPU that runs one task",
-    ));
+    let mut nohz = isolated.clone();
+    nohz.remove(BOOT_CPU);
+    if !nohz.is_empty() {
+        out.push((
+            "nohz=on".into(),
+            "lets the tick stop (needed for nohz_full)",
+        ));
+        out.push((
+            format!("nohz_full={nohz}"),
+            if nohz == *isolated {
+                "stops the scheduler tick on an isolated CPU that runs one task"
+            } else {
+                "stops the scheduler tick on an isolated CPU that runs one task (not on the boot CPU 0, which keeps the timekeeping: the kernel takes it out of nohz_full)"
+            },
+        ));
+    }
     out.push((
         format!("rcu_nocbs={isolated}"),
         "runs RCU callbacks in rcuo kthreads on the housekeeping CPUs",
@@ -90,7 +106,7 @@ pub fn needed(
                 Some((n, v)) => (n.to_string(), Some(v.to_string())),
                 None => (arg.clone(), None),
             };
-            let current = last_value(cmdline, &name);
+            let current = value_as_parsed(cmdline, &name);
             let satisfied = match (&current, &want) {
                 (Some(have), Some(want)) => value_satisfies(&name, have, want),
                 (Some(have), None) => have.is_empty(),
@@ -111,6 +127,26 @@ pub fn needed(
             }
         })
         .collect()
+}
+
+/// The value of `name` that the kernel uses: the first occurrence for `isolcpus` and
+/// `nohz_full`, the last for the others (see the module documentation).
+pub fn value_as_parsed(cmdline: &str, name: &str) -> Option<String> {
+    match name {
+        "isolcpus" | "nohz_full" => first_value(cmdline, name),
+        _ => last_value(cmdline, name),
+    }
+}
+
+/// The value of the first `name` or `name=value` on `cmdline`: `Some("")` for a bare `name`.
+pub fn first_value(cmdline: &str, name: &str) -> Option<String> {
+    cmdline
+        .split_whitespace()
+        .find_map(|w| match w.split_once('=') {
+            Some((n, v)) if n == name => Some(v.to_string()),
+            None if w == name => Some(String::new()),
+            _ => None,
+        })
 }
 
 /// The value of the last `name` or `name=value` on `cmdline`: `Some("")` for a bare `name`.
@@ -138,7 +174,14 @@ fn value_satisfies(name: &str, have: &str, want: &str) -> bool {
                 _ => false,
             }
         }
-        "nohz_full" | "rcu_nocbs" => match (list(have), list(want)) {
+        "nohz_full" => match (list(have), list(want)) {
+            (Some(mut h), Some(w)) => {
+                h.remove(BOOT_CPU);
+                w.is_subset(&h)
+            }
+            _ => false,
+        },
+        "rcu_nocbs" => match (list(have), list(want)) {
             (Some(h), Some(w)) => w.is_subset(&h),
             _ => false,
         },
@@ -186,8 +229,9 @@ pub fn cpu_vendor(root: &SysRoot) -> Option<String> {
 pub const GRUB_DROP_IN: &str = "/etc/default/grub.d/isold.cfg";
 
 /// The GRUB drop-in that appends `args` to the default kernel command line; `update-grub`
-/// then puts it in the boot configuration. Only the arguments the running kernel lacks
-/// need to be in it, but all of them are harmless to repeat.
+/// then puts it in the boot configuration. `isold bootargs --write-grub` gives it every
+/// argument the policy needs, so that the next boot has them all whichever of them the
+/// running one took from an earlier drop-in.
 pub fn grub_drop_in(args: &[&BootArg]) -> String {
     let line: Vec<&str> = args.iter().map(|a| a.arg.as_str()).collect();
     format!(
@@ -256,6 +300,80 @@ mod tests {
         assert_eq!(other.last().unwrap().arg, "nosoftlockup");
     }
 
+    /// The kernel keeps the first isolcpus= and nohz_full= (a later mismatching one is
+    /// ignored) and the last of the others.
+    #[test]
+    fn the_command_line_is_read_as_the_kernel_parses_it() {
+        let sat = |cmdline: &str, arg: &str| {
+            args(Preset::RealtimeVirtualHost, None, cmdline)
+                .into_iter()
+                .find(|a| a.arg.starts_with(arg))
+                .unwrap()
+                .satisfied
+        };
+        assert!(sat("nohz_full=2-3 nohz_full=1", "nohz_full="));
+        assert!(!sat("nohz_full=1 nohz_full=2-3", "nohz_full="));
+        assert!(sat(
+            "isolcpus=managed_irq,domain,2-3 isolcpus=1",
+            "isolcpus="
+        ));
+        assert!(!sat(
+            "isolcpus=1 isolcpus=managed_irq,domain,2-3",
+            "isolcpus="
+        ));
+        assert!(sat("rcu_nocbs=1 rcu_nocbs=2-3", "rcu_nocbs="));
+        assert!(!sat("rcu_nocbs=2-3 rcu_nocbs=1", "rcu_nocbs="));
+        assert!(sat("irqaffinity=2 irqaffinity=0-1", "irqaffinity="));
+        assert_eq!(
+            value_as_parsed("a nohz_full=1 nohz_full=2", "nohz_full").as_deref(),
+            Some("1")
+        );
+        assert_eq!(
+            value_as_parsed("x irqaffinity=1 irqaffinity=0", "irqaffinity").as_deref(),
+            Some("0")
+        );
+    }
+
+    /// The boot CPU keeps the timekeeping: the kernel takes it out of nohz_full, so it is not
+    /// asked for, and a list naming it counts without it.
+    #[test]
+    fn the_boot_cpu_is_never_nohz_full() {
+        let a = needed(
+            Preset::Realtime,
+            &set("0-1"),
+            &set("2-3"),
+            None,
+            "nohz_full=0-1",
+        );
+        let nohz = a.iter().find(|a| a.arg.starts_with("nohz_full=")).unwrap();
+        assert_eq!(nohz.arg, "nohz_full=1");
+        assert!(nohz.why.contains("not on the boot CPU 0"), "{}", nohz.why);
+        assert!(nohz.satisfied);
+        let a = needed(
+            Preset::Realtime,
+            &set("0-1"),
+            &set("2-3"),
+            None,
+            "nohz_full=0",
+        );
+        assert!(
+            !a.iter()
+                .find(|a| a.arg.starts_with("nohz_full="))
+                .unwrap()
+                .satisfied
+        );
+        // Only the boot CPU: no nohz_full= at all (and no nohz=on for it).
+        let a = needed(
+            Preset::Realtime,
+            &set("0"),
+            &set("1-3"),
+            None,
+            "nohz_full=0",
+        );
+        assert!(!a.iter().any(|a| a.arg.starts_with("nohz")), "{a:?}");
+        assert!(a.iter().any(|a| a.arg == "rcu_nocbs=0"));
+    }
+
     #[test]
     fn cpu_partitioning_needs_no_isolcpus() {
         let a = args(Preset::CpuPartitioning, None, "");
@@ -292,16 +410,18 @@ mod tests {
         assert_eq!(isolcpus_parts("nohz,2-3").0, ["nohz"]);
     }
 
+    /// A repeated argument counts as the kernel takes it: the first nohz_full= (the kernel
+    /// ignores a later one), the last skew_tick=; plain words match exactly.
     #[test]
-    fn the_last_occurrence_counts_and_plain_words_match_exactly() {
+    fn repeated_arguments_count_as_the_kernel_takes_them_and_plain_words_match_exactly() {
         let a = args(
             Preset::Realtime,
             None,
             "nohz_full=2-3 skew_tick=0 nosoftlockup tsc=unstable nohz_full=3 skew_tick=1",
         );
         let get = |n: &str| a.iter().find(|a| a.arg.starts_with(n)).unwrap();
-        assert!(!get("nohz_full").satisfied);
-        assert_eq!(get("nohz_full").current.as_deref(), Some("nohz_full=3"));
+        assert!(get("nohz_full").satisfied);
+        assert_eq!(get("nohz_full").current.as_deref(), Some("nohz_full=2-3"));
         assert!(get("skew_tick").satisfied);
         assert!(get("nosoftlockup").satisfied);
         assert_eq!(get("nosoftlockup").current.as_deref(), Some("nosoftlockup"));
