@@ -107,12 +107,7 @@ pub fn needed(
                 None => (arg.clone(), None),
             };
             let current = value_as_parsed(cmdline, &name);
-            let satisfied = match (&current, &want) {
-                (Some(have), Some(want)) => value_satisfies(&name, have, want),
-                (Some(have), None) => have.is_empty(),
-                // The tick may stop unless `nohz=off`: the kernel's default is on.
-                (None, _) => name == "nohz",
-            };
+            let satisfied = satisfies(&name, current.as_deref(), want.as_deref());
             BootArg {
                 arg,
                 why: why.into(),
@@ -127,6 +122,27 @@ pub fn needed(
             }
         })
         .collect()
+}
+
+/// Whether the argument `arg` (`nohz_full=2-3`, `nosoftlockup`) is in effect on `cmdline`,
+/// read as the kernel parses it.
+pub fn in_effect(cmdline: &str, arg: &str) -> bool {
+    let (name, want) = match arg.split_once('=') {
+        Some((n, v)) => (n, Some(v)),
+        None => (arg, None),
+    };
+    satisfies(name, value_as_parsed(cmdline, name).as_deref(), want)
+}
+
+/// Whether the kernel's value `have` of `name` (none: the argument is absent) does what
+/// `want` asks (none: a bare word).
+fn satisfies(name: &str, have: Option<&str>, want: Option<&str>) -> bool {
+    match (have, want) {
+        (Some(have), Some(want)) => value_satisfies(name, have, want),
+        (Some(have), None) => have.is_empty(),
+        // The tick may stop unless `nohz=off`: the kernel's default is on.
+        (None, want) => name == "nohz" && matches!(want, None | Some("on")),
+    }
 }
 
 /// The value of `name` that the kernel uses: the first occurrence for `isolcpus` and
@@ -225,8 +241,7 @@ pub fn cpu_vendor(root: &SysRoot) -> Option<String> {
     })
 }
 
-/// Where `--write-grub` puts its drop-in.
-pub const GRUB_DROP_IN: &str = "/etc/default/grub.d/isold.cfg";
+pub use super::paths::GRUB_DROP_IN;
 
 /// The GRUB drop-in that appends `args` to the default kernel command line; `update-grub`
 /// then puts it in the boot configuration. `isold bootargs --write-grub` gives it every
@@ -336,6 +351,17 @@ mod tests {
 
     /// The boot CPU keeps the timekeeping: the kernel takes it out of nohz_full, so it is not
     /// asked for, and a list naming it counts without it.
+    #[test]
+    fn an_argument_in_effect_as_the_kernel_parses_it() {
+        assert!(in_effect("quiet", "nohz=on"), "the kernel's default");
+        assert!(!in_effect("nohz=off", "nohz=on"));
+        assert!(in_effect("nohz_full=1-3 nohz_full=5", "nohz_full=2-3"));
+        assert!(!in_effect("nohz_full=5 nohz_full=1-3", "nohz_full=2-3"));
+        assert!(in_effect("a nosoftlockup", "nosoftlockup"));
+        assert!(!in_effect("nosoftlockup=0", "nosoftlockup"));
+        assert!(!in_effect("", "skew_tick=1"));
+    }
+
     #[test]
     fn the_boot_cpu_is_never_nohz_full() {
         let a = needed(

@@ -408,11 +408,13 @@ impl Config {
                 self.cgroup_partition = match v {
                     "false" => None,
                     "true" => Some(DEFAULT_PARTITION.into()),
-                    p if super::partition::valid_dir(p) => Some(p.trim_end_matches('/').into()),
+                    p if super::paths::valid_partition_dir(p) => {
+                        Some(p.trim_end_matches('/').into())
+                    }
                     _ => {
                         return Err(format!(
                     "cgroup_partition takes true, false or a cgroup directory below {}/, not {v:?}",
-                    super::partition::CGROUP_MOUNT
+                    super::paths::CGROUP_MOUNT
                 ))
                     }
                 }
@@ -729,7 +731,7 @@ impl Config {
         }
         if self.printk.is_some() {
             by_path
-                .entry(super::plan::PRINTK.to_string())
+                .entry(super::paths::PRINTK.to_string())
                 .or_default()
                 .push(("the printk item".into(), self.printk_line));
         }

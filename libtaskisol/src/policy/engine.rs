@@ -15,12 +15,13 @@ use std::path::{Path, PathBuf};
 use super::partition;
 use super::plan::{plan, Op, Target};
 use super::state::{self, Entry, Ledger, Original, State, StateFiles};
+use super::threads::{set_thread_affinity, set_thread_sched};
 use super::{shown, Outcome, Policy, Report, Status};
 use crate::cpuset::CpuSet;
 use crate::error::{Error, Result};
 use crate::sched::SchedPolicy;
 use crate::sysroot::SysRoot;
-use crate::{irq, sched, tasks};
+use crate::{irq, tasks};
 
 /// The runtime state file of `root` (`<root>/run/isold/state.json`).
 pub fn default_state_path(root: &SysRoot) -> PathBuf {
@@ -83,7 +84,7 @@ fn evaluate(root: &SysRoot, isolated: &CpuSet, t: &Target) -> Eval {
                 Err(e) => Eval::Done(failed(e)),
                 Ok(raw) => match CpuSet::parse_list(raw.trim()) {
                     Err(e) => Eval::Done(failed(format!("{path}: {e}"))),
-                    Ok(cur) if &cur == want || irq_off(&cur, isolated) => {
+                    Ok(cur) if &cur == want || super::plan::irq_off(&cur, isolated) => {
                         Eval::Done(irq_settled(root, isolated, *n))
                     }
                     Ok(_) => Eval::Change {
@@ -158,13 +159,6 @@ fn evaluate(root: &SysRoot, isolated: &CpuSet, t: &Target) -> Eval {
 fn sched_shown(policy: u32, prio: u32) -> String {
     SchedPolicy::from_stat(policy, prio)
         .map_or_else(|| format!("policy {policy}"), |p| p.to_string())
-}
-
-/// Whether an IRQ's affinity keeps it off the isolated CPUs: then it is right wherever it is
-/// among the others (the plan narrows it to the housekeeping CPUs it had; irqbalance, which
-/// isold bans from the isolated CPUs, may move it among them without a fight).
-pub(crate) fn irq_off(affinity: &CpuSet, isolated: &CpuSet) -> bool {
-    !affinity.is_empty() && affinity.is_disjoint(isolated)
 }
 
 /// An IRQ whose affinity is right: is it delivered to a housekeeping CPU yet?
@@ -245,53 +239,6 @@ fn remove_created_dirs(root: &SysRoot, abs: &str, created: Option<&str>) {
     {
         let _ = fs::remove_dir(root.path(d));
     }
-}
-
-/// Thread changes: system calls on the running system, file edits in a captured tree.
-pub(super) fn set_thread_affinity(root: &SysRoot, pid: i32, tid: i32, cpus: &CpuSet) -> Result<()> {
-    if root.is_host() {
-        return sched::set_affinity(tid, cpus);
-    }
-    edit_tree_file(root, &format!("/proc/{pid}/task/{tid}/status"), |text| {
-        text.lines()
-            .map(|l| {
-                if l.starts_with("Cpus_allowed_list:") {
-                    format!("Cpus_allowed_list:\t{cpus}\n")
-                } else {
-                    format!("{l}\n")
-                }
-            })
-            .collect()
-    })
-}
-
-fn set_thread_sched(root: &SysRoot, pid: i32, tid: i32, policy: SchedPolicy) -> Result<()> {
-    if root.is_host() {
-        return sched::set_scheduler(tid, policy);
-    }
-    edit_tree_file(root, &format!("/proc/{pid}/task/{tid}/stat"), |text| {
-        // Fields after the comm's closing parenthesis start at field 3; rt_priority and
-        // policy are fields 40 and 41.
-        let close = text.rfind(')').unwrap_or(0);
-        let (head, tail) = text.split_at(close + 1);
-        let mut f: Vec<String> = tail.split_whitespace().map(str::to_string).collect();
-        if f.len() >= 39 {
-            f[37] = policy.priority().to_string();
-            f[38] = policy.policy_number().to_string();
-        }
-        format!("{head} {}\n", f.join(" "))
-    })
-}
-
-fn edit_tree_file(root: &SysRoot, abs: &str, edit: impl FnOnce(&str) -> String) -> Result<()> {
-    let text = root.read_to_string(abs).map_err(|e| {
-        if e.errno() == Some(libc::ENOENT) {
-            Error::syscall(format!("thread of {abs}"), nix::errno::Errno::ESRCH)
-        } else {
-            e
-        }
-    })?;
-    root.write(abs, edit(&text))
 }
 
 /// Make the change `t` asks for, and read it back. The flag says whether a write took effect
@@ -879,10 +826,9 @@ fn grub_waiting(root: &SysRoot) -> Option<Outcome> {
     let path = super::bootargs::GRUB_DROP_IN;
     let text = root.read_to_string(path).ok()?;
     let cmdline = root.read_value_opt("/proc/cmdline").ok()??;
-    let have: std::collections::HashSet<&str> = cmdline.split_whitespace().collect();
     let lacks: Vec<&str> = super::bootargs::drop_in_args(&text)
         .into_iter()
-        .filter(|a| !have.contains(a))
+        .filter(|a| !super::bootargs::in_effect(&cmdline, a))
         .collect();
     let status = if lacks.is_empty() {
         Status::AlreadyRight

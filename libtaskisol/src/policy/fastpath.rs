@@ -19,12 +19,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::config::glob_match;
-use super::plan::{allowed_cgroup, narrowed};
+use super::plan::{thread_verdict, ThreadVerdict};
 use super::state::{self, Entry, Original, State};
 use super::Policy;
+use super::Status;
 use crate::cpuset::CpuSet;
 use crate::error::{Error, Result};
-use crate::procfs::{TaskStat, PF_KTHREAD, PF_NO_SETAFFINITY};
+use crate::procfs::{TaskStat, PF_KTHREAD};
 use crate::sysroot::SysRoot;
 use crate::{sched, tasks};
 
@@ -179,23 +180,17 @@ impl TaskFixer {
         {
             return Ok(Fix::UseEngine);
         }
-        if stat.flags & PF_NO_SETAFFINITY != 0 {
-            return Ok(Fix::Settled(format!(
-                "the kernel manages its affinity (PF_NO_SETAFFINITY), CPUs {aff}"
-            )));
-        }
-        if let Some(p) = c.allow_comm.iter().find(|p| glob_match(p, &stat.comm)) {
-            return Ok(Fix::Settled(format!("allow-listed thread name ({p})")));
-        }
-        // (isold itself is never here: it runs on the housekeeping CPUs only.)
-        if !c.allow_cgroup.is_empty() {
-            if let Some(cg) = tasks::cgroup_of(root, pid)? {
-                if let Some(p) = allowed_cgroup(&c.allow_cgroup, &cg) {
-                    return Ok(Fix::Settled(format!("allow-listed cgroup {p}")));
-                }
+        let verdict = thread_verdict(policy, &aff, stat.flags, &stat.comm, pid, || {
+            tasks::cgroup_of(root, pid)
+        })?;
+        let want = match verdict {
+            ThreadVerdict::Narrow(want) => want,
+            ThreadVerdict::Leave(Status::LeftAlone { reason })
+            | ThreadVerdict::Leave(Status::NotChangeable { reason }) => {
+                return Ok(Fix::Settled(reason))
             }
-        }
-        let want = narrowed(&aff, &policy.housekeeping);
+            ThreadVerdict::Leave(other) => return Ok(Fix::Settled(other.to_string())),
+        };
         let id = format!("task:{tid}:{}", stat.starttime);
         let label = format!(
             "{} {tid} ({})",
@@ -226,7 +221,7 @@ impl TaskFixer {
             }
             self.recorded.insert(id);
         }
-        match super::engine::set_thread_affinity(root, pid, tid, &want) {
+        match super::threads::set_thread_affinity(root, pid, tid, &want) {
             Ok(()) => {}
             Err(e) if matches!(e.errno(), Some(libc::ESRCH) | Some(libc::ENOENT)) => {
                 return Ok(Fix::Gone)

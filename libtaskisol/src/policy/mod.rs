@@ -30,9 +30,11 @@ pub mod engine;
 pub mod fastpath;
 pub mod files;
 pub mod partition;
+pub mod paths;
 pub mod plan;
 pub mod preset;
 pub mod state;
+pub mod threads;
 pub mod watch;
 
 use std::fmt;

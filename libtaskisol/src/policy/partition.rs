@@ -21,8 +21,7 @@ use crate::error::{Error, Result};
 use crate::sysroot::SysRoot;
 use crate::tasks::{self, Thread};
 
-/// Where the cgroup v2 hierarchy is mounted (the configuration names directories below it).
-pub const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
+pub use super::paths::{valid_partition_dir as valid_dir, CGROUP_MOUNT};
 
 /// A workload process moved into the partition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,14 +67,6 @@ pub struct PartitionPlan {
     pub cpus: CpuSet,
     /// The workload processes outside it, with their threads.
     pub workloads: Vec<(Thread, String, Vec<Thread>)>,
-}
-
-/// Whether `dir` can be the partition's directory: below [`CGROUP_MOUNT`], without `.` or
-/// `..` components (the configuration and a state file are checked by it alike).
-pub fn valid_dir(dir: &str) -> bool {
-    dir.starts_with(&format!("{CGROUP_MOUNT}/"))
-        && dir.len() > CGROUP_MOUNT.len() + 1
-        && !dir.split('/').any(|c| c == ".." || c == ".")
 }
 
 /// The cgroup path of `dir` as `/proc/PID/cgroup` shows it.
@@ -348,7 +339,7 @@ fn move_process(root: &SysRoot, pid: i32, cg: &str) -> Result<()> {
     };
     let cpus = CpuSet::parse_list(cpus.trim())?;
     for t in tasks::threads_of(root, pid)? {
-        super::engine::set_thread_affinity(root, pid, t.tid, &cpus)?;
+        super::threads::set_thread_affinity(root, pid, t.tid, &cpus)?;
     }
     Ok(())
 }
@@ -360,7 +351,7 @@ fn repin(root: &SysRoot, m: &Moved) -> Result<()> {
         if !tasks::is_same_thread(root, m.pid, *tid, *starttime)? {
             continue;
         }
-        match super::engine::set_thread_affinity(root, m.pid, *tid, &want) {
+        match super::threads::set_thread_affinity(root, m.pid, *tid, &want) {
             Err(e) if e.errno() == Some(libc::ESRCH) => {}
             other => other?,
         }

@@ -153,33 +153,16 @@ fn known(item: &'static str, id: String, label: String, status: Status) -> Targe
     }
 }
 
-/// The console log level's file (`printk` item).
-pub const PRINTK: &str = "/proc/sys/kernel/printk";
-/// Transparent hugepages (`thp` item).
-pub const THP_ENABLED: &str = "/sys/kernel/mm/transparent_hugepage/enabled";
-/// KSM (`ksm` item).
-pub const KSM_RUN: &str = "/sys/kernel/mm/ksm/run";
-/// The machinecheck devices (`machinecheck` item).
-pub const MACHINECHECK_DIR: &str = "/sys/devices/system/machinecheck";
-/// `default_smp_affinity` (`irq_affinity` item).
-pub const DEFAULT_SMP_AFFINITY: &str = "/proc/irq/default_smp_affinity";
-/// The KVM module options isold owns (`kvm` item).
-pub const KVM_CONF: &str = "/etc/modprobe.d/isold-kvm.conf";
-/// systemd's drop-in isold owns (`systemd_cpuaffinity` item).
-pub const CPUAFFINITY_CONF: &str = "/etc/systemd/system.conf.d/isold-cpuaffinity.conf";
-/// irqbalance's defaults files isold edits (`irqbalance` item): Debian's, then Red Hat's.
-pub const IRQBALANCE_FILES: [&str; 2] = ["/etc/default/irqbalance", "/etc/sysconfig/irqbalance"];
+pub use super::paths::{
+    owned_files, CPUAFFINITY_CONF, DEFAULT_SMP_AFFINITY, IRQBALANCE_FILES, KSM_RUN, KVM_CONF,
+    MACHINECHECK_DIR, PRINTK, THP_ENABLED,
+};
 
-/// Every file on disk isold writes, with its item: nothing else is ever written or restored
-/// as a file (a state file naming another path is refused).
-pub fn owned_files() -> [(&'static str, &'static str); 5] {
-    [
-        ("kvm", KVM_CONF),
-        ("irqbalance", IRQBALANCE_FILES[0]),
-        ("irqbalance", IRQBALANCE_FILES[1]),
-        ("systemd_cpuaffinity", CPUAFFINITY_CONF),
-        ("bootargs", super::bootargs::GRUB_DROP_IN),
-    ]
+/// Whether an IRQ's affinity keeps it off the isolated CPUs: then it is right wherever it is
+/// among the others (the plan narrows it to the housekeeping CPUs it had; irqbalance, which
+/// isold bans from the isolated CPUs, may move it among them without a fight).
+pub fn irq_off(affinity: &CpuSet, isolated: &CpuSet) -> bool {
+    !affinity.is_empty() && affinity.is_disjoint(isolated)
 }
 
 /// `current ∩ housekeeping`, or every housekeeping CPU when that is empty.
@@ -195,20 +178,49 @@ pub fn narrowed(current: &CpuSet, housekeeping: &CpuSet) -> CpuSet {
 /// Plan every target of `policy` on the kernel under `root`.
 pub fn plan(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {
     let c = &policy.config;
-    let hk = &policy.housekeeping;
-    let iso = &policy.isolated;
     let mut out = Vec::new();
+    plan_sysctls(policy, &mut out)?;
+    plan_kernel_settings(policy, root, &mut out)?;
+    plan_workqueues(policy, root, &mut out)?;
+    plan_power(policy, root, &mut out)?;
+    if c.irq_affinity {
+        plan_irqs(policy, root, &mut out)?;
+    }
+    // One read of every thread for the items that need it (a /proc scan: thousands of files).
+    let threads = if c.tasks || !c.kthread_priority.is_empty() || c.cgroup_partition.is_some() {
+        tasks::all_threads(root)?
+    } else {
+        Vec::new()
+    };
+    if c.tasks || !c.kthread_priority.is_empty() {
+        plan_threads(policy, root, &threads, &mut out);
+    }
+    if let Some(dir) = &c.cgroup_partition {
+        // After the tasks: the workloads it moves in keep their CPUs, the rest already left.
+        out.push(plan_partition(policy, root, dir, &threads)?);
+    }
+    out.extend(file_targets(policy, root)?);
+    Ok(out)
+}
 
-    for (name, value) in &c.sysctl {
-        let path = sysctl::path_of(name)?;
+/// The `[sysctl]` targets.
+fn plan_sysctls(policy: &Policy, out: &mut Vec<Target>) -> Result<()> {
+    for (name, value) in &policy.config.sysctl {
         out.push(attr(
             "sysctl",
             format!("sysctl:{name}"),
             format!("sysctl {name}"),
-            path,
+            sysctl::path_of(name)?,
             Want::Text(value.clone()),
         ));
     }
+    Ok(())
+}
+
+/// printk, THP, KSM and machine-check polling: one kernel file each (one per machinecheck
+/// device).
+fn plan_kernel_settings(policy: &Policy, root: &SysRoot, out: &mut Vec<Target>) -> Result<()> {
+    let c = &policy.config;
     if let Some(v) = &c.printk {
         out.push(attr(
             "printk",
@@ -254,24 +266,39 @@ pub fn plan(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {
             ));
         }
     }
-    if c.workqueue {
-        for q in workqueue::queues_with_cpumask(root)? {
-            out.push(attr(
-                "workqueue",
-                format!("workqueue:{q}"),
-                format!("workqueue {q} cpumask"),
-                workqueue::queue_cpumask_path(&q),
-                Want::Mask(hk.clone()),
-            ));
-        }
+    Ok(())
+}
+
+/// Every workqueue's cpumask, then the global one (restore widens the global mask first:
+/// the kernel clips a workqueue's mask to it).
+fn plan_workqueues(policy: &Policy, root: &SysRoot, out: &mut Vec<Target>) -> Result<()> {
+    if !policy.config.workqueue {
+        return Ok(());
+    }
+    let hk = &policy.housekeeping;
+    for q in workqueue::queues_with_cpumask(root)? {
         out.push(attr(
             "workqueue",
-            "workqueue".into(),
-            "unbound workqueue cpumask".into(),
-            workqueue::unbound_cpumask_path(),
+            format!("workqueue:{q}"),
+            format!("workqueue {q} cpumask"),
+            workqueue::queue_cpumask_path(&q),
             Want::Mask(hk.clone()),
         ));
     }
+    out.push(attr(
+        "workqueue",
+        "workqueue".into(),
+        "unbound workqueue cpumask".into(),
+        workqueue::unbound_cpumask_path(),
+        Want::Mask(hk.clone()),
+    ));
+    Ok(())
+}
+
+/// The PM QoS resume latency and the cpufreq governor of each isolated CPU.
+fn plan_power(policy: &Policy, root: &SysRoot, out: &mut Vec<Target>) -> Result<()> {
+    let c = &policy.config;
+    let iso = &policy.isolated;
     if let Some(us) = c.pm_qos {
         for cpu in iso.iter() {
             out.push(attr(
@@ -306,91 +333,94 @@ pub fn plan(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {
             }
         }
     }
-    if c.irq_affinity {
-        for info in irq::list(root)? {
-            let name = if info.action.is_empty() {
-                String::from("no handler")
-            } else {
-                info.action.clone()
-            };
-            if let Some(a) = allowed_irq(&c.irq_allow, info.irq, &info.actions) {
-                // The workload's own IRQ (a NIC queue that feeds its thread): never written,
-                // so never recorded, so never restored either.
-                out.push(known(
-                    "irq_affinity",
-                    format!("irq:{}", info.irq),
-                    format!("IRQ {} ({name})", info.irq),
-                    Status::LeftAlone {
-                        reason: format!("the workload's IRQ ([irqs] allow {a})"),
-                    },
-                ));
-                continue;
-            }
-            out.push(Target {
-                item: "irq_affinity",
-                id: format!("irq:{}", info.irq),
-                label: format!("IRQ {} ({name})", info.irq),
-                op: Op::Irq {
-                    irq: info.irq,
-                    want: narrowed(&info.affinity, hk),
-                },
-            });
-        }
-        let def = irq::default_affinity(root)?;
-        out.push(attr(
-            "irq_affinity",
-            "irq:default".into(),
-            "default_smp_affinity".into(),
-            DEFAULT_SMP_AFFINITY.into(),
-            Want::Mask(narrowed(&def, hk)),
-        ));
-    }
-    // One read of every thread for the items that need it (a /proc scan: thousands of files).
-    let threads = if c.tasks || !c.kthread_priority.is_empty() || c.cgroup_partition.is_some() {
-        tasks::all_threads(root)?
-    } else {
-        Vec::new()
-    };
-    if c.tasks || !c.kthread_priority.is_empty() {
-        plan_threads(policy, root, &threads, &mut out);
-    }
-    if let Some(dir) = &c.cgroup_partition {
-        // After the tasks: the workloads it moves in keep their CPUs, the rest already left.
-        let p = super::partition::plan(root, dir, iso, &threads)?;
-        let (id, label) = partition_names(dir);
-        // A workload the allow-list keeps in its cgroup (a VM's vCPUs under libvirt's
-        // machine.slice) would lose its CPUs to the partition: refuse before any write.
-        let kept: Vec<String> = p
-            .workloads
-            .iter()
-            .filter_map(|(t, cg, _)| {
-                allowed_cgroup(&c.allow_cgroup, cg)
-                    .map(|a| format!("{} ({}) in {cg} (allow_cgroup {a})", t.pid, t.comm))
-            })
-            .collect();
-        if kept.is_empty() {
-            out.push(Target {
-                item: "cgroup_partition",
-                id,
-                label,
-                op: Op::Partition(p),
-            });
+    Ok(())
+}
+
+/// Every IRQ under /proc/irq (the workload's own left alone) and `default_smp_affinity`.
+fn plan_irqs(policy: &Policy, root: &SysRoot, out: &mut Vec<Target>) -> Result<()> {
+    let hk = &policy.housekeeping;
+    for info in irq::list(root)? {
+        let name = if info.action.is_empty() {
+            String::from("no handler")
         } else {
+            info.action.clone()
+        };
+        let (id, label) = (
+            format!("irq:{}", info.irq),
+            format!("IRQ {} ({name})", info.irq),
+        );
+        if let Some(a) = allowed_irq(&policy.config.irq_allow, info.irq, &info.actions) {
+            // The workload's own IRQ (a NIC queue that feeds its thread): never written, so
+            // never recorded, so never restored either.
             out.push(known(
-                "cgroup_partition",
+                "irq_affinity",
                 id,
                 label,
-                Status::Failed {
-                    error: format!(
-                        "not made: the partition would take the CPUs of allow-listed workload(s) that must stay in their cgroup: {}; name a partition directory that holds them, or leave cgroup_partition off",
-                        kept.join(", ")
-                    ),
+                Status::LeftAlone {
+                    reason: format!("the workload's IRQ ([irqs] allow {a})"),
                 },
             ));
+            continue;
         }
+        out.push(Target {
+            item: "irq_affinity",
+            id,
+            label,
+            op: Op::Irq {
+                irq: info.irq,
+                want: narrowed(&info.affinity, hk),
+            },
+        });
     }
-    out.extend(file_targets(policy, root)?);
-    Ok(out)
+    let def = irq::default_affinity(root)?;
+    out.push(attr(
+        "irq_affinity",
+        "irq:default".into(),
+        "default_smp_affinity".into(),
+        DEFAULT_SMP_AFFINITY.into(),
+        Want::Mask(narrowed(&def, hk)),
+    ));
+    Ok(())
+}
+
+/// The `cgroup_partition` target, or the refusal when a workload the allow-list keeps in
+/// its cgroup (a VM's vCPUs under libvirt's machine.slice) would lose its CPUs to it.
+fn plan_partition(
+    policy: &Policy,
+    root: &SysRoot,
+    dir: &str,
+    threads: &[tasks::Thread],
+) -> Result<Target> {
+    let c = &policy.config;
+    let p = super::partition::plan(root, dir, &policy.isolated, threads)?;
+    let (id, label) = partition_names(dir);
+    let kept: Vec<String> = p
+        .workloads
+        .iter()
+        .filter_map(|(t, cg, _)| {
+            allowed_cgroup(&c.allow_cgroup, cg)
+                .map(|a| format!("{} ({}) in {cg} (allow_cgroup {a})", t.pid, t.comm))
+        })
+        .collect();
+    if kept.is_empty() {
+        return Ok(Target {
+            item: "cgroup_partition",
+            id,
+            label,
+            op: Op::Partition(p),
+        });
+    }
+    Ok(known(
+        "cgroup_partition",
+        id,
+        label,
+        Status::Failed {
+            error: format!(
+                "not made: the partition would take the CPUs of allow-listed workload(s) that must stay in their cgroup: {}; name a partition directory that holds them, or leave cgroup_partition off",
+                kept.join(", ")
+            ),
+        },
+    ))
 }
 
 fn partition_names(dir: &str) -> (String, String) {
@@ -434,10 +464,57 @@ pub fn plan_for_threads(policy: &Policy, root: &SysRoot, threads: &[tasks::Threa
     out
 }
 
+/// What the policy does with a thread that reaches into the isolated CPUs: the one place the
+/// plan and the daemon's fast path ([`super::fastpath`]) decide it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ThreadVerdict {
+    /// Left where it is, and why (pinned by the kernel, a workload, allow-listed).
+    Leave(Status),
+    /// Narrowed to these CPUs.
+    Narrow(CpuSet),
+}
+
+/// The verdict for a thread of process `pid` with this affinity (reaching into the isolated
+/// CPUs), `PF_*` flags and name; `cgroup` gives its process's cgroup, asked only when the
+/// allow-list of cgroups needs it.
+pub fn thread_verdict(
+    policy: &Policy,
+    affinity: &CpuSet,
+    flags: u64,
+    comm: &str,
+    pid: i32,
+    cgroup: impl FnOnce() -> Result<Option<String>>,
+) -> Result<ThreadVerdict> {
+    let c = &policy.config;
+    let leave = |reason: String| Ok(ThreadVerdict::Leave(Status::LeftAlone { reason }));
+    if flags & crate::procfs::PF_NO_SETAFFINITY != 0 {
+        return Ok(ThreadVerdict::Leave(Status::NotChangeable {
+            reason: format!("the kernel manages its affinity (PF_NO_SETAFFINITY), CPUs {affinity}"),
+        }));
+    }
+    if affinity.is_subset(&policy.isolated) {
+        return leave(format!(
+            "workload: affinity {affinity} is inside the isolated CPUs"
+        ));
+    }
+    if let Some(p) = c.allow_comm.iter().find(|p| glob_match(p, comm)) {
+        return leave(format!("allow-listed thread name ({p})"));
+    }
+    // isold itself never stays wide, whatever its cgroup.
+    if pid != std::process::id() as i32 && !c.allow_cgroup.is_empty() {
+        if let Some(p) = cgroup()?.and_then(|cg| allowed_cgroup(&c.allow_cgroup, &cg).cloned()) {
+            return leave(format!("allow-listed cgroup {p}"));
+        }
+    }
+    Ok(ThreadVerdict::Narrow(narrowed(
+        affinity,
+        &policy.housekeeping,
+    )))
+}
+
 fn plan_threads(policy: &Policy, root: &SysRoot, threads: &[tasks::Thread], out: &mut Vec<Target>) {
     let c = &policy.config;
     let iso = &policy.isolated;
-    let me = std::process::id() as i32;
     let mut cgroups: std::collections::HashMap<i32, Option<String>> = Default::default();
     for t in threads {
         let id = format!("task:{}:{}", t.tid, t.starttime);
@@ -467,37 +544,15 @@ fn plan_threads(policy: &Policy, root: &SysRoot, threads: &[tasks::Thread], out:
         if !c.tasks || t.affinity.is_disjoint(iso) {
             continue;
         }
-        let status = if t.is_pinned_by_kernel() {
-            Some(Status::NotChangeable {
-                reason: format!(
-                    "the kernel manages its affinity (PF_NO_SETAFFINITY), CPUs {}",
-                    t.affinity
-                ),
-            })
-        } else if t.affinity.is_subset(iso) {
-            Some(Status::LeftAlone {
-                reason: format!(
-                    "workload: affinity {} is inside the isolated CPUs",
-                    t.affinity
-                ),
-            })
-        } else if let Some(p) = c.allow_comm.iter().find(|p| glob_match(p, &t.comm)) {
-            Some(Status::LeftAlone {
-                reason: format!("allow-listed thread name ({p})"),
-            })
-        } else if t.pid == me {
-            None
-        } else if !c.allow_cgroup.is_empty() {
-            let cg = cgroups
+        let cgroup = || {
+            Ok(cgroups
                 .entry(t.pid)
-                .or_insert_with(|| tasks::cgroup_of(root, t.pid).ok().flatten());
-            cg.as_deref()
-                .and_then(|cg| allowed_cgroup(&c.allow_cgroup, cg))
-                .map(|p| Status::LeftAlone {
-                    reason: format!("allow-listed cgroup {p}"),
-                })
-        } else {
-            None
+                .or_insert_with(|| tasks::cgroup_of(root, t.pid).ok().flatten())
+                .clone())
+        };
+        let status = match thread_verdict(policy, &t.affinity, t.flags, &t.comm, t.pid, cgroup) {
+            Ok(ThreadVerdict::Leave(s)) => Some(s),
+            _ => None,
         };
         match status {
             Some(s) => out.push(known("tasks", id, label, s)),

@@ -484,7 +484,7 @@ impl Entry {
     /// what is wrong; such an entry is never written back (a state file edited to say
     /// `/proc/sys/../../../etc/shadow` writes nothing there).
     pub fn check(&self) -> std::result::Result<(), String> {
-        use super::plan;
+        use super::paths;
         let (kind, key) = self.id.split_once(':').unwrap_or((self.id.as_str(), ""));
         let item = |want: &str| -> std::result::Result<(), String> {
             if self.item == want {
@@ -511,16 +511,16 @@ impl Entry {
                         "sysctl",
                         crate::sysctl::path_of(name).map_err(|e| e.to_string())?,
                     ),
-                    ("printk", "") => ("printk", plan::PRINTK.to_string()),
-                    ("thp", "") => ("thp", plan::THP_ENABLED.to_string()),
-                    ("ksm", "") => ("ksm", plan::KSM_RUN.to_string()),
+                    ("printk", "") => ("printk", paths::PRINTK.to_string()),
+                    ("thp", "") => ("thp", paths::THP_ENABLED.to_string()),
+                    ("ksm", "") => ("ksm", paths::KSM_RUN.to_string()),
                     ("machinecheck", n)
                         if n.strip_prefix("machinecheck")
                             .is_some_and(|d| d.parse::<u32>().is_ok()) =>
                     {
                         (
                             "machinecheck",
-                            format!("{}/{n}/ignore_ce", plan::MACHINECHECK_DIR),
+                            format!("{}/{n}/ignore_ce", paths::MACHINECHECK_DIR),
                         )
                     }
                     ("workqueue", "") => ("workqueue", crate::workqueue::unbound_cpumask_path()),
@@ -537,7 +537,7 @@ impl Entry {
                         "cpufreq",
                         crate::power::governor_path(cpu_of(k).unwrap_or_default()),
                     ),
-                    ("irq", "default") => ("irq_affinity", plan::DEFAULT_SMP_AFFINITY.to_string()),
+                    ("irq", "default") => ("irq_affinity", paths::DEFAULT_SMP_AFFINITY.to_string()),
                     ("irq", n) if n.parse::<u32>().is_ok() => (
                         "irq_affinity",
                         crate::irq::irq_file(n.parse().unwrap_or_default(), "smp_affinity_list"),
@@ -549,7 +549,7 @@ impl Entry {
                 }
                 item(it)?;
                 let plain = content.trim_end_matches('\n');
-                if restore != plain && restore != plan::choice_of(content) {
+                if restore != plain && restore != super::plan::choice_of(content) {
                     return Err(format!(
                         "the text to write back ({restore:?}) is not the content recorded ({plain:?})"
                     ));
@@ -562,7 +562,8 @@ impl Entry {
                 if kind != "file" || key != path {
                     return Err(format!("{path} is not the file of {}", self.id));
                 }
-                let Some((it, _)) = plan::owned_files().into_iter().find(|(_, p)| p == path) else {
+                let Some((it, _)) = paths::owned_files().into_iter().find(|(_, p)| p == path)
+                else {
                     return Err(format!("{path} is not a file isold writes"));
                 };
                 item(it)?;
@@ -619,7 +620,7 @@ impl Entry {
             Original::Partition(p) => {
                 if kind != "cgroup_partition"
                     || key != p.dir
-                    || !super::partition::valid_dir(&p.dir)
+                    || !super::paths::valid_partition_dir(&p.dir)
                 {
                     return Err(format!(
                         "{} is not the partition directory of {}",

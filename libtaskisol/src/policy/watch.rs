@@ -213,7 +213,7 @@ impl Item {
         match &self.check {
             Check::Want(w) => w.matches(text),
             Check::OffCpus(iso) => {
-                CpuSet::parse_list(text.trim()).is_ok_and(|c| super::engine::irq_off(&c, iso))
+                CpuSet::parse_list(text.trim()).is_ok_and(|c| plan::irq_off(&c, iso))
             }
             Check::Content(c) => text == c,
         }
