@@ -1178,19 +1178,9 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
         verbose: args.verbose,
         journal: std::env::var_os("JOURNAL_STREAM").is_some(),
     };
-    // A file that cannot be used stays so: exit 6, which isold.service does not restart on
-    // (RestartPreventExitStatus=6), with the reason in the log and in systemctl status.
-    let not_configured = |msg: &str| {
-        log.warn(msg);
-        notify(&format!(
-            "STATUS=not started: {}",
-            msg.lines().next().unwrap_or_default()
-        ));
-        crate::EXIT_NOT_CONFIGURED
-    };
     let policy = match crate::load_policy(config_path, root) {
         Ok(p) => p,
-        Err(msg) => return not_configured(&msg),
+        Err(msg) => return not_configured(&log, &msg),
     };
     let _run_lock = match lifecycle::lock_run(&files.runtime) {
         Ok(l) => l,
@@ -1199,22 +1189,9 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
             return crate::EXIT_FAILURE;
         }
     };
-    // Signals are taken by the signalfd only: blocked first, before anything can arrive.
-    let mut mask = SigSet::empty();
-    for s in [Signal::SIGHUP, Signal::SIGTERM, Signal::SIGINT] {
-        mask.add(s);
-    }
-    if let Err(e) = mask.thread_block() {
-        log.warn(&format!("cannot block signals: {e}"));
-        return crate::EXIT_FAILURE;
-    }
-    let signals = match SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
-    {
+    let signals = match block_signals(&log) {
         Ok(s) => s,
-        Err(e) => {
-            log.warn(&format!("signalfd: {e}"));
-            return crate::EXIT_FAILURE;
-        }
+        Err(code) => return code,
     };
     if root.is_host() {
         // Never a source of noise itself: nothing of isold runs on an isolated CPU.
@@ -1225,58 +1202,120 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
             ));
         }
     }
-    let policy_on_stop = policy.config.on_stop;
-    let mut d = Daemon {
-        root: root.clone(),
-        config_path: config_path.to_path_buf(),
-        files: files.clone(),
-        policy,
-        log,
-        status: DaemonStatus {
-            pid: std::process::id() as i32,
-            started: now_s(),
-            interval_s: args.interval,
-            task_interval_s: args.task_interval,
-            state: "running".into(),
-            on_stop: policy_on_stop.name().into(),
-            ..DaemonStatus::default()
-        },
-        procs: None,
-        uevents: None,
-        known: BTreeSet::new(),
-        settled: HashSet::new(),
-        last_word: BTreeMap::new(),
-        dma: if root.is_host() {
+    let mut d = Daemon::new(root, config_path, files, policy, log, args);
+    // Subscribe before the first apply: a task started meanwhile is seen either way.
+    d.open_events(args);
+    if let Err(code) = d.first_apply() {
+        return code;
+    }
+    d.ready();
+    let timers = Timers::new(args);
+    match d.scanner(timers.interval) {
+        Some(scanner) => serve(d, &signals, scanner, timers),
+        None => stop(&mut d, Signal::SIGTERM).max(crate::EXIT_FAILURE),
+    }
+}
+
+/// A configuration or state file that cannot be used stays so: exit 6, which isold.service
+/// does not restart on (RestartPreventExitStatus=6), with the reason in the log and in
+/// `systemctl status`.
+fn not_configured(log: &Log, msg: &str) -> i32 {
+    log.warn(msg);
+    notify(&format!(
+        "STATUS=not started: {}",
+        msg.lines().next().unwrap_or_default()
+    ));
+    crate::EXIT_NOT_CONFIGURED
+}
+
+/// SIGHUP, SIGTERM and SIGINT are taken by a signalfd only: blocked first, before anything
+/// can arrive.
+fn block_signals(log: &Log) -> Result<SignalFd, i32> {
+    let mut mask = SigSet::empty();
+    for s in [Signal::SIGHUP, Signal::SIGTERM, Signal::SIGINT] {
+        mask.add(s);
+    }
+    if let Err(e) = mask.thread_block() {
+        log.warn(&format!("cannot block signals: {e}"));
+        return Err(crate::EXIT_FAILURE);
+    }
+    SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC).map_err(|e| {
+        log.warn(&format!("signalfd: {e}"));
+        crate::EXIT_FAILURE
+    })
+}
+
+impl Daemon {
+    fn new(
+        root: &SysRoot,
+        config_path: &Path,
+        files: &StateFiles,
+        policy: Policy,
+        log: Log,
+        args: &RunArgs,
+    ) -> Daemon {
+        let on_stop = policy.config.on_stop;
+        let dma = if root.is_host() {
             lifecycle::stored_fd(lifecycle::DMA_FDNAME).map(fs::File::from)
         } else {
             None
-        },
-        dma_stored: false,
-        inotify: None,
-        partition_failed: false,
-        partition_unwatched: false,
-        partition_contests: contest::Contests::default(),
-        partition_retry: None,
-        scan_contested: Vec::new(),
-        fixer: TaskFixer::new(&files.runtime),
-        new_kthreads: Vec::new(),
-        dirty: false,
-        tasks_unlogged: 0,
-        tasks_last: String::new(),
-        reactions: std::collections::VecDeque::with_capacity(REACTIONS_KEPT),
-        reactions_count: 0,
-    };
-    d.dma_stored = d.dma.is_some();
-    if d.dma_stored {
-        log.info("took the CPU latency request back from systemd's file descriptor store");
+        };
+        if dma.is_some() {
+            log.info("took the CPU latency request back from systemd's file descriptor store");
+        }
+        let mut d = Daemon {
+            root: root.clone(),
+            config_path: config_path.to_path_buf(),
+            files: files.clone(),
+            policy,
+            log,
+            status: DaemonStatus {
+                pid: std::process::id() as i32,
+                started: now_s(),
+                interval_s: args.interval,
+                task_interval_s: args.task_interval,
+                state: "running".into(),
+                on_stop: on_stop.name().into(),
+                ..DaemonStatus::default()
+            },
+            procs: None,
+            uevents: None,
+            known: BTreeSet::new(),
+            settled: HashSet::new(),
+            last_word: BTreeMap::new(),
+            dma_stored: dma.is_some(),
+            dma,
+            inotify: None,
+            partition_failed: false,
+            partition_unwatched: false,
+            partition_contests: contest::Contests::default(),
+            partition_retry: None,
+            scan_contested: Vec::new(),
+            fixer: TaskFixer::new(&files.runtime),
+            new_kthreads: Vec::new(),
+            dirty: false,
+            tasks_unlogged: 0,
+            tasks_last: String::new(),
+            reactions: std::collections::VecDeque::with_capacity(REACTIONS_KEPT),
+            reactions_count: 0,
+        };
+        d.fill_status_policy();
+        d
     }
-    d.fill_status_policy();
-    // Subscribe before the first apply: a task started meanwhile is seen either way.
-    if root.is_host() {
-        d.procs = opened(
+
+    /// The process events connector and the uevent socket, each replaced by scans (said once)
+    /// when it cannot be had.
+    fn open_events(&mut self, args: &RunArgs) {
+        if !self.root.is_host() {
+            self.status.task_events =
+                "periodic scans (--root: a captured tree has no events)".into();
+            self.status.device_events = "none (--root)".into();
+            return;
+        }
+        self.procs = opened(
             ProcEvents::open(),
-            ("proc connector", &mut d.status.task_events),
-            &log,
+            ("proc connector", &mut self.status.task_events),
+            &self.log,
             |e| {
                 (
                     format!("periodic scans ({e})"),
@@ -1287,10 +1326,10 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
                 )
             },
         );
-        d.uevents = opened(
+        self.uevents = opened(
             Uevents::open(),
-            ("uevents", &mut d.status.device_events),
-            &log,
+            ("uevents", &mut self.status.device_events),
+            &self.log,
             |e| {
                 (
                     format!("none ({e})"),
@@ -1301,181 +1340,105 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
                 )
             },
         );
-    } else {
-        d.status.task_events = "periodic scans (--root: a captured tree has no events)".into();
-        d.status.device_events = "none (--root)".into();
     }
-    match engine::apply(root, &d.policy, files) {
-        Ok(rep) => {
-            log.info(&format!(
-                "isolating CPUs {} (housekeeping {}): {}",
-                d.policy.isolated,
-                d.policy.housekeeping,
-                rep.summary()
-            ));
-            d.take_report(&rep, true);
-            if let Ok(threads) = tasks::all_threads(root) {
-                d.known = threads.iter().map(|t| t.tid).collect();
-            }
-            if let Err(e) = d.fixer.resync() {
-                log.warn(&format!("state file: {e}"));
-            }
-        }
-        Err(e @ libtaskisol::Error::State { .. }) => return not_configured(&e.to_string()),
-        Err(e) => {
-            log.warn(&format!("apply: {e}"));
-            return crate::EXIT_FAILURE;
-        }
-    }
-    d.hold_dma_latency();
-    d.refresh_waiting();
-    d.watch_partition();
-    d.save_status();
-    notify(&format!(
-        "READY=1\nSTATUS=isolating CPUs {}; tasks: {}",
-        d.policy.isolated, d.status.task_events
-    ));
 
-    let interval = secs(args.interval);
-    let task_interval = secs(args.task_interval);
-    let mut scanner = match d.scanner(interval) {
-        Some(s) => s,
-        None => return stop(&mut d, Signal::SIGTERM).max(crate::EXIT_FAILURE),
-    };
-    let mut next_sweep = Instant::now() + task_interval;
-    // The partition when it cannot be watched: three reads every interval.
-    let mut next_partition = Instant::now() + interval;
-    let mut last_status = Instant::now();
-    let mut last_task_log = Instant::now();
-    loop {
+    /// The policy applied as `isold apply` does; `Err` with the exit code when it cannot be.
+    fn first_apply(&mut self) -> Result<(), i32> {
+        match engine::apply(&self.root, &self.policy, &self.files) {
+            Ok(rep) => {
+                self.log.info(&format!(
+                    "isolating CPUs {} (housekeeping {}): {}",
+                    self.policy.isolated,
+                    self.policy.housekeeping,
+                    rep.summary()
+                ));
+                self.take_report(&rep, true);
+                if let Ok(threads) = tasks::all_threads(&self.root) {
+                    self.known = threads.iter().map(|t| t.tid).collect();
+                }
+                if let Err(e) = self.fixer.resync() {
+                    self.log.warn(&format!("state file: {e}"));
+                }
+                Ok(())
+            }
+            Err(e @ libtaskisol::Error::State { .. }) => {
+                Err(not_configured(&self.log, &e.to_string()))
+            }
+            Err(e) => {
+                self.log.warn(&format!("apply: {e}"));
+                Err(crate::EXIT_FAILURE)
+            }
+        }
+    }
+
+    /// After the first apply: the latency request held, the partition watched, the status
+    /// written, READY=1 to systemd.
+    fn ready(&mut self) {
+        self.hold_dma_latency();
+        self.refresh_waiting();
+        self.watch_partition();
+        self.save_status();
+        self.notify_ready();
+    }
+
+    fn notify_ready(&self) {
+        notify(&format!(
+            "READY=1\nSTATUS=isolating CPUs {}; tasks: {}",
+            self.policy.isolated, self.status.task_events
+        ));
+    }
+}
+
+/// The main thread's timed work: the task sweep, the partition check without inotify, the
+/// status file (at most every 200 ms) and the task log (every 10 s).
+struct Timers {
+    interval: Duration,
+    task_interval: Duration,
+    next_sweep: Instant,
+    /// The partition when it cannot be watched: three reads every interval.
+    next_partition: Instant,
+    last_status: Instant,
+    last_task_log: Instant,
+}
+
+impl Timers {
+    fn new(args: &RunArgs) -> Timers {
+        let (interval, task_interval) = (secs(args.interval), secs(args.task_interval));
         let now = Instant::now();
-        let mut deadline = next_sweep;
-        let partition_unwatched = d.inotify.is_none() && d.policy.config.cgroup_partition.is_some();
-        if partition_unwatched {
-            deadline = deadline.min(next_partition);
+        Timers {
+            interval,
+            task_interval,
+            next_sweep: now + task_interval,
+            next_partition: now + interval,
+            last_status: now,
+            last_task_log: now,
+        }
+    }
+
+    /// How long poll(2) may sleep.
+    fn timeout(&self, d: &Daemon) -> PollTimeout {
+        let mut deadline = self.next_sweep;
+        if d.partition_unwatched_now() {
+            deadline = deadline.min(self.next_partition);
         }
         if let Some((at, _, _, _)) = d.new_kthreads.iter().min_by_key(|k| k.0) {
             deadline = deadline.min(*at);
         }
         if d.dirty {
-            deadline = deadline.min(last_status + Duration::from_millis(200));
+            deadline = deadline.min(self.last_status + Duration::from_millis(200));
         }
         if d.tasks_unlogged > 0 {
-            deadline = deadline.min(last_task_log + Duration::from_secs(10));
+            deadline = deadline.min(self.last_task_log + Duration::from_secs(10));
         }
         if let Some(at) = d.partition_retry {
             deadline = deadline.min(at);
         }
-        let wait = deadline.saturating_duration_since(now);
-        let timeout =
-            PollTimeout::try_from(wait.as_millis().min(60_000) as i32).unwrap_or(PollTimeout::NONE);
-        let (sig_r, proc_r, uev_r, ino_r, scan_r) = {
-            let mut fds = vec![
-                PollFd::new(signals.as_fd(), PollFlags::POLLIN),
-                PollFd::new(scanner.wake.as_fd(), PollFlags::POLLIN),
-            ];
-            let proc_i = d.procs.as_ref().map(|p| {
-                fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
-                fds.len() - 1
-            });
-            let uev_i = d.uevents.as_ref().map(|u| {
-                fds.push(PollFd::new(u.as_fd(), PollFlags::POLLIN));
-                fds.len() - 1
-            });
-            let ino_i = d.inotify.as_ref().map(|i| {
-                fds.push(PollFd::new(i.as_fd(), PollFlags::POLLIN));
-                fds.len() - 1
-            });
-            if let Err(e) = nix::poll::poll(&mut fds, timeout) {
-                if e != nix::errno::Errno::EINTR {
-                    d.log.warn(&format!("poll: {e}"));
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                continue;
-            }
-            let ready = |i: Option<usize>| {
-                i.is_some_and(|i| fds[i].revents().is_some_and(|r| !r.is_empty()))
-            };
-            (
-                ready(Some(0)),
-                ready(proc_i),
-                ready(uev_i),
-                ready(ino_i),
-                ready(Some(1)),
-            )
-        };
-        if sig_r {
-            while let Ok(Some(info)) = signals.read_signal() {
-                match Signal::try_from(info.ssi_signo as i32) {
-                    Ok(Signal::SIGHUP) => {
-                        notify("RELOADING=1");
-                        d.log.info("SIGHUP: reloading the configuration");
-                        // The scan thread stops first: a scan of the old policy must not
-                        // undo the new one.
-                        scanner.stop();
-                        d.reload();
-                        scanner = match d.scanner(interval) {
-                            Some(s) => s,
-                            None => return stop(&mut d, Signal::SIGTERM).max(crate::EXIT_FAILURE),
-                        };
-                        notify(&format!(
-                            "READY=1\nSTATUS=isolating CPUs {}; tasks: {}",
-                            d.policy.isolated, d.status.task_events
-                        ));
-                    }
-                    Ok(s) => {
-                        scanner.stop();
-                        return stop(&mut d, s);
-                    }
-                    Err(_) => {}
-                }
-            }
-        }
-        if proc_r && d.on_proc_events() {
-            d.log
-                .warn("process events were lost (socket overflow): scanning every task");
-            d.full_task_scan();
-        }
-        if uev_r {
-            if let Some(u) = d.uevents.as_mut() {
-                match u.read() {
-                    Ok((evs, lost)) => {
-                        if !evs.is_empty() || lost {
-                            d.log.trace(&format!("{} uevent(s)", evs.len()));
-                            // A CPU that came or went may let a failed partition be made.
-                            d.partition_failed = false;
-                            // Drivers request their IRQs after the uevent: the scan thread
-                            // looks again shortly, once the burst is over.
-                            scanner.send(Ctl::Rescan);
-                        }
-                    }
-                    Err(e) => d.log.warn(&format!("uevents: {e}")),
-                }
-            }
-        }
-        if ino_r {
-            if let Some(i) = d.inotify.as_ref() {
-                let _ = i.read_events();
-            }
-            d.check_partition(true);
-        }
-        if scan_r {
-            let mut byte = [0u8; 64];
-            while matches!(std::io::Read::read(&mut &scanner.wake, &mut byte), Ok(n) if n > 0) {}
-            while let Ok(msg) = scanner.reports.try_recv() {
-                match msg {
-                    ScanMsg::Report(rep) => {
-                        d.take_report(&rep, false);
-                    }
-                    ScanMsg::Failed(e) => d.log.warn(&format!("scan: {e}")),
-                    ScanMsg::Contest(change) => d.contest_changed(&change),
-                    ScanMsg::Contested(list) => {
-                        d.scan_contested = list;
-                        d.refresh_contested();
-                    }
-                }
-            }
-        }
+        let wait = deadline.saturating_duration_since(Instant::now());
+        PollTimeout::try_from(wait.as_millis().min(60_000) as i32).unwrap_or(PollTimeout::NONE)
+    }
+
+    /// Whatever is due now.
+    fn run_due(&mut self, d: &mut Daemon) {
         let now = Instant::now();
         if d.partition_retry.is_some_and(|at| now >= at) {
             d.partition_retry = None;
@@ -1485,28 +1448,189 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
             d.contest_changed(&ch);
             d.refresh_contested();
         }
-        if partition_unwatched && now >= next_partition {
+        if d.partition_unwatched_now() && now >= self.next_partition {
             d.check_partition(false);
-            next_partition = Instant::now() + interval;
+            self.next_partition = Instant::now() + self.interval;
         }
-        if now >= next_sweep {
+        if now >= self.next_sweep {
             d.sweep_tasks();
             d.refresh_waiting();
-            next_sweep = Instant::now() + task_interval;
+            self.next_sweep = Instant::now() + self.task_interval;
         }
         if !d.new_kthreads.is_empty() {
             d.due_kthreads(now);
         }
-        if d.tasks_unlogged > 0 && last_task_log.elapsed() >= Duration::from_secs(10) {
+        if d.tasks_unlogged > 0 && self.last_task_log.elapsed() >= Duration::from_secs(10) {
             d.log_tasks();
-            last_task_log = Instant::now();
+            self.last_task_log = Instant::now();
         }
         // The status file follows the corrections, at most every 200 ms: a burst of them
         // costs one write.
-        if d.dirty && last_status.elapsed() >= Duration::from_millis(200) {
+        if d.dirty && self.last_status.elapsed() >= Duration::from_millis(200) {
             d.save_status();
             d.dirty = false;
-            last_status = Instant::now();
+            self.last_status = Instant::now();
+        }
+    }
+}
+
+/// Which of the main thread's sources poll(2) found readable.
+#[derive(Debug, Default)]
+struct Ready {
+    signals: bool,
+    procs: bool,
+    uevents: bool,
+    inotify: bool,
+    scanner: bool,
+}
+
+/// Sleep in poll(2) on every source until one is readable or `timeout` passes; `None` when
+/// poll failed (said, unless a signal interrupted it).
+fn wait_for(
+    d: &Daemon,
+    signals: &SignalFd,
+    scanner: &Scanner,
+    timeout: PollTimeout,
+) -> Option<Ready> {
+    let mut fds = vec![
+        PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+        PollFd::new(scanner.wake.as_fd(), PollFlags::POLLIN),
+    ];
+    let proc_i = d.procs.as_ref().map(|p| {
+        fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+        fds.len() - 1
+    });
+    let uev_i = d.uevents.as_ref().map(|u| {
+        fds.push(PollFd::new(u.as_fd(), PollFlags::POLLIN));
+        fds.len() - 1
+    });
+    let ino_i = d.inotify.as_ref().map(|i| {
+        fds.push(PollFd::new(i.as_fd(), PollFlags::POLLIN));
+        fds.len() - 1
+    });
+    if let Err(e) = nix::poll::poll(&mut fds, timeout) {
+        if e != nix::errno::Errno::EINTR {
+            d.log.warn(&format!("poll: {e}"));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        return None;
+    }
+    let ready =
+        |i: Option<usize>| i.is_some_and(|i| fds[i].revents().is_some_and(|r| !r.is_empty()));
+    Some(Ready {
+        signals: ready(Some(0)),
+        scanner: ready(Some(1)),
+        procs: ready(proc_i),
+        uevents: ready(uev_i),
+        inotify: ready(ino_i),
+    })
+}
+
+/// The main loop: events as they come, timed work when due, until SIGTERM or SIGINT.
+fn serve(mut d: Daemon, signals: &SignalFd, mut scanner: Scanner, mut timers: Timers) -> i32 {
+    loop {
+        let Some(ready) = wait_for(&d, signals, &scanner, timers.timeout(&d)) else {
+            continue;
+        };
+        if ready.signals {
+            if let Some(code) = d.on_signals(signals, &mut scanner, timers.interval) {
+                return code;
+            }
+        }
+        if ready.procs && d.on_proc_events() {
+            d.log
+                .warn("process events were lost (socket overflow): scanning every task");
+            d.full_task_scan();
+        }
+        if ready.uevents {
+            d.on_uevents(&scanner);
+        }
+        if ready.inotify {
+            if let Some(i) = d.inotify.as_ref() {
+                let _ = i.read_events();
+            }
+            d.check_partition(true);
+        }
+        if ready.scanner {
+            d.on_scan_messages(&scanner);
+        }
+        timers.run_due(&mut d);
+    }
+}
+
+impl Daemon {
+    /// The partition is configured but not watched by inotify.
+    fn partition_unwatched_now(&self) -> bool {
+        self.inotify.is_none() && self.policy.config.cgroup_partition.is_some()
+    }
+
+    /// SIGHUP reloads (with a new scan thread); SIGTERM and SIGINT stop: `Some(exit code)`.
+    fn on_signals(
+        &mut self,
+        signals: &SignalFd,
+        scanner: &mut Scanner,
+        interval: Duration,
+    ) -> Option<i32> {
+        while let Ok(Some(info)) = signals.read_signal() {
+            match Signal::try_from(info.ssi_signo as i32) {
+                Ok(Signal::SIGHUP) => {
+                    notify("RELOADING=1");
+                    self.log.info("SIGHUP: reloading the configuration");
+                    // The scan thread stops first: a scan of the old policy must not undo the
+                    // new one.
+                    scanner.stop();
+                    self.reload();
+                    *scanner = match self.scanner(interval) {
+                        Some(s) => s,
+                        None => return Some(stop(self, Signal::SIGTERM).max(crate::EXIT_FAILURE)),
+                    };
+                    self.notify_ready();
+                }
+                Ok(s) => {
+                    scanner.stop();
+                    return Some(stop(self, s));
+                }
+                Err(_) => {}
+            }
+        }
+        None
+    }
+
+    /// A device came or went: the scan thread looks again shortly, once the burst is over
+    /// (drivers request their IRQs after the uevent).
+    fn on_uevents(&mut self, scanner: &Scanner) {
+        let Some(u) = self.uevents.as_mut() else {
+            return;
+        };
+        match u.read() {
+            Ok((evs, lost)) => {
+                if !evs.is_empty() || lost {
+                    self.log.trace(&format!("{} uevent(s)", evs.len()));
+                    // A CPU that came or went may let a failed partition be made.
+                    self.partition_failed = false;
+                    scanner.send(Ctl::Rescan);
+                }
+            }
+            Err(e) => self.log.warn(&format!("uevents: {e}")),
+        }
+    }
+
+    /// What the scan thread reported.
+    fn on_scan_messages(&mut self, scanner: &Scanner) {
+        let mut byte = [0u8; 64];
+        while matches!(std::io::Read::read(&mut &scanner.wake, &mut byte), Ok(n) if n > 0) {}
+        while let Ok(msg) = scanner.reports.try_recv() {
+            match msg {
+                ScanMsg::Report(rep) => {
+                    self.take_report(&rep, false);
+                }
+                ScanMsg::Failed(e) => self.log.warn(&format!("scan: {e}")),
+                ScanMsg::Contest(change) => self.contest_changed(&change),
+                ScanMsg::Contested(list) => {
+                    self.scan_contested = list;
+                    self.refresh_contested();
+                }
+            }
         }
     }
 }
