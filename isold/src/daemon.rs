@@ -96,6 +96,12 @@ pub struct DaemonStatus {
     pub task_reaction: Option<Reaction>,
 }
 
+/// How long a new thread of a running process is left before it is looked at: a program that
+/// pins its threads into the isolated CPUs does so right after creating each (microseconds
+/// natively, milliseconds under emulation), and isold must never narrow a thread between its
+/// creation and its pin. The stress test pins up to 20 ms after creation.
+pub const NEW_THREAD_GRACE: Duration = Duration::from_millis(50);
+
 /// How many of the last task corrections `task_reaction` covers.
 pub const REACTIONS_KEPT: usize = 1000;
 
@@ -486,6 +492,10 @@ struct Daemon {
     fixer: TaskFixer,
     /// kthreads forked by kthreadd, looked at once named: (when, forked at, pid, tid).
     new_kthreads: Vec<(Instant, Instant, i32, i32)>,
+    /// New threads of running processes, looked at a moment later: (when, pid, tid, the
+    /// event's time). A program that pins a thread right after creating it (DPDK, QEMU's
+    /// vCPUs under libvirt) has done so by then.
+    new_threads: Vec<(Instant, i32, i32, u64)>,
     /// The status file is behind.
     dirty: bool,
     /// Task corrections not logged yet, and the last one.
@@ -779,6 +789,14 @@ impl Daemon {
                                 child_pid,
                             ));
                         }
+                    } else if child_pid != child_tgid && self.new_threads.len() < 65536 {
+                        // A thread of a running process: its creator may pin it at once.
+                        self.new_threads.push((
+                            Instant::now() + NEW_THREAD_GRACE,
+                            child_tgid,
+                            child_pid,
+                            at_ns,
+                        ));
                     } else {
                         check.push((child_tgid, child_pid, at_ns));
                     }
@@ -807,6 +825,7 @@ impl Daemon {
                 ProcEvent::Exit { pid, .. } => {
                     self.known.remove(&pid);
                     self.settled.remove(&pid);
+                    self.new_threads.retain(|t| t.2 != pid);
                     self.forget_thread(pid);
                 }
             }
@@ -823,6 +842,25 @@ impl Daemon {
         }
         self.fix_with_engine(&engine, &stamps);
         batch.lost
+    }
+
+    /// New threads whose grace is over: checked as a process event's task is.
+    fn due_threads(&mut self, now: Instant) {
+        let (due, later): (Vec<_>, Vec<_>) =
+            self.new_threads.drain(..).partition(|(at, ..)| *at <= now);
+        self.new_threads = later;
+        let mut engine = Vec::new();
+        let mut stamps = Vec::new();
+        for (_, pid, tid, at_ns) in due {
+            if self.settled.contains(&tid) {
+                continue;
+            }
+            if self.fix_one(pid, tid, None, Some(at_ns)) {
+                engine.push((pid, tid));
+                stamps.push((tid, at_ns));
+            }
+        }
+        self.fix_with_engine(&engine, &stamps);
     }
 
     /// New kthreads whose names are due to be known: their priority rules applied.
@@ -1293,6 +1331,7 @@ impl Daemon {
             scan_contested: Vec::new(),
             fixer: TaskFixer::new(&files.runtime),
             new_kthreads: Vec::new(),
+            new_threads: Vec::new(),
             dirty: false,
             tasks_unlogged: 0,
             tasks_last: String::new(),
@@ -1424,6 +1463,9 @@ impl Timers {
         if let Some((at, _, _, _)) = d.new_kthreads.iter().min_by_key(|k| k.0) {
             deadline = deadline.min(*at);
         }
+        if let Some((at, ..)) = d.new_threads.iter().min_by_key(|k| k.0) {
+            deadline = deadline.min(*at);
+        }
         if d.dirty {
             deadline = deadline.min(self.last_status + Duration::from_millis(200));
         }
@@ -1459,6 +1501,9 @@ impl Timers {
         }
         if !d.new_kthreads.is_empty() {
             d.due_kthreads(now);
+        }
+        if !d.new_threads.is_empty() {
+            d.due_threads(now);
         }
         if d.tasks_unlogged > 0 && self.last_task_log.elapsed() >= Duration::from_secs(10) {
             d.log_tasks();

@@ -373,16 +373,14 @@ fn cgroup_partition_second_apply_adds_workloads_and_keeps_the_first_original() {
         "proc/303/task/303/status",
         "Name:\tlate\nCpus_allowed_list:\t2\n",
     );
-    put(r, "proc/303/cgroup", "0::/system.slice/late.service\n");
+    // In a cgroup of the administrator's own (one of a systemd unit is refused).
+    put(r, "proc/303/cgroup", "0::/rt\n");
     let (rc, out, err) = isold(r, &["apply"]);
     assert_eq!(rc, 0, "{out}{err}");
     assert!(out.contains("1 workload(s) moved in"), "{out}");
     assert_eq!(read(r, "proc/303/cgroup"), "0::/isolated\n");
     assert_eq!(isold(r, &["restore"]).0, 0);
-    assert_eq!(
-        read(r, "proc/303/cgroup"),
-        "0::/system.slice/late.service\n"
-    );
+    assert_eq!(read(r, "proc/303/cgroup"), "0::/rt\n");
     assert!(!r.join("sys/fs/cgroup/isolated").exists());
     std::fs::remove_dir_all(r.join("proc/303")).unwrap();
 
@@ -1083,5 +1081,70 @@ fn a_misspelled_sysctl_is_an_error_with_the_closest_name() {
     assert!(
         out.contains("not present       sysctl kernel.numa_balancing"),
         "{out}"
+    );
+}
+
+/// The partition never takes what is not its own, and each refusal changes nothing of it: a
+/// cgroup systemd manages, a workload in a unit's cgroup (named, with the systemd way), a
+/// process with threads on both sides (QEMU's emulator and its vCPUs), a directory that holds
+/// tasks or cgroups isold did not put there.
+#[test]
+fn the_partition_refuses_what_is_not_its_own() {
+    let partition_parts = |r: &Path| {
+        let mut s = snapshot(r);
+        s.retain(|p, _| p.starts_with("sys/fs/cgroup") || p.ends_with("cgroup"));
+        s
+    };
+    let refused = |config: &str, setup: &dyn Fn(&Path), want: &str| {
+        let t = tree_with(config);
+        let r = t.path();
+        setup(r);
+        let before = partition_parts(r);
+        let (rc, out, _) = isold(r, &["apply"]);
+        assert_eq!(rc, 1, "{out}");
+        assert!(
+            out.contains(&format!(
+                "failed            isolated partition {}",
+                config
+                    .split('"')
+                    .nth(3)
+                    .unwrap_or("/sys/fs/cgroup/isolated")
+            )) && out.contains(want),
+            "{want}\n{out}"
+        );
+        assert_eq!(partition_parts(r), before, "nothing of it changed: {out}");
+        let state = std::fs::read_to_string(r.join("run/isold/state.json")).unwrap_or_default();
+        assert!(!state.contains("cgroup_partition"), "no original: {state}");
+    };
+    let on = "isolated_cpus = \"2-3\"\n[items]\ncgroup_partition = true\n";
+    refused(
+        "isolated_cpus = \"2-3\"\n[items]\ncgroup_partition = \"/sys/fs/cgroup/system.slice\"\n",
+        &|r| put(r, "sys/fs/cgroup/system.slice/cgroup.procs", "1\n"),
+        "not made: /sys/fs/cgroup/system.slice belongs to systemd (system.slice): isold does not make a partition of a cgroup systemd manages; give the unit AllowedCPUs=2-3 and, on systemd 261 and later, CPUSetPartition=isolated",
+    );
+    refused(
+        on,
+        &|r| add_task(r, 310, "rtapp", "3", "/system.slice/rtapp.service"),
+        "not made: workload(s) 310 (rtapp) in rtapp.service run in a systemd unit's cgroup: isold does not move a task out of its unit; give the unit AllowedCPUs=2-3 (systemctl set-property UNIT AllowedCPUs=2-3) and, on systemd 261 and later, CPUSetPartition=isolated",
+    );
+    refused(
+        on,
+        &|r| {
+            add_task(r, 320, "qemu-system-x86", "0-1", "/machine/qemu-1");
+            for (tid, comm, cpus) in [(321, "CPU 0/TCG", "2"), (322, "CPU 1/TCG", "3")] {
+                put(r, &format!("proc/320/task/{tid}/stat"), &read(r, "proc/320/task/320/stat").replacen("320 (qemu-system-x86)", &format!("{tid} ({comm})"), 1));
+                put(r, &format!("proc/320/task/{tid}/status"), &format!("Name:\t{comm}\nCpus_allowed_list:\t{cpus}\n"));
+            }
+        },
+        "not made: process(es) 320 (qemu-system-x86: 2 threads inside, e.g. CPU 0/TCG on 2; 1 outside, e.g. qemu-system-x86 on 0-1) have threads both inside and outside CPUs 2-3",
+    );
+    refused(
+        on,
+        &|r| {
+            put(r, "sys/fs/cgroup/isolated/cgroup.procs", "300\n");
+            put(r, "proc/300/comm", "sleep\n");
+            put(r, "sys/fs/cgroup/isolated/child/cgroup.procs", "");
+        },
+        "not made: /sys/fs/cgroup/isolated holds what isold did not put there (task 300 (sleep), cgroup child/): name an empty or new directory",
     );
 }

@@ -70,6 +70,7 @@ fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
     let mut s = Scenario::debian("rt612_isold_service", "");
     s.binaries.push("isol-reaction".into());
     s.binaries.push("isol-drift".into());
+    s.binaries.push("isol-pinner".into());
     s.file("/etc/systemd/system/isold.service", 0o644, UNIT);
     s.on_request("hotplug-net", hotplug_virtio_net("hotnet"));
     s.step_with_timeout(
@@ -170,6 +171,30 @@ fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
             Expect::field("irq4", "0-1"),
             Expect::stdout_has("irq_affinity 10"),
             Expect::stdout_has("sysctl 10"),
+        ],
+    );
+    // Threads pinned into the isolated CPUs by their creator 0-20 ms after it made them wide
+    // (DPDK's lcores, QEMU's vCPUs): isold narrows the ones still wide and never undoes a
+    // pin, also one made while it was narrowing the thread. Three runs of 200 threads.
+    s.step_with_timeout(
+        "self_pinning_threads_keep_their_pins",
+        &format!(
+            "{PRE}lost=0; threads=0\n\
+             echo tasks_before=$(isold status --json | tr -d ' ' | grep -o '\"tasks\":[0-9]*' | cut -d: -f2)\n\
+             for run in 1 2 3; do\n\
+               taskset -c 0-3 isol-pinner stress 200 1500 20 2 3 >/tmp/pin.out; echo run_rc=$?\n\
+               grep '^loss: ' /tmp/pin.out | head -n 3\n\
+               lost=$((lost + $(sed -n 's/^lost=//p' /tmp/pin.out)))\n\
+               threads=$((threads + $(sed -n 's/^threads=//p' /tmp/pin.out)))\n\
+             done\n\
+             echo threads=$threads\necho lost=$lost\n\
+             echo tasks_after=$(isold status --json | tr -d ' ' | grep -o '\"tasks\":[0-9]*' | cut -d: -f2)"
+        ),
+        Duration::from_secs(240),
+        vec![
+            Expect::field("threads", "600"),
+            Expect::field("lost", "0"),
+            Expect::output_lacks("run_rc=1"),
         ],
     );
     s.step_with_timeout(
@@ -296,6 +321,7 @@ kill $w
         "partition_made_again_at_once_and_removed_on_stop",
         &format!(
             "{PRE}printf 'isolated_cpus = \"2-3\"\\non_stop = \"restore\"\\n[items]\\ncgroup_partition = true\\n' >/etc/isold/isold.toml
+             mkdir -p /sys/fs/cgroup/rt; echo $(cat /tmp/workload.pid) >/sys/fs/cgroup/rt/cgroup.procs
              systemctl start isold; echo start_rc=$?
              echo partition=$(cat /sys/fs/cgroup/isolated/cpuset.cpus.partition)
              echo workload_cgroup=$(cat /proc/$(cat /tmp/workload.pid)/cgroup)
@@ -312,6 +338,8 @@ kill $w
         vec![
             Expect::field("start_rc", "0"),
             Expect::field("partition", "isolated"),
+            // From the administrator's own cgroup /rt (isold never takes a task out of a
+            // systemd unit's).
             Expect::field("workload_cgroup", "0::/isolated"),
             Expect::field("put_back", "5"),
             at_most("max_ms", 100.0),
@@ -322,6 +350,51 @@ kill $w
             Expect::field("stop_rc", "0"),
             Expect::field("dir", "absent"),
             Expect::field("differences", "0"),
+        ],
+    );
+    // The partition never takes what is not its own: a slice systemd manages, a workload in a
+    // unit's cgroup, a process with threads on both sides (QEMU's emulator and vCPUs); each
+    // refused by isold apply, the cgroups as they were.
+    s.step_with_timeout(
+        "partition_refuses_slices_units_and_split_processes",
+        &format!(
+            "{PRE}cgroups() {{ for f in /sys/fs/cgroup/system.slice/cpuset.cpus.partition /sys/fs/cgroup/system.slice/cpuset.cpus; do echo \"$f $(cat $f)\"; done; ls -d /sys/fs/cgroup/isolated 2>/dev/null; }}
+             cgroups >/tmp/cg.before
+             printf 'isolated_cpus = \"2-3\"\\n[items]\\ncgroup_partition = \"/sys/fs/cgroup/system.slice\"\\n' >/tmp/slice.toml
+             isold --config /tmp/slice.toml apply >/tmp/a.out; echo slice_rc=$?
+             grep -o 'belongs to systemd (system.slice)' /tmp/a.out | sed 's/^/slice=/'
+             isold restore >/dev/null; echo restore1_rc=$?
+             printf 'isolated_cpus = \"2-3\"\\n[items]\\ncgroup_partition = true\\n' >/tmp/part.toml
+             systemd-run --unit=rtapp --quiet taskset -c 3 sleep 100000; sleep 1
+             isold --config /tmp/part.toml apply >/tmp/a.out; echo unit_rc=$?
+             grep -o 'in rtapp.service run in a systemd unit' /tmp/a.out | sed 's/^/unit=/'
+             grep -c 'AllowedCPUs=2-3' /tmp/a.out | sed 's/^/how=/'
+             echo rtapp_cgroup=$(cat /proc/$(systemctl show -p MainPID --value rtapp)/cgroup)
+             isold restore >/dev/null; echo restore2_rc=$?
+             systemctl stop rtapp
+             setsid taskset -c 0-1 isol-pinner split 2 3 >/tmp/split.out 2>&1 </dev/null &
+             wait_for 20 grep -q ready /tmp/split.out || echo split_not_ready=1
+             isold --config /tmp/part.toml apply >/tmp/a.out; echo split_rc=$?
+             grep -o 'isol-pinner: 2 threads inside' /tmp/a.out | sed 's/^/split=/'
+             isold restore >/dev/null; echo restore3_rc=$?
+             pkill -f 'isol-pinner split'
+             cgroups >/tmp/cg.after
+             cmp /tmp/cg.before /tmp/cg.after && echo cgroups=unchanged"
+        ),
+        Duration::from_secs(180),
+        vec![
+            Expect::field("slice_rc", "1"),
+            Expect::field("slice", "belongs to systemd (system.slice)"),
+            Expect::field("unit_rc", "1"),
+            Expect::field("unit", "in rtapp.service run in a systemd unit"),
+            Expect::field("how", "1"),
+            Expect::field("rtapp_cgroup", "0::/system.slice/rtapp.service"),
+            Expect::field("split_rc", "1"),
+            Expect::field("split", "isol-pinner: 2 threads inside"),
+            Expect::field("restore1_rc", "0"),
+            Expect::field("restore2_rc", "0"),
+            Expect::field("restore3_rc", "0"),
+            Expect::field("cgroups", "unchanged"),
         ],
     );
     // The workload's IRQ ([irqs] allow): the serial port's IRQ routed to CPU 3 on purpose

@@ -306,6 +306,27 @@ fn change(
             Err(e) => (failed(e), true),
         },
         Op::Affinity { thread, want } => {
+            // Something may have pinned it since the plan read it (libvirt's <vcpupin>,
+            // DPDK, taskset -p): read again just before the write; a change made since is
+            // left as set (a pin into the isolated CPUs is a workload's; any other is looked
+            // at again by the next check).
+            match super::threads::affinity_now(root, thread.pid, thread.tid) {
+                Err(e) => return (failed(e), false),
+                Ok(None) => return (Status::Gone, false),
+                Ok(Some(now)) if now == thread.affinity => {}
+                Ok(Some(now)) if now.is_disjoint(isolated) => return (Status::AlreadyRight, false),
+                Ok(Some(now)) => {
+                    return (
+                        Status::LeftAlone {
+                            reason: format!(
+                                "its affinity became {now} after it was read as {}: left as set",
+                                thread.affinity
+                            ),
+                        },
+                        false,
+                    )
+                }
+            }
             match set_thread_affinity(root, thread.pid, thread.tid, want) {
                 Err(e) if e.errno() == Some(libc::ESRCH) => (Status::Gone, false),
                 Err(e) if e.errno() == Some(libc::EINVAL) => (
@@ -553,6 +574,27 @@ fn apply_targets(
     Ok(rep)
 }
 
+/// A partition directory that existed before isold (and is not in the state file yet) and
+/// holds tasks or cgroups isold did not put there: what it holds, said as a refusal (a
+/// partition of it would take them all).
+fn foreign_dir(root: &SysRoot, original: &Original) -> Option<String> {
+    let Original::Partition(p) = original else {
+        return None;
+    };
+    if p.created {
+        return None;
+    }
+    match partition::foreign(root, &p.dir) {
+        Ok(f) if f.is_empty() => None,
+        Ok(f) => Some(format!(
+            "{} holds what isold did not put there ({}): name an empty or new directory",
+            p.dir,
+            f.join(", ")
+        )),
+        Err(e) => Some(format!("{}: {e}", p.dir)),
+    }
+}
+
 /// The notes that say which recorded entries were refused (see [`state::Entry::check`]).
 fn rejected_notes(ledger: &Ledger, rep: &mut Report) {
     for (e, why) in &ledger.rejected {
@@ -581,6 +623,14 @@ fn apply_loaded(
         match evaluate(root, isolated, t) {
             Eval::Done(s) => statuses.push(Some(s)),
             Eval::Change { original, from } => {
+                // A directory that is not isold's yet, and not empty: refused, untouched.
+                if let Some(why) = (!state.has(&t.id))
+                    .then(|| foreign_dir(root, &original))
+                    .flatten()
+                {
+                    statuses.push(Some(failed(format!("not made: {why}"))));
+                    continue;
+                }
                 if state.record(Entry {
                     id: t.id.clone(),
                     item: t.item.into(),
@@ -1322,6 +1372,41 @@ mod tests {
             None => {}
         }
         dir
+    }
+
+    /// A thread pinned by something else between the plan's read and the write (libvirt's
+    /// <vcpupin>, DPDK, taskset -p) keeps its pin: read again just before the write, left as
+    /// set, nothing written and no original kept; one moved off the isolated CPUs meanwhile
+    /// is right.
+    #[test]
+    fn a_pin_made_after_the_plan_read_stands() {
+        let op = Op::Affinity {
+            thread: thread(0, 0),
+            want: "0-1".parse().unwrap(),
+        };
+        for (now, word) in [
+            ("3", "left alone"),
+            ("1", "already right"),
+            ("1-2", "left alone"),
+        ] {
+            let t = thread_tree(Some(&format!("Name:\tt\nCpus_allowed_list:\t{now}\n")));
+            let root = SysRoot::new(t.path());
+            let (status, wrote) = changed_wrote(&root, op.clone());
+            assert_eq!((status.word(), wrote), (word, false), "{now}: {status:?}");
+            assert!(
+                std::fs::read_to_string(t.path().join("proc/21/task/21/status"))
+                    .unwrap()
+                    .contains(&format!("Cpus_allowed_list:\t{now}\n")),
+                "{now}: untouched"
+            );
+        }
+        // Still as planned: narrowed.
+        let t = thread_tree(Some("Name:\tt\nCpus_allowed_list:\t0-3\n"));
+        let root = SysRoot::new(t.path());
+        assert!(matches!(
+            changed_wrote(&root, op),
+            (Status::Changed { .. }, true)
+        ));
     }
 
     /// Thread changes and restores on a tree: a vanished file means the thread exited

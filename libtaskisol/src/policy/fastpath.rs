@@ -21,13 +21,12 @@ use std::path::{Path, PathBuf};
 use super::config::glob_match;
 use super::plan::{thread_verdict, ThreadVerdict};
 use super::state::{self, Entry, Original, State};
-use super::Policy;
 use super::Status;
-use crate::cpuset::CpuSet;
+use super::{threads, Policy};
 use crate::error::{Error, Result};
 use crate::procfs::{TaskStat, PF_KTHREAD};
 use crate::sysroot::SysRoot;
-use crate::{sched, tasks};
+use crate::tasks;
 
 /// What [`TaskFixer::fix`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,7 +153,7 @@ impl TaskFixer {
     /// Narrow thread `tid` of process `pid` if the policy says so.
     pub fn fix(&mut self, root: &SysRoot, policy: &Policy, pid: i32, tid: i32) -> Result<Fix> {
         let iso = &policy.isolated;
-        let aff = match affinity(root, pid, tid) {
+        let aff = match threads::affinity(root, pid, tid) {
             Some(a) => a,
             None => return Ok(Fix::Gone),
         };
@@ -221,6 +220,19 @@ impl TaskFixer {
             }
             self.recorded.insert(id);
         }
+        // Something may have pinned it since it was read (libvirt's <vcpupin>, DPDK, taskset
+        // -p, its own creator right after pthread_create): read again just before the write,
+        // and a pin into the isolated CPUs stands.
+        match threads::affinity(root, pid, tid) {
+            None => return Ok(Fix::Gone),
+            Some(now) if now == aff => {}
+            Some(now) if now.is_disjoint(iso) => return Ok(Fix::Fine),
+            Some(now) => {
+                return Ok(Fix::Settled(format!(
+                    "its affinity became {now} while isold looked at it: left as set"
+                )))
+            }
+        }
         match super::threads::set_thread_affinity(root, pid, tid, &want) {
             Ok(()) => {}
             Err(e) if matches!(e.errno(), Some(libc::ESRCH) | Some(libc::ENOENT)) => {
@@ -228,12 +240,16 @@ impl TaskFixer {
             }
             Err(e) => return Err(e),
         }
-        match affinity(root, pid, tid) {
+        match threads::affinity(root, pid, tid) {
             Some(now) if now.is_disjoint(iso) => Ok(Fix::Changed {
                 label,
                 from: aff.to_string(),
                 to: now.to_string(),
             }),
+            // Pinned into the isolated CPUs right after isold's write: its pin stands.
+            Some(now) if now.is_subset(iso) => Ok(Fix::Settled(format!(
+                "pinned on {now} right after isold narrowed it: left as set"
+            ))),
             Some(now) => Err(Error::Parse {
                 path: root.path(format!("/proc/{pid}/task/{tid}/status")),
                 input: now.to_string(),
@@ -270,16 +286,4 @@ impl TaskFixer {
             .map_err(werr)?;
         Ok(true)
     }
-}
-
-/// A thread's affinity: a system call on the running system, the `Cpus_allowed_list` of its
-/// status file in a tree (nothing else is read, as on the running system).
-fn affinity(root: &SysRoot, pid: i32, tid: i32) -> Option<CpuSet> {
-    if root.is_host() {
-        return sched::get_affinity(tid).ok();
-    }
-    let status = root
-        .read_to_string(format!("/proc/{pid}/task/{tid}/status"))
-        .ok()?;
-    CpuSet::parse_list(crate::procfs::status_field(&status, "Cpus_allowed_list")?).ok()
 }

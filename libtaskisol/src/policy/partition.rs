@@ -77,6 +77,106 @@ pub fn cgroup_path(dir: &str) -> &str {
     }
 }
 
+/// The systemd unit a cgroup path belongs to (`/system.slice/rtapp.service` ->
+/// `rtapp.service`): its innermost component that names a unit.
+pub fn systemd_unit(cgroup: &str) -> Option<&str> {
+    cgroup.rsplit('/').find(|c| {
+        [".service", ".scope", ".slice", ".socket", ".mount", ".swap"]
+            .iter()
+            .any(|s| c.len() > s.len() && c.ends_with(s))
+    })
+}
+
+/// Why the partition `dir` must not be made for this plan: a cgroup systemd manages, a
+/// workload in a unit's cgroup (moving it takes it out of its unit), or a process with threads
+/// on both sides of the isolated CPUs (QEMU's emulator on the housekeeping CPUs and its vCPUs
+/// on isolated ones: the partition would take its vCPUs' CPUs or strand its other threads).
+/// Checked before any write, so a refusal changes nothing.
+pub fn refusal(plan: &PartitionPlan, threads: &[Thread]) -> Option<String> {
+    let cpus = &plan.cpus;
+    if let Some(unit) = systemd_unit(cgroup_path(&plan.dir)) {
+        return Some(format!(
+            "{} belongs to systemd ({unit}): isold does not make a partition of a cgroup systemd manages; give the unit AllowedCPUs={cpus} and, on systemd 261 and later, CPUSetPartition=isolated",
+            plan.dir
+        ));
+    }
+    let in_units: Vec<String> = plan
+        .workloads
+        .iter()
+        .filter_map(|(t, cg, _)| systemd_unit(cg).map(|u| format!("{} ({}) in {u}", t.pid, t.comm)))
+        .collect();
+    if !in_units.is_empty() {
+        return Some(format!(
+            "workload(s) {} run in a systemd unit's cgroup: isold does not move a task out of its unit; give the unit AllowedCPUs={cpus} (systemctl set-property UNIT AllowedCPUs={cpus}) and, on systemd 261 and later, CPUSetPartition=isolated, or start the workload outside any unit",
+            in_units.join(", ")
+        ));
+    }
+    let me = std::process::id() as i32;
+    let mut split = Vec::new();
+    let mut pids: Vec<i32> = threads
+        .iter()
+        .filter(|t| !t.is_kthread() && t.pid != me)
+        .map(|t| t.pid)
+        .collect();
+    pids.dedup();
+    for pid in pids {
+        let group: Vec<&Thread> = threads.iter().filter(|t| t.pid == pid).collect();
+        let inside: Vec<&&Thread> = group
+            .iter()
+            .filter(|t| t.affinity.is_subset(cpus))
+            .collect();
+        let outside: Vec<&&Thread> = group
+            .iter()
+            .filter(|t| !t.affinity.is_subset(cpus))
+            .collect();
+        if let (Some(i), Some(o)) = (inside.first(), outside.first()) {
+            let leader = group.iter().find(|t| t.tid == pid).unwrap_or(i);
+            split.push(format!(
+                "{} ({}: {} threads inside, e.g. {} on {}; {} outside, e.g. {} on {})",
+                pid,
+                leader.comm,
+                inside.len(),
+                i.comm,
+                i.affinity,
+                outside.len(),
+                o.comm,
+                o.affinity
+            ));
+        }
+    }
+    if !split.is_empty() {
+        return Some(format!(
+            "process(es) {} have threads both inside and outside CPUs {cpus}: the partition would take those CPUs from the threads inside or strand the others; put such a process in a partition yourself (its own cgroup), or leave cgroup_partition off",
+            split.join("; ")
+        ));
+    }
+    None
+}
+
+/// What a directory that exists holds that isold did not put there: its tasks and its child
+/// cgroups (a partition of it would take them all).
+pub fn foreign(root: &SysRoot, dir: &str) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    if let Some(procs) = read_opt(root, &file(dir, "cgroup.procs"))? {
+        for pid in procs.split_whitespace() {
+            let comm = root
+                .read_value_opt(format!("/proc/{pid}/comm"))?
+                .unwrap_or_default();
+            out.push(format!("task {pid} ({comm})"));
+        }
+    }
+    if root.exists(dir) {
+        let mut names = root.read_dir_names(dir)?;
+        names.sort();
+        for n in names {
+            if root.path(format!("{dir}/{n}")).is_dir() {
+                out.push(format!("cgroup {n}/"));
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn inside(cgroup: &str, dir_cg: &str) -> bool {
     cgroup == dir_cg || cgroup.starts_with(&format!("{}/", dir_cg.trim_end_matches('/')))
 }

@@ -403,6 +403,16 @@ fn plan_partition(
         })
         .collect();
     if kept.is_empty() {
+        if let Some(why) = super::partition::refusal(&p, threads) {
+            return Ok(known(
+                "cgroup_partition",
+                id,
+                label,
+                Status::Failed {
+                    error: format!("not made: {why}"),
+                },
+            ));
+        }
         return Ok(Target {
             item: "cgroup_partition",
             id,

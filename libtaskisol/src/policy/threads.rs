@@ -59,3 +59,29 @@ fn edit_tree_file(root: &SysRoot, abs: &str, edit: impl FnOnce(&str) -> String) 
     })?;
     root.write(abs, edit(&text))
 }
+
+/// A thread's affinity: a system call on the running system, the `Cpus_allowed_list` of its
+/// status file in a tree (nothing else is read, as on the running system).
+pub(crate) fn affinity(root: &SysRoot, pid: i32, tid: i32) -> Option<CpuSet> {
+    if root.is_host() {
+        return sched::get_affinity(tid).ok();
+    }
+    let status = root
+        .read_to_string(format!("/proc/{pid}/task/{tid}/status"))
+        .ok()?;
+    CpuSet::parse_list(crate::procfs::status_field(&status, "Cpus_allowed_list")?).ok()
+}
+
+/// A thread's affinity, read as close to a write as can be: the system call on the running
+/// system; on a tree, its status file. `Ok(None)` when the thread is gone; an error (a file
+/// that cannot be read) is one.
+pub(crate) fn affinity_now(root: &SysRoot, pid: i32, tid: i32) -> Result<Option<CpuSet>> {
+    if root.is_host() {
+        return match sched::get_affinity(tid) {
+            Ok(a) => Ok(Some(a)),
+            Err(e) if e.errno() == Some(libc::ESRCH) => Ok(None),
+            Err(e) => Err(e),
+        };
+    }
+    Ok(crate::tasks::read_thread(root, pid, tid)?.map(|t| t.affinity))
+}
