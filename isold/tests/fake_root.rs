@@ -514,9 +514,18 @@ fn a_failed_target_keeps_its_original_and_the_rest_are_restored() {
     let stubborn = r.join("proc/sys/kernel/timer_migration");
     std::fs::remove_file(&stubborn).unwrap();
     std::os::unix::fs::symlink("/dev/null", &stubborn).unwrap();
+    // A file of the running kernel that takes no write: the write is refused, nothing
+    // changed, no original is kept for it, and the others' originals stay.
+    let refusing = r.join("proc/sys/kernel/hung_task_timeout_secs");
+    std::fs::remove_file(&refusing).unwrap();
+    std::os::unix::fs::symlink("/proc/version", &refusing).unwrap();
     let before = snapshot(r);
     let (rc, out, _) = isold(r, &["apply"]);
     assert_eq!(rc, 1, "{out}");
+    assert!(
+        out.contains("failed            sysctl kernel.hung_task_timeout_secs: failed: failed to write '600' to "),
+        "{out}"
+    );
     assert!(
         out.contains("failed            sysctl kernel.timer_migration: failed: wrote '0' to "),
         "{out}"
@@ -532,6 +541,7 @@ fn a_failed_target_keeps_its_original_and_the_rest_are_restored() {
     let state = read(r, "run/isold/state.json");
     assert!(state.contains("vm.stat_interval"), "{state}");
     assert!(state.contains("sysctl:kernel.timer_migration"), "{state}");
+    assert!(!state.contains("hung_task"), "{state}");
     let (rc, out, err) = isold(r, &["restore"]);
     assert_eq!(rc, 0, "{out}{err}");
     assert!(

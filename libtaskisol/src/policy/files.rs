@@ -319,6 +319,75 @@ mod tests {
         assert_eq!(fs::metadata(&new).unwrap().mode() & 0o7777, 0o644);
     }
 
+    /// A directory that takes no temporary file (a service sandbox that makes only the file
+    /// writable; here a directory the writer may not write) gets the file rewritten in place:
+    /// same inode, new bytes, the old tail cut. A new file there is an error.
+    #[test]
+    fn a_file_in_a_directory_that_takes_no_temporary_file_is_rewritten_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("grub");
+        fs::write(&path, "a much longer original line\n").unwrap();
+        let ino = fs::metadata(&path).unwrap().ino();
+        let try_replace = || -> (std::io::Result<()>, std::io::Result<()>) {
+            (
+                replace(&path, b"short\n", None),
+                replace(&dir.path().join("new"), b"x", None),
+            )
+        };
+        // SAFETY: geteuid has no preconditions.
+        let (existing, new) = if unsafe { libc::geteuid() } != 0 {
+            fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o555)).unwrap();
+            let r = try_replace();
+            fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+            r
+        } else {
+            // Root writes any directory: the write is made by a child as nobody, which may
+            // write the file (its owner) but not the root-owned directory.
+            fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+            std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+            // SAFETY: the child only makes system calls and allocates (glibc's malloc is
+            // fork-safe) before _exit; the parent waits for it.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+            if pid == 0 {
+                // SAFETY: plain system calls in the child, which leaves by _exit.
+                unsafe {
+                    if libc::setresgid(65534, 65534, 65534) != 0
+                        || libc::setresuid(65534, 65534, 65534) != 0
+                    {
+                        libc::_exit(3);
+                    }
+                    let (a, b) = try_replace();
+                    libc::_exit(match (a, b) {
+                        (Ok(()), Err(_)) => 0,
+                        (Err(_), _) => 1,
+                        (Ok(()), Ok(())) => 2,
+                    });
+                }
+            }
+            let mut status = 0;
+            // SAFETY: pid is our child; status is a valid pointer.
+            assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+            assert!(libc::WIFEXITED(status), "child: {status:#x}");
+            let code = libc::WEXITSTATUS(status);
+            let err = || Err(std::io::Error::other(format!("child exit {code}")));
+            match code {
+                0 => (Ok(()), err()),
+                2 => (Ok(()), Ok(())),
+                _ => (err(), err()),
+            }
+        };
+        existing.unwrap();
+        assert!(new.is_err(), "a new file where no file can be made");
+        assert_eq!(fs::read_to_string(&path).unwrap(), "short\n");
+        assert_eq!(
+            fs::metadata(&path).unwrap().ino(),
+            ino,
+            "rewritten in place"
+        );
+        assert!(!temp_name(&path).exists());
+    }
+
     #[test]
     fn private_dirs_are_0700() {
         let dir = tempfile::tempdir().unwrap();

@@ -1237,6 +1237,13 @@ mod tests {
                 "0-3",
             ),
             attr(
+                "irq:x",
+                "irq_affinity",
+                "/proc/irq/0/smp_affinity_list",
+                "0-3\n",
+                "0-3",
+            ),
+            attr(
                 "workqueue:..",
                 "workqueue",
                 "/sys/devices/virtual/workqueue/../cpumask",
