@@ -34,7 +34,9 @@ pub struct Moved {
     pub comm: String,
     /// Its cgroup before (as in `/proc/PID/cgroup`, `/` for the root).
     pub cgroup: String,
-    /// Each thread's affinity before: `(tid, start time, Cpus_allowed_list)`.
+    /// Each thread's affinity when the plan read it: `(tid, start time, Cpus_allowed_list)`,
+    /// kept in the state file for the record. The moves do not write it back: each thread
+    /// keeps the affinity it has right before a move, which may be a pin made since.
     pub threads: Vec<(i32, u64, String)>,
 }
 
@@ -444,14 +446,18 @@ fn move_process(root: &SysRoot, pid: i32, cg: &str) -> Result<()> {
     Ok(())
 }
 
-/// Put each thread of `m` back on its recorded CPUs (a thread that exited is skipped).
-fn repin(root: &SysRoot, m: &Moved) -> Result<()> {
-    for (tid, starttime, cpus) in &m.threads {
-        let want = CpuSet::parse_list(cpus)?;
-        if !tasks::is_same_thread(root, m.pid, *tid, *starttime)? {
-            continue;
-        }
-        match super::threads::set_thread_affinity(root, m.pid, *tid, &want) {
+/// Move process `pid` into `cg`, each thread keeping the CPUs it has right before the move:
+/// the kernel gives a moved task the cgroup's CPUs (6.1), and the workload may have pinned a
+/// thread since the plan read it (libvirt, DPDK): a pin read any earlier would be written
+/// over the workload's own. A thread that exits meanwhile is skipped.
+fn move_keeping_pins(root: &SysRoot, pid: i32, cg: &str) -> Result<()> {
+    let pins: Vec<(i32, CpuSet)> = tasks::threads_of(root, pid)?
+        .into_iter()
+        .map(|t| (t.tid, t.affinity))
+        .collect();
+    move_process(root, pid, cg)?;
+    for (tid, cpus) in pins {
+        match super::threads::set_thread_affinity(root, pid, tid, &cpus) {
             Err(e) if e.errno() == Some(libc::ESRCH) => {}
             other => other?,
         }
@@ -519,11 +525,10 @@ fn build(
         if now.is_some_and(|now| inside(&now, cg)) {
             continue; // moved in by an earlier apply
         }
-        match move_process(root, m.pid, cg) {
+        match move_keeping_pins(root, m.pid, cg) {
             Err(e) if e.errno() == Some(libc::ESRCH) => continue,
             r => r.map_err(|e| format!("moving workload {} ({}): {e}", m.pid, m.comm))?,
         }
-        repin(root, m).map_err(|e| e.to_string())?;
         moved += 1;
     }
     let part = file(dir, "cpuset.cpus.partition");
@@ -558,12 +563,11 @@ fn undo(root: &SysRoot, o: &PartitionOriginal) -> Result<()> {
             continue;
         }
         if tasks::cgroup_of(root, m.pid)?.is_some_and(|cg| inside(&cg, cgroup_path(dir))) {
-            match move_process(root, m.pid, &m.cgroup) {
+            match move_keeping_pins(root, m.pid, &m.cgroup) {
                 Err(e) if e.errno() == Some(libc::ESRCH) => continue,
                 r => r?,
             }
         }
-        repin(root, m)?;
     }
     if o.created {
         if root.exists(dir) {
@@ -906,6 +910,51 @@ mod tests {
             }
         );
         assert!(!r.join("sys/fs/cgroup/iso").exists());
+    }
+
+    /// A workload that pins a thread after the plan read it (libvirt's vCPU, a DPDK lcore)
+    /// keeps that pin through the move into the partition (the kernel gives a moved thread
+    /// the cgroup's CPUs) and through the move back.
+    #[test]
+    fn a_pin_made_after_the_plan_survives_the_moves() {
+        let t = tree();
+        let r = t.path();
+        task(r, 10, "/", &[(10, "2-3", false), (11, "2-3", false)]);
+        let root = SysRoot::new(r);
+        let Found::Change { original, from } = evaluate(&root, &planned(&root)).unwrap() else {
+            panic!("absent must change")
+        };
+        let aff = |tid: i32| {
+            let st = std::fs::read_to_string(r.join(format!("proc/10/task/{tid}/status"))).unwrap();
+            st.lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:\t").map(str::to_string))
+                .unwrap()
+        };
+        let pin = |tid: i32, cpus: &str| {
+            put(
+                r,
+                &format!("proc/10/task/{tid}/status"),
+                &format!("Name:\tw{tid}\nCpus_allowed_list:\t{cpus}\n"),
+            );
+        };
+        pin(11, "3");
+        assert!(matches!(
+            change(&root, &original, &"2-3".parse().unwrap(), from),
+            (Status::Changed { .. }, true)
+        ));
+        assert_eq!((aff(10), aff(11)), ("2-3".into(), "3".into()));
+        pin(10, "2");
+        assert_eq!(
+            restore(&root, &original),
+            Status::Restored {
+                to: "removed".into()
+            }
+        );
+        assert_eq!(
+            std::fs::read_to_string(r.join("proc/10/cgroup")).unwrap(),
+            "0::/\n"
+        );
+        assert_eq!((aff(10), aff(11)), ("2".into(), "3".into()));
     }
 
     /// Restore moves back only the processes it moved: a pid reused by a new process (another

@@ -60,7 +60,13 @@ impl fmt::Display for HarnessError {
 
 impl std::error::Error for HarnessError {}
 
-pub(crate) const DEBROOT_HINT: &str = "scripts/setup-debroot (as root, after scripts/setup-qemu: debootstrap of bookworm with systemd, tuned and tuna into $TASKISOL_CACHE/debroot, about 3 minutes once)";
+/// How to build the Debian root of this flavour (`Scenario::debroot`).
+pub(crate) fn debroot_hint(debroot: DebRoot) -> &'static str {
+    match debroot {
+        DebRoot::Base => "scripts/setup-debroot (as root, after scripts/setup-qemu: debootstrap of bookworm with systemd, tuned and tuna into $TASKISOL_CACHE/debroot, about 3 minutes once)",
+        DebRoot::Libvirt => "scripts/setup-debroot libvirt (as root, after scripts/setup-qemu: debootstrap of bookworm with systemd, libvirt and qemu-system-x86 into $TASKISOL_CACHE/debroot-libvirt, about 5 minutes once)",
+    }
+}
 
 pub(crate) const SETUP_HINT: &str = "scripts/setup-qemu (as root, with the same TASKISOL_CACHE if set: installs qemu-system-x86, busybox-static, xz-utils and fetches the kernels into $TASKISOL_CACHE/kernels, default .cache/kernels)";
 
@@ -393,6 +399,26 @@ pub enum Userland {
     Debian,
 }
 
+/// Which Debian root of scripts/setup-debroot a [`Userland::Debian`] guest boots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DebRoot {
+    /// `scripts/setup-debroot`: systemd, tuned, tuna, irqbalance (`.cache/debroot`).
+    Base,
+    /// `scripts/setup-debroot libvirt`: systemd, libvirt and QEMU, a KVM host's userland
+    /// (`.cache/debroot-libvirt`).
+    Libvirt,
+}
+
+impl DebRoot {
+    /// Its directory under the cache.
+    pub fn dir_name(self) -> &'static str {
+        match self {
+            Self::Base => "debroot",
+            Self::Libvirt => "debroot-libvirt",
+        }
+    }
+}
+
 /// One boot: a kernel, a command line, modules to load, steps to run, host actions the guest
 /// may request, and optionally a fixture to capture.
 #[derive(Debug)]
@@ -424,6 +450,8 @@ pub struct Scenario {
     /// guest's /etc and /var/lib (tests/guest/persist-init): what the guest writes there
     /// survives its reboots.
     pub disk_mb: Option<u32>,
+    /// The Debian root a [`Userland::Debian`] guest boots.
+    pub debroot: DebRoot,
 }
 
 impl Scenario {
@@ -447,6 +475,7 @@ impl Scenario {
             memory_mb: 1024,
             files: Vec::new(),
             disk_mb: None,
+            debroot: DebRoot::Base,
         }
     }
 
@@ -461,6 +490,16 @@ impl Scenario {
         if std::env::var_os("TASKISOL_QEMU_TIMEOUT").is_none() {
             s.timeout = Duration::from_secs(900);
         }
+        s
+    }
+
+    /// A boot of 6.12-rt into the Debian root with libvirt and QEMU
+    /// (`scripts/setup-debroot libvirt`), 3 GiB: a KVM host whose VMs run under TCG inside
+    /// the guest.
+    pub fn debian_libvirt(name: &str, cmdline: &str) -> Self {
+        let mut s = Self::debian(name, cmdline);
+        s.debroot = DebRoot::Libvirt;
+        s.memory_mb = 3072;
         s
     }
 

@@ -14,8 +14,8 @@ use serde_json::Value;
 use super::cpio::Cpio;
 use super::qmp::Qmp;
 use super::{
-    bin_dir, cache_dir, fixture, kmod, Expect, Failure, HarnessError, Kernel, KernelRole, Outcome,
-    Scenario, Step, StepOutput, Userland, DEBROOT_HINT, SETUP_HINT,
+    bin_dir, cache_dir, debroot_hint, fixture, kmod, DebRoot, Expect, Failure, HarnessError,
+    Kernel, KernelRole, Outcome, Scenario, Step, StepOutput, Userland, SETUP_HINT,
 };
 
 const GUEST_INIT: &str = include_str!("../../guest/init");
@@ -162,9 +162,9 @@ fn check_fresh(_name: &str, binary: &Path) -> Result<(), HarnessError> {
     }
 }
 
-/// The packed Debian root of scripts/setup-debroot, for this kernel.
-fn debian_root(kernel: &Kernel) -> Result<Vec<u8>, HarnessError> {
-    let dir = cache_dir().join("debroot");
+/// The packed Debian root of scripts/setup-debroot of this flavour, for this kernel.
+fn debian_root(kernel: &Kernel, debroot: DebRoot) -> Result<Vec<u8>, HarnessError> {
+    let dir = cache_dir().join(debroot.dir_name());
     let stamp = fs::read_to_string(dir.join("stamp")).unwrap_or_default();
     if !dir.join("root.cpio").is_file() {
         return Err(HarnessError::setup(
@@ -172,7 +172,7 @@ fn debian_root(kernel: &Kernel) -> Result<Vec<u8>, HarnessError> {
                 "the Debian root is not built ({} is missing)",
                 dir.join("root.cpio").display()
             ),
-            DEBROOT_HINT,
+            debroot_hint(debroot),
         ));
     }
     if !stamp
@@ -185,7 +185,7 @@ fn debian_root(kernel: &Kernel) -> Result<Vec<u8>, HarnessError> {
                 kernel.package,
                 stamp.trim()
             ),
-            DEBROOT_HINT,
+            debroot_hint(debroot),
         ));
     }
     read(&dir.join("root.cpio"))
@@ -235,7 +235,7 @@ fn build_initramfs(
                     s.name
                 )));
             }
-            image = debian_root(kernel)?;
+            image = debian_root(kernel, s.debroot)?;
             // Only below directories that are real in the root: an archive's directory entry
             // replaces a symlink of that name (/bin -> usr/bin) when the kernel unpacks it.
             c.file("/usr/bin/busybox", 0o755, &read(busybox)?);
