@@ -49,7 +49,7 @@ pub fn lock_run(state_path: &Path) -> Result<RunLock, String> {
         .truncate(false)
         .write(true)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(libtaskisol::policy::files::NOFOLLOW)
         .open(&path)
         .map_err(|e| format!("{}: {}", path.display(), io_text(&e)))?;
     match nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock) {
@@ -68,7 +68,7 @@ pub fn running(state_path: &Path) -> Option<Option<i32>> {
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(libtaskisol::policy::files::NOFOLLOW)
         .open(run_lock_path(state_path))
         .ok()?;
     match nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockSharedNonblock) {

@@ -441,7 +441,7 @@ pub fn lock(state_path: &Path) -> Result<StateLock> {
             .truncate(false)
             .write(true)
             .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .custom_flags(super::files::NOFOLLOW)
             .open(&lock_path)
             .map_err(|e| werr(&lock_path, e))?
     };

@@ -18,6 +18,10 @@ use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
+/// The flags of every file isold opens for writing in its own directories or in /etc:
+/// `O_NOFOLLOW` (a symlink in its place is refused, never written through) and `O_CLOEXEC`.
+pub const NOFOLLOW: i32 = libc::O_NOFOLLOW | libc::O_CLOEXEC;
+
 /// Make `dir` and any missing parent, each new one mode 0700 (whatever the umask).
 pub fn private_dir(dir: &Path) -> std::io::Result<()> {
     if dir.is_dir() {
@@ -39,7 +43,7 @@ pub fn create_exclusive(path: &Path, mode: u32) -> std::io::Result<fs::File> {
             .write(true)
             .create_new(true)
             .mode(mode)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .custom_flags(NOFOLLOW)
             .open(path)
     };
     match open() {
@@ -108,7 +112,7 @@ pub fn replace(path: &Path, bytes: &[u8], new_mode: Option<u32>) -> std::io::Res
 fn rewrite_in_place(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut f = fs::OpenOptions::new()
         .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(NOFOLLOW)
         .open(path)?;
     f.write_all(bytes)?;
     f.set_len(bytes.len() as u64)?;

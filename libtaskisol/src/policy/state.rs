@@ -244,7 +244,7 @@ pub(crate) fn open_journal(jpath: &Path) -> std::io::Result<fs::File> {
         .create(true)
         .append(true)
         .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(super::files::NOFOLLOW)
         .open(jpath)
 }
 
