@@ -495,11 +495,15 @@ impl Scenario {
 
     /// A boot of 6.12-rt into the Debian root with libvirt and QEMU
     /// (`scripts/setup-debroot libvirt`), 3 GiB: a KVM host whose VMs run under TCG inside
-    /// the guest.
+    /// the guest. Its default bound is 1800 s: a VM's start takes 5-14 s under TCG, and a
+    /// scenario starts dozens.
     pub fn debian_libvirt(name: &str, cmdline: &str) -> Self {
         let mut s = Self::debian(name, cmdline);
         s.debroot = DebRoot::Libvirt;
         s.memory_mb = 3072;
+        if std::env::var_os("TASKISOL_QEMU_TIMEOUT").is_none() {
+            s.timeout = Duration::from_secs(1800);
+        }
         s
     }
 
