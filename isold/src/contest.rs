@@ -213,4 +213,39 @@ mod tests {
             "never contested: nothing to say"
         );
     }
+
+    /// The bounds, to the instant: twenty repairs of which the first is exactly a minute old
+    /// are within the minute; the back-off ends at its last instant; a value settles only
+    /// once both the minute since its last repair and its back-off are over.
+    #[test]
+    fn the_bounds_are_exact() {
+        let mut c = Contests::default();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert_eq!(c.repaired("x", "x", at(0)), None);
+        for _ in 0..18 {
+            assert_eq!(c.repaired("x", "x", at(30)), None);
+        }
+        assert!(matches!(
+            c.repaired("x", "x", at(60)),
+            Some(Change::Contested(_))
+        ));
+        assert!(c.waiting("x", at(69)));
+        assert!(!c.waiting("x", at(70)), "the back-off is over at its end");
+        // Last repair at 60, back-off until 70: quiet only after 120.
+        assert_eq!(c.sweep(at(120)), []);
+        assert_eq!(c.list().len(), 1);
+        assert_eq!(c.sweep(at(121)).len(), 1);
+        // A back-off that ends after the window: settled only once it is over too.
+        let mut c = Contests::default();
+        for _ in 0..20 {
+            c.repaired("y", "y", at(0));
+        }
+        c.repaired("y", "y", at(10)); // back-off 20 s: until 30
+        c.repaired("y", "y", at(30)); // back-off 40 s: until 70
+        assert_eq!(c.until("y"), Some(at(70)));
+        c.values.get_mut("y").unwrap().backoff = Some((at(100), Duration::from_secs(70)));
+        assert_eq!(c.sweep(at(100)), [], "the back-off ends at 100");
+        assert_eq!(c.sweep(at(101)).len(), 1);
+    }
 }

@@ -846,9 +846,7 @@ impl Daemon {
 
     /// New threads whose grace is over: checked as a process event's task is.
     fn due_threads(&mut self, now: Instant) {
-        let (due, later): (Vec<_>, Vec<_>) =
-            self.new_threads.drain(..).partition(|(at, ..)| *at <= now);
-        self.new_threads = later;
+        let due = take_due(&mut self.new_threads, now, |t| t.0);
         let mut engine = Vec::new();
         let mut stamps = Vec::new();
         for (_, pid, tid, at_ns) in due {
@@ -867,10 +865,8 @@ impl Daemon {
     /// A kthread still called `kthreadd` has not been named by its creator yet (naming sends
     /// no process event): it is looked at again 100 ms later, for 5 s at most.
     fn due_kthreads(&mut self, now: Instant) {
-        let (due, mut later): (Vec<_>, Vec<_>) = self
-            .new_kthreads
-            .drain(..)
-            .partition(|(at, _, _, _)| *at <= now);
+        let due = take_due(&mut self.new_kthreads, now, |t| t.0);
+        let mut later = std::mem::take(&mut self.new_kthreads);
         let mut ids = Vec::new();
         for (_, forked, pid, tid) in due {
             let comm = self
@@ -1912,9 +1908,37 @@ pub fn human_status(s: &DaemonStatus) -> String {
     out
 }
 
+/// Takes out of `pending` the entries due at `now` (`at` of each: when it is due), in their
+/// order; the others stay.
+fn take_due<T>(pending: &mut Vec<T>, now: Instant, at: impl Fn(&T) -> Instant) -> Vec<T> {
+    let (due, later): (Vec<T>, Vec<T>) = std::mem::take(pending)
+        .into_iter()
+        .partition(|t| at(t) <= now);
+    *pending = later;
+    due
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A new thread is looked at once its grace is over, to the instant, not before: the
+    /// ones still in their grace wait, in order.
+    #[test]
+    fn new_threads_wait_out_their_grace() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut pending = vec![(at(50), 1), (at(80), 2), (at(50), 3), (at(120), 4)];
+        assert_eq!(take_due(&mut pending, at(49), |t| t.0), []);
+        assert_eq!(pending.len(), 4);
+        assert_eq!(
+            take_due(&mut pending, at(50), |t| t.0),
+            [(at(50), 1), (at(50), 3)]
+        );
+        assert_eq!(pending, [(at(80), 2), (at(120), 4)]);
+        assert_eq!(take_due(&mut pending, at(200), |t| t.0).len(), 2);
+        assert!(pending.is_empty());
+    }
 
     #[test]
     fn reaction_percentiles_cover_the_kept_times() {
