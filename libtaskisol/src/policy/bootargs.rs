@@ -459,6 +459,17 @@ mod tests {
             Some("1")
         );
         assert!(!satisfied("nosoftlockup=1", "nosoftlockup"));
+        // A bare isolcpus or nohz_full (the kernel takes the first) is an empty value, and
+        // it is the one that counts over a later one with CPUs.
+        assert_eq!(
+            first_value("quiet nohz_full nohz_full=2-3", "nohz_full").as_deref(),
+            Some("")
+        );
+        assert_eq!(
+            value_as_parsed("nohz_full=2-3 isolcpus isolcpus=2-3", "isolcpus").as_deref(),
+            Some("")
+        );
+        assert_eq!(first_value("quiet", "nohz_full"), None);
     }
 
     #[test]
