@@ -58,14 +58,20 @@ fn start(t: &Tree, extra: &[&str]) -> Running {
 }
 
 fn start_child(t: &Tree, extra: &[&str]) -> Child {
+    let mut args = vec!["--interval", "0.1", "--task-interval", "0.2"];
+    args.extend(extra);
+    start_with(t, &args)
+}
+
+/// `isold run` with exactly these options.
+fn start_with(t: &Tree, args: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_isold"))
         .arg("--root")
         .arg(&t.root)
         .arg("--config")
         .arg(&t.config)
         .arg("run")
-        .args(["--interval", "0.1", "--task-interval", "0.2"])
-        .args(extra)
+        .args(args)
         // Outside systemd, as a test runs it: a signal is a plain stop (a CI job's service
         // would lend it its own unit's $INVOCATION_ID).
         .env_remove("INVOCATION_ID")
@@ -345,6 +351,47 @@ fn after_kill_9_the_next_start_takes_the_state_over_and_stop_restores_the_first_
     assert_eq!(code, 0, "{out}{err}");
     assert!(!t.root.join("run/isold/state.json").exists());
     assert!(!t.root.join("run/isold/state.journal").exists());
+    assert_restored(&t);
+}
+
+/// The partition's repair is the partition alone (no other value, no task scan), also when
+/// its directory is gone: a sysctl drifted at the same moment waits for the scan thread
+/// (every half `--interval`, here 15 s).
+#[test]
+fn the_partition_repair_is_the_partition_alone() {
+    let t =
+        tree("isolated_cpus = \"2-3\"\non_stop = \"restore\"\n[items]\ncgroup_partition = true\n");
+    let part = "/sys/fs/cgroup/isolated/cpuset.cpus.partition";
+    let c = Running(Some(start_with(
+        &t,
+        &["--interval", "30", "--task-interval", "30"],
+    )));
+    eventually("status written", || running(&t));
+    assert_eq!(read(&t, STAT_INTERVAL), "10\n");
+    write(&t, STAT_INTERVAL, "1\n");
+    write(&t, part, "member\n");
+    eventually("made isolated again", || read(&t, part) == "isolated\n");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(read(&t, STAT_INTERVAL), "1\n", "left for the scan");
+    // The directory removed (by hand, or a cgroup manager): made again by the partition item
+    // alone, as apply makes it, still without the sysctl.
+    // At once, as the kernel's rmdir: moved aside, then its files removed (their watches'
+    // events wake the daemon).
+    let aside = t.root.join("sys/fs/cgroup/.removed");
+    std::fs::rename(t.root.join("sys/fs/cgroup/isolated"), &aside).unwrap();
+    std::fs::remove_dir_all(&aside).unwrap();
+    eventually("made again", || {
+        std::fs::read_to_string(t.root.join(part.trim_start_matches('/')))
+            .is_ok_and(|p| p == "isolated\n")
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(read(&t, STAT_INTERVAL), "1\n", "left for the scan");
+    let (code, log) = stop(c);
+    assert_eq!(code, 0, "{log}");
+    // The fake root's subtree_control keeps the text restore wrote (see below).
+    let subtree = "/sys/fs/cgroup/cgroup.subtree_control";
+    assert_eq!(read(&t, subtree), "-cpuset\n");
+    write(&t, subtree, "");
     assert_restored(&t);
 }
 
