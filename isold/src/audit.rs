@@ -74,7 +74,7 @@ pub fn scope(
     let mut irq_movable = std::collections::BTreeMap::new();
     if let Some(st) = State::load(state_path).map_err(fail)? {
         let irq_of = |id: &str| id.strip_prefix("irq:").and_then(|n| n.parse::<u32>().ok());
-        for e in &st.entries {
+        for e in st.entries() {
             if let Some(n) = irq_of(&e.id) {
                 irq_movable.insert(n, true);
             }

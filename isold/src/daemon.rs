@@ -235,8 +235,8 @@ fn notify(msg: &str) {
 }
 
 /// The policy the periodic scan applies: everything but the thread items and the partition,
-/// which have events of their own (and cost a /proc scan).
-fn scan_policy(policy: &Policy) -> Policy {
+/// which have events of their own (and cost a /proc scan). Public for the scale benchmark.
+pub fn scan_policy(policy: &Policy) -> Policy {
     let mut p = policy.clone();
     p.config.tasks = false;
     p.config.kthread_priority.clear();

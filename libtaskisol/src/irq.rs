@@ -189,6 +189,12 @@ pub fn list(root: &SysRoot) -> Result<Vec<IrqInfo>> {
         }
         Err(e) => return Err(e),
     };
+    // One pass over the rows (a search per IRQ was quadratic in the IRQ count).
+    let rows: std::collections::HashMap<u32, &InterruptRow> = table
+        .rows
+        .iter()
+        .filter_map(|r| Some((r.irq()?, r)))
+        .collect();
     let mut out = Vec::new();
     for irq in irq_numbers(root)? {
         let affinity = match affinity(root, irq) {
@@ -200,8 +206,8 @@ pub fn list(root: &SysRoot) -> Result<Vec<IrqInfo>> {
             irq,
             affinity,
             effective: effective_affinity(root, irq)?,
-            action: table.irq(irq).map(|r| r.action()).unwrap_or_default(),
-            actions: table.irq(irq).map(|r| r.actions()).unwrap_or_default(),
+            action: rows.get(&irq).map(|r| r.action()).unwrap_or_default(),
+            actions: rows.get(&irq).map(|r| r.actions()).unwrap_or_default(),
         });
     }
     Ok(out)

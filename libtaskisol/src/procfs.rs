@@ -238,10 +238,23 @@ impl TaskStat {
 
 /// The value of `Key:` in a `/proc/<pid>/status` text (`Cpus_allowed_list`, `THP_enabled`).
 pub fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
-    status.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        (k == key).then(|| v.trim())
-    })
+    // A substring search for the key, then a check that it starts a line and ends at its
+    // colon: a status file is read for every thread, several times on a big machine.
+    let b = status.as_bytes();
+    let mut from = 0;
+    while let Some(i) = status[from..].find(key) {
+        let at = from + i;
+        let end = at + key.len();
+        if (at == 0 || b[at - 1] == b'\n') && b.get(end) == Some(&b':') {
+            let v = &status[end + 1..];
+            return Some(v[..v.find('\n').unwrap_or(v.len())].trim());
+        }
+        if key.is_empty() {
+            return None;
+        }
+        from = end;
+    }
+    None
 }
 
 /// The value of `Key:` in `/proc/<pid>/status`, or a parse error naming the file.
@@ -264,6 +277,22 @@ pub fn read_status_field_at(root: &SysRoot, abs: &str, key: &str) -> Result<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_field_is_a_whole_key_at_the_start_of_a_line() {
+        let st = "Name:\tPid-1\nTracerPid:\t0\nPPid:\t1\nPid:\t42\nNSpid:\t42\n\
+                  Cpus_allowed:\tf\nCpus_allowed_list:\t0-3\r\nlast:\t  x  ";
+        assert_eq!(status_field(st, "Pid"), Some("42"));
+        assert_eq!(status_field(st, "Name"), Some("Pid-1"));
+        assert_eq!(status_field(st, "Cpus_allowed"), Some("f"));
+        assert_eq!(status_field(st, "Cpus_allowed_list"), Some("0-3"));
+        assert_eq!(status_field(st, "last"), Some("x"));
+        assert_eq!(status_field(st, "allowed"), None);
+        assert_eq!(status_field(st, "Cpus"), None);
+        assert_eq!(status_field(st, "Threads"), None);
+        assert_eq!(status_field(st, ""), None);
+        assert_eq!(status_field("", "Pid"), None);
+    }
 
     #[test]
     fn parses_every_state_of_the_reference() {

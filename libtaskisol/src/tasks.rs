@@ -56,7 +56,7 @@ impl Thread {
     }
 }
 
-fn gone(e: &Error) -> bool {
+pub(crate) fn gone(e: &Error) -> bool {
     matches!(e.errno(), Some(libc::ENOENT) | Some(libc::ESRCH))
 }
 

@@ -113,7 +113,7 @@ fn a_widened_task_is_narrowed_with_its_original_journaled_first_and_restored() {
     assert!(journal.contains("\"id\":\"task:193:999999\""), "{journal}");
     let st = State::load(&s.state).unwrap().unwrap();
     let e = st
-        .entries
+        .entries()
         .iter()
         .find(|e| e.id == "task:193:999999")
         .unwrap();
@@ -374,7 +374,7 @@ fn restore_where_puts_back_the_picked_originals_and_keeps_the_rest() {
     let ids = |s: &Setup| -> Vec<String> {
         State::load(&s.state)
             .unwrap()
-            .map(|st| st.entries.into_iter().map(|e| e.id).collect())
+            .map(|st| st.entries().iter().map(|e| e.id.clone()).collect())
             .unwrap_or_default()
     };
     let before = ids(&s);

@@ -1,6 +1,7 @@
 //! Test-only support for taskisol: the ptrace-based task-isolation emulator, test workers
 //! and the QEMU harness. Nothing here ships.
 pub mod qemu;
+pub mod scale;
 
 /// The nearest-rank percentile `p` (0 < p <= 1: 0.5 the median, 1.0 the maximum) of `v`,
 /// which it sorts; NaN when empty. The figures of the measuring programs (isol-reaction,

@@ -337,15 +337,17 @@ fn change(
                 ),
                 Err(e) => (failed(e), false),
                 Ok(()) => {
-                    let status = match tasks::read_thread(root, thread.pid, thread.tid) {
+                    // Read back by the same call as above (sched_getaffinity): the stat
+                    // and status files of a full read would cost two more opens a thread.
+                    let status = match super::threads::affinity_now(root, thread.pid, thread.tid) {
                         Ok(None) => Status::Gone,
-                        Ok(Some(now)) if &now.affinity == want => Status::Changed {
+                        Ok(Some(now)) if &now == want => Status::Changed {
                             from,
-                            to: now.affinity.to_string(),
+                            to: now.to_string(),
                         },
                         Ok(Some(now)) => failed(format!(
-                            "sched_setaffinity({}, {want}) left CPUs {} (its cpuset narrows it)",
-                            thread.tid, now.affinity
+                            "sched_setaffinity({}, {want}) left CPUs {now} (its cpuset narrows it)",
+                            thread.tid
                         )),
                         Err(e) => failed(e),
                     };
@@ -639,7 +641,7 @@ fn apply_loaded(
                 }) {
                     new_ids.insert(t.id.clone());
                 } else {
-                    match (&original, state.entries.iter_mut().find(|e| e.id == t.id)) {
+                    match (&original, state.get_mut(&t.id)) {
                         // Workloads started since the first apply: their cgroups are
                         // originals too, added to the recorded ones (never replaced).
                         (Original::Partition(p), _) => state.add_moved(&t.id, &p.moved),
@@ -656,11 +658,7 @@ fn apply_loaded(
                 }
                 // The change works from what the state file holds: after an interrupted
                 // apply, a directory that apply created is still "created".
-                let recorded = state
-                    .entries
-                    .iter()
-                    .find(|e| e.id == t.id)
-                    .map_or(original, |e| e.original.clone());
+                let recorded = state.get(&t.id).map_or(original, |e| e.original.clone());
                 pending.push((i, recorded, from));
                 statuses.push(None);
             }
@@ -678,6 +676,7 @@ fn apply_loaded(
         rep.written.push(targets[i].id.clone());
     }
     let state = &mut ledger.state;
+    let mut dropped = std::collections::HashSet::new();
     for (t, s) in targets.iter().zip(&statuses) {
         let s = s.as_ref().expect("every target has a status");
         match s {
@@ -693,8 +692,14 @@ fn apply_loaded(
         // happened keeps its original whatever the read-back said: restore must be able to
         // undo it.
         if unchanged.contains(&t.id) && new_ids.contains(&t.id) {
-            state.entries.retain(|e| e.id != t.id);
+            dropped.insert(t.id.as_str());
         }
+    }
+    if !dropped.is_empty() {
+        // One pass, however many (a retain per target made apply quadratic).
+        state
+            .entries_mut()
+            .retain(|e| !dropped.contains(e.id.as_str()));
     }
     ledger.persist()?;
     Ok(statuses.into_iter().map(|s| s.expect("status")).collect())
@@ -1075,7 +1080,7 @@ pub fn restore_where(
     }
     let mut keep = Vec::new();
     let mut kept_back = 0usize;
-    for e in ledger.state.entries.iter().rev() {
+    for e in ledger.state.entries().iter().rev() {
         if !pick(&e.id) {
             keep.push(e.clone());
             kept_back += 1;
@@ -1097,9 +1102,9 @@ pub fn restore_where(
     }
     keep.reverse();
     let state = &mut ledger.state;
-    state.entries = keep;
+    *state.entries_mut() = keep;
     state.unchangeable.retain(|id, _| !pick(id));
-    let failed = state.entries.len() - kept_back;
+    let failed = state.entries().len() - kept_back;
     ledger.persist()?;
     if failed > 0 {
         rep.notes.push(format!(

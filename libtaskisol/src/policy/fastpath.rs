@@ -140,7 +140,7 @@ impl TaskFixer {
         self.journal = None;
         if let Some(st) = State::load(&self.state_path)? {
             self.recorded = st
-                .entries
+                .entries()
                 .iter()
                 .filter(|e| e.id.starts_with("task:"))
                 .map(|e| e.id.clone())

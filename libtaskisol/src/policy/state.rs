@@ -10,7 +10,8 @@
 //! originals are kept. A line cut by a crash is ignored (its value was not changed yet: the
 //! write comes after the append); the next whole write folds the journal in.
 
-use std::collections::BTreeMap;
+use std::cell::{Cell, OnceCell};
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -166,11 +167,48 @@ pub struct State {
     pub isolated: String,
     /// The configuration file applied.
     pub config: String,
-    /// Originals in the order they were first recorded.
-    pub entries: Vec<Entry>,
+    /// Originals in the order they were first recorded. Every pass over them, in this
+    /// module too, goes through [`State::entries`] or [`State::entries_mut`] (or the index),
+    /// so that [`entries_examined`] counts it.
+    entries: Vec<Entry>,
     /// Targets the kernel refused to change, with the reason (verify reports them as such).
     #[serde(default)]
     pub unchangeable: BTreeMap<String, String>,
+    /// Where each id is in `entries`: made on the first lookup, kept by [`State::record`],
+    /// dropped by [`State::entries_mut`]. Tens of thousands of originals (a thread each) are
+    /// looked up in constant time, so recording them all stays linear.
+    #[serde(skip)]
+    index: Index,
+}
+
+/// The position of each id in [`State::entries`] (the first, should one repeat); a cache that
+/// takes no part in comparisons.
+#[derive(Debug, Clone, Default)]
+struct Index(OnceCell<HashMap<String, usize>>);
+
+impl PartialEq for Index {
+    fn eq(&self, _: &Index) -> bool {
+        true
+    }
+}
+
+impl Eq for Index {}
+
+thread_local! {
+    static EXAMINED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// How many entries this thread has been handed by [`State::entries`] and
+/// [`State::entries_mut`] (each call counts the entries it gives): every pass over the
+/// originals goes through them, so an apply that looked at every original for each target
+/// would show here as quadratic growth. The scale tests (tests/tests/scale.rs) compare it
+/// between sizes; operations, not time.
+pub fn entries_examined() -> u64 {
+    EXAMINED.with(Cell::get)
+}
+
+fn examined(n: usize) {
+    EXAMINED.with(|c| c.set(c.get() + n as u64));
 }
 
 /// What this process last read or wrote: the state file's text, the part of the journal
@@ -270,19 +308,18 @@ impl State {
     /// Add the workloads of `moved` that the partition entry `id` does not list yet (same
     /// pid and start time); the ones it lists keep their recorded cgroup.
     pub fn add_moved(&mut self, id: &str, moved: &[super::partition::Moved]) {
-        for e in &mut self.entries {
-            if e.id != id {
-                continue;
-            }
-            if let Original::Partition(p) = &mut e.original {
-                for m in moved {
-                    if !p
-                        .moved
-                        .iter()
-                        .any(|r| r.pid == m.pid && r.starttime == m.starttime)
-                    {
-                        p.moved.push(m.clone());
-                    }
+        if let Some(Entry {
+            original: Original::Partition(p),
+            ..
+        }) = self.get_mut(id)
+        {
+            for m in moved {
+                if !p
+                    .moved
+                    .iter()
+                    .any(|r| r.pid == m.pid && r.starttime == m.starttime)
+                {
+                    p.moved.push(m.clone());
                 }
             }
         }
@@ -297,6 +334,7 @@ impl State {
             config,
             entries: Vec::new(),
             unchangeable: BTreeMap::new(),
+            index: Index::default(),
         }
     }
 
@@ -403,15 +441,53 @@ impl State {
         Ok(())
     }
 
+    /// The originals, in the order they were first recorded.
+    pub fn entries(&self) -> &[Entry] {
+        examined(self.entries.len());
+        &self.entries
+    }
+
+    /// The originals to change in place (the id lookups are made again afterwards).
+    pub fn entries_mut(&mut self) -> &mut Vec<Entry> {
+        examined(self.entries.len());
+        self.index = Index::default();
+        &mut self.entries
+    }
+
+    fn index(&self) -> &HashMap<String, usize> {
+        self.index.0.get_or_init(|| {
+            examined(self.entries.len());
+            let mut m = HashMap::with_capacity(self.entries.len());
+            for (i, e) in self.entries.iter().enumerate() {
+                m.entry(e.id.clone()).or_insert(i);
+            }
+            m
+        })
+    }
+
     /// Whether `id` has an original recorded.
     pub fn has(&self, id: &str) -> bool {
-        self.entries.iter().any(|e| e.id == id)
+        self.index().contains_key(id)
+    }
+
+    /// The original recorded for `id`.
+    pub fn get(&self, id: &str) -> Option<&Entry> {
+        self.index().get(id).map(|&i| &self.entries[i])
+    }
+
+    /// The original recorded for `id`, to change in place.
+    pub fn get_mut(&mut self, id: &str) -> Option<&mut Entry> {
+        let i = *self.index().get(id)?;
+        Some(&mut self.entries[i])
     }
 
     /// Record an original unless one is recorded already. Returns whether it was added.
     pub fn record(&mut self, entry: Entry) -> bool {
         if self.has(&entry.id) {
             return false;
+        }
+        if let Some(m) = self.index.0.get_mut() {
+            m.insert(entry.id.clone(), self.entries.len());
         }
         self.entries.push(entry);
         true
@@ -681,8 +757,8 @@ impl Ledger {
                 earlier_boot = true;
                 let mut fresh = State::new(boot.clone(), isolated, config);
                 // Files on disk outlive the boot (state files of isold 0.1 kept them here).
-                fresh.entries = s
-                    .entries
+                *fresh.entries_mut() = s
+                    .entries()
                     .iter()
                     .filter(|e| !e.original.is_runtime())
                     .cloned()
@@ -693,7 +769,7 @@ impl Ledger {
         };
         let mut rejected = Vec::new();
         if let Some(p) = &persistent_disk {
-            for e in &p.entries {
+            for e in p.entries() {
                 if e.original.is_runtime() {
                     rejected.push((
                         e.clone(),
@@ -707,7 +783,7 @@ impl Ledger {
                 }
             }
         }
-        state.entries.retain(|e| match e.check() {
+        state.entries_mut().retain(|e| match e.check() {
             Ok(()) => true,
             Err(why) => {
                 rejected.push((e.clone(), why));
@@ -733,18 +809,18 @@ impl Ledger {
     fn split(&self) -> (State, State) {
         let (run, pers): (Vec<Entry>, Vec<Entry>) = self
             .state
-            .entries
+            .entries()
             .iter()
             .cloned()
             .partition(|e| e.original.is_runtime());
         let mut r = self.state.clone();
-        r.entries = run;
+        *r.entries_mut() = run;
         let mut p = State::new(
             self.state.boot_id.clone(),
             self.state.isolated.clone(),
             self.state.config.clone(),
         );
-        p.entries = pers;
+        *p.entries_mut() = pers;
         (r, p)
     }
 
@@ -753,9 +829,9 @@ impl Ledger {
     /// else whole; a file left without entries is removed.
     pub fn persist(&mut self) -> Result<()> {
         let (run, pers) = self.split();
-        let pers_on_disk = self.persistent_disk.as_ref().map(|d| &d.entries);
-        if pers_on_disk != Some(&pers.entries) {
-            if pers.entries.is_empty() {
+        let pers_on_disk = self.persistent_disk.as_ref().map(|d| d.entries());
+        if pers_on_disk != Some(pers.entries()) {
+            if pers.entries().is_empty() {
                 if self.persistent_disk.is_some() {
                     State::remove(&self.files.persistent)?;
                 }
@@ -768,7 +844,7 @@ impl Ledger {
         if self.runtime_disk.as_ref() == Some(&run) {
             return Ok(());
         }
-        if run.entries.is_empty() && run.unchangeable.is_empty() {
+        if run.entries().is_empty() && run.unchangeable.is_empty() {
             if self.runtime_disk.is_some() {
                 State::remove(&self.files.runtime)?;
             }
@@ -782,9 +858,9 @@ impl Ledger {
                     && d.isolated == run.isolated
                     && d.config == run.config
                     && d.unchangeable == run.unchangeable
-                    && run.entries.starts_with(&d.entries) =>
+                    && run.entries().starts_with(d.entries()) =>
             {
-                Some(run.entries[d.entries.len()..].to_vec())
+                Some(run.entries()[d.entries().len()..].to_vec())
             }
             _ => None,
         };
@@ -828,7 +904,7 @@ mod tests {
         let back = State::load(&path).unwrap().unwrap();
         assert_eq!(back, st);
         assert_eq!(
-            back.entries[0].original,
+            back.entries()[0].original,
             Original::Attr {
                 path: "/proc/sys/x".into(),
                 content: "1\n".into(),
@@ -855,7 +931,7 @@ mod tests {
         let main = fs::read_to_string(&path).unwrap();
 
         assert!(st.record(entry("sysctl:b", "2\n")));
-        st.append(&path, &st.entries[1..]).unwrap();
+        st.append(&path, &st.entries()[1..]).unwrap();
         assert_eq!(
             fs::read_to_string(&path).unwrap(),
             main,
@@ -870,7 +946,7 @@ mod tests {
         let mut f = fs::OpenOptions::new().append(true).open(&jpath).unwrap();
         f.write_all(b"{\"id\":\"sysctl:d\",\"it").unwrap();
         let back = State::load(&path).unwrap().unwrap();
-        let ids: Vec<&str> = back.entries.iter().map(|e| e.id.as_str()).collect();
+        let ids: Vec<&str> = back.entries().iter().map(|e| e.id.as_str()).collect();
         assert_eq!(ids, ["sysctl:a", "sysctl:b", "sysctl:c"]);
         // A journal line for an id already recorded never replaces the first original.
         let again = entry("sysctl:a", "9\n");
@@ -884,8 +960,8 @@ mod tests {
         )
         .unwrap();
         let back = State::load(&path).unwrap().unwrap();
-        assert_eq!(back.entries[0], entry("sysctl:a", "1\n"));
-        assert_eq!(back.entries.len(), 2);
+        assert_eq!(back.entries()[0], entry("sysctl:a", "1\n"));
+        assert_eq!(back.entries().len(), 2);
 
         // A broken line in the middle is an error naming the journal.
         fs::write(&jpath, "not json\n{}\n").unwrap();
@@ -894,12 +970,12 @@ mod tests {
 
         // A whole write folds the journal in; remove takes both.
         fs::remove_file(&jpath).unwrap();
-        st.append(&path, &st.entries[1..]).unwrap();
+        st.append(&path, &st.entries()[1..]).unwrap();
         assert!(jpath.exists());
         st.save(&path).unwrap();
         assert!(!jpath.exists());
         assert_eq!(State::load(&path).unwrap().unwrap(), st);
-        st.append(&path, &st.entries[1..]).unwrap();
+        st.append(&path, &st.entries()[1..]).unwrap();
         State::remove(&path).unwrap();
         assert!(!jpath.exists() && !path.exists());
         assert_eq!(State::load(&path).unwrap(), None);
@@ -987,7 +1063,7 @@ mod tests {
         fs::write(journal_path(&path), vec![b'\n'; JOURNAL_MAX as usize + 1]).unwrap();
         assert!(!append_entries(&path, &[entry("x", "1\n")]).unwrap());
         st.record(entry("x", "1\n"));
-        st.append(&path, &st.entries.clone()).unwrap();
+        st.append(&path, st.entries()).unwrap();
         assert!(!journal_path(&path).exists(), "folded into state.json");
         assert_eq!(State::load(&path).unwrap().unwrap(), st);
     }
@@ -1066,7 +1142,7 @@ mod tests {
             ],
         );
         st.add_moved("other", &[moved(12, 1, "/c")]);
-        let Original::Partition(p) = &st.entries[0].original else {
+        let Original::Partition(p) = &st.entries()[0].original else {
             panic!()
         };
         let got: Vec<(i32, u64, &str)> = p
@@ -1368,8 +1444,8 @@ mod tests {
         l.persist().unwrap();
         let run = State::load(&files.runtime).unwrap().unwrap();
         let pers = State::load(&files.persistent).unwrap().unwrap();
-        assert_eq!(run.entries, std::slice::from_ref(&sysctl));
-        assert_eq!(pers.entries, std::slice::from_ref(&kvm));
+        assert_eq!(run.entries(), std::slice::from_ref(&sysctl));
+        assert_eq!(pers.entries(), std::slice::from_ref(&kvm));
         // Both files are 0600 in 0700 directories.
         use std::os::unix::fs::MetadataExt;
         for f in [&files.runtime, &files.persistent] {
@@ -1384,7 +1460,7 @@ mod tests {
         let main = fs::read_to_string(&files.runtime).unwrap();
         let pers_text = fs::read_to_string(&files.persistent).unwrap();
         let mut l = Ledger::load(&files, &root, "2-3".into(), "c".into()).unwrap();
-        assert_eq!(l.state.entries, [sysctl.clone(), kvm.clone()]);
+        assert_eq!(l.state.entries(), [sysctl.clone(), kvm.clone()]);
         let other = attr("sysctl:vm.y", "sysctl", "/proc/sys/vm/y", "2\n", "2");
         l.state.record(other.clone());
         l.persist().unwrap();
@@ -1396,11 +1472,11 @@ mod tests {
         let root = tree_root(dir.path(), "boot-2");
         let mut l = Ledger::load(&files, &root, "2-3".into(), "c".into()).unwrap();
         assert!(l.earlier_boot);
-        assert_eq!(l.state.entries, std::slice::from_ref(&kvm));
+        assert_eq!(l.state.entries(), std::slice::from_ref(&kvm));
         l.persist().unwrap();
         assert!(!files.runtime.exists() && !journal_path(&files.runtime).exists());
         assert_eq!(
-            State::load(&files.persistent).unwrap().unwrap().entries,
+            State::load(&files.persistent).unwrap().unwrap().entries(),
             std::slice::from_ref(&kvm)
         );
 
@@ -1413,7 +1489,7 @@ mod tests {
         l.persist().unwrap();
         assert!(!files.runtime.exists());
         assert_eq!(
-            State::load(&files.persistent).unwrap().unwrap().entries,
+            State::load(&files.persistent).unwrap().unwrap().entries(),
             [irqb, kvm]
         );
     }
@@ -1440,14 +1516,14 @@ mod tests {
         pers.record(attr("sysctl:vm.z", "sysctl", "/proc/sys/vm/z", "1\n", "1"));
         pers.save(&files.persistent).unwrap();
         let mut l = Ledger::load(&files, &root, String::new(), String::new()).unwrap();
-        assert_eq!(l.state.entries, std::slice::from_ref(&good));
+        assert_eq!(l.state.entries(), std::slice::from_ref(&good));
         let why: Vec<&str> = l.rejected.iter().map(|(_, w)| w.as_str()).collect();
         assert_eq!(why.len(), 2, "{why:?}");
         assert!(why[0].contains("holds files only"), "{why:?}");
         assert!(why[1].contains("is not the file of sysctl:vm.y"), "{why:?}");
         l.persist().unwrap();
         assert_eq!(
-            State::load(&files.runtime).unwrap().unwrap().entries,
+            State::load(&files.runtime).unwrap().unwrap().entries(),
             [good]
         );
         assert!(!files.persistent.exists());
