@@ -449,6 +449,17 @@ impl Scanner {
     }
 }
 
+/// Give the heap freed after a pass over every thread back to the system. glibc keeps it
+/// otherwise, and on a machine with tens of thousands of threads the daemon's resident memory
+/// would stay at the peak of its first apply (126 MiB instead of 20 at 50,000 threads).
+fn give_back_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only returns free memory of the allocator's heap to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Whether any value of `policy` differs from what it wants (read-only, no lock).
 fn drifted(root: &SysRoot, policy: &Policy, files: &StateFiles) -> libtaskisol::Result<bool> {
     Ok(engine::verify(root, policy, files)?
@@ -528,16 +539,32 @@ impl Daemon {
     /// whose changes are the policy being applied, not corrections.
     fn take_report(&mut self, rep: &Report, initial: bool) -> usize {
         let mut n = 0;
+        // Sets, not searches of the lists: an apply on a big machine has tens of thousands of
+        // outcomes, written targets and kthreads that cannot move.
+        let written: HashSet<&str> = rep.written.iter().map(String::as_str).collect();
+        let mut listed: Option<HashSet<String>> = None;
         for o in &rep.outcomes {
             let word = o.status.word();
-            let before = self.last_word.insert(o.id.clone(), word);
+            // Only a problem's word is kept (to log it once): the map stays as small as the
+            // problems, not as large as the threads.
+            let before = if matches!(
+                o.status,
+                Status::NotChangeable { .. } | Status::Failed { .. }
+            ) {
+                self.last_word.insert(o.id.clone(), word)
+            } else {
+                self.last_word.remove(&o.id)
+            };
             if o.item == "cgroup_partition" {
                 self.partition_failed = matches!(o.status, Status::Failed { .. });
             }
             if let Status::NotChangeable { reason } = &o.status {
                 if before != Some(word) {
                     let entry = format!("{}: {reason}", o.label);
-                    if !self.status.not_changeable.contains(&entry) {
+                    let listed = listed.get_or_insert_with(|| {
+                        self.status.not_changeable.iter().cloned().collect()
+                    });
+                    if listed.insert(entry.clone()) {
                         self.status.not_changeable.push(entry);
                     }
                     if !initial {
@@ -553,7 +580,7 @@ impl Daemon {
                 }
                 continue;
             }
-            if !rep.written.contains(&o.id) || initial {
+            if initial || !written.contains(o.id.as_str()) {
                 continue;
             }
             n += 1;
@@ -947,6 +974,8 @@ impl Daemon {
             }
             Err(e) => self.log.warn(&format!("tasks: {e}")),
         }
+        drop(threads);
+        give_back_memory();
     }
 
     /// The partition checked (three reads) and, when it is not an isolated partition of the
@@ -1142,6 +1171,7 @@ impl Daemon {
         if let Err(e) = self.fixer.resync() {
             self.log.warn(&format!("state file: {e}"));
         }
+        give_back_memory();
         self.hold_dma_latency();
         self.watch_partition();
         self.fill_status_policy();
@@ -1394,6 +1424,7 @@ impl Daemon {
                 if let Err(e) = self.fixer.resync() {
                     self.log.warn(&format!("state file: {e}"));
                 }
+                give_back_memory();
                 Ok(())
             }
             Err(e @ libtaskisol::Error::State { .. }) => {

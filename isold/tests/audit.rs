@@ -318,7 +318,7 @@ fn bootargs_lists_the_missing_and_writes_the_grub_drop_in() {
     // file and the directories made for it, also with no runtime state at all.
     let pers = std::fs::read_to_string(t.path().join("var/lib/isold/state.json")).unwrap();
     assert!(
-        pers.contains("\"id\": \"file:/etc/default/grub.d/isold.cfg\""),
+        pers.contains("\"id\":\"file:/etc/default/grub.d/isold.cfg\""),
         "{pers}"
     );
     assert!(!t.path().join("run/isold/state.json").exists());

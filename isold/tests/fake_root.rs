@@ -579,7 +579,7 @@ fn a_state_file_from_an_earlier_boot_keeps_only_the_files() {
         "{state}"
     );
     // stat_interval's original is the value of this boot, recorded afresh.
-    assert!(state.contains("\"content\": \"1\\n\""), "{state}");
+    assert!(state.contains("\"content\":\"1\\n\""), "{state}");
     put(
         r,
         "proc/sys/kernel/random/boot_id",
@@ -762,8 +762,8 @@ fn a_tampered_entry_is_reported_and_skipped_and_the_rest_restored() {
     assert_eq!(isold(r, &["apply"]).0, 0);
     let state = read(r, "run/isold/state.json");
     let tampered = state.replace(
-        "\"path\": \"/proc/sys/vm/stat_interval\"",
-        "\"path\": \"/proc/sys/../../somewhere\"",
+        "\"path\":\"/proc/sys/vm/stat_interval\"",
+        "\"path\":\"/proc/sys/../../somewhere\"",
     );
     assert_ne!(tampered, state);
     put(r, "run/isold/state.json", &tampered);

@@ -182,9 +182,16 @@ pub struct State {
 }
 
 /// The position of each id in [`State::entries`] (the first, should one repeat); a cache that
-/// takes no part in comparisons.
-#[derive(Debug, Clone, Default)]
+/// takes no part in comparisons and is not copied by a clone (made again if the copy is
+/// looked up: most copies are kept to compare or to save, and a daemon keeps one).
+#[derive(Debug, Default)]
 struct Index(OnceCell<HashMap<String, usize>>);
+
+impl Clone for Index {
+    fn clone(&self) -> Index {
+        Index::default()
+    }
+}
 
 impl PartialEq for Index {
     fn eq(&self, _: &Index) -> bool {
@@ -211,25 +218,73 @@ fn examined(n: usize) {
     EXAMINED.with(|c| c.set(c.get() + n as u64));
 }
 
-/// What this process last read or wrote: the state file's text, the part of the journal
-/// merged, and the state they make. A daemon that applies to one thread at a time reads both
-/// files before each change (another isold command may have written them) but parses only
-/// what it has not seen.
+/// What this process last read or wrote: fingerprints of the state file's text and of the
+/// part of the journal merged, and the state they make. A daemon that applies to one thread
+/// at a time reads both files before each change (another isold command may have written
+/// them) but parses only what it has not seen. Fingerprints, not copies of the texts: with
+/// 50,000 originals the state file is 10 MB, which a daemon need not keep.
 struct Last {
     path: PathBuf,
-    main: String,
-    journal: String,
+    main: Fingerprint,
+    journal: Stream,
     state: State,
+}
+
+/// The length and SipHash of a text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fingerprint {
+    len: usize,
+    hash: u64,
+}
+
+fn fingerprint(text: &str) -> Fingerprint {
+    Stream::new(text).fingerprint()
+}
+
+/// A fingerprint that text can be added to (the journal grows by appends).
+#[derive(Clone)]
+struct Stream {
+    len: usize,
+    hasher: std::collections::hash_map::DefaultHasher,
+}
+
+impl Stream {
+    fn new(text: &str) -> Stream {
+        let mut s = Stream {
+            len: 0,
+            hasher: Default::default(),
+        };
+        s.add(text);
+        s
+    }
+
+    fn add(&mut self, text: &str) {
+        use std::hash::Hasher;
+        self.hasher.write(text.as_bytes());
+        self.len += text.len();
+    }
+
+    fn fingerprint(&self) -> Fingerprint {
+        use std::hash::Hasher;
+        Fingerprint {
+            len: self.len,
+            hash: self.hasher.finish(),
+        }
+    }
 }
 
 static LAST: std::sync::Mutex<Option<Last>> = std::sync::Mutex::new(None);
 
-fn remember(path: &Path, main: String, journal: String, st: &State) {
+fn json(s: &str) -> String {
+    serde_json::to_string(s).expect("a string serializes")
+}
+
+fn remember(path: &Path, main: &str, journal: &str, st: &State) {
     if let Ok(mut last) = LAST.lock() {
         *last = Some(Last {
             path: path.to_path_buf(),
-            main,
-            journal,
+            main: fingerprint(main),
+            journal: Stream::new(journal),
             state: st.clone(),
         });
     }
@@ -349,8 +404,11 @@ impl State {
         // journal only grew since (the content is the key: the path adds nothing).
         let cached = LAST.lock().ok().and_then(|last| {
             let l = last.as_ref()?;
-            (l.main == main && journal.starts_with(&l.journal))
-                .then(|| (l.state.clone(), l.journal.len()))
+            let seen = l.journal.fingerprint();
+            (l.main == fingerprint(&main)
+                && journal.is_char_boundary(seen.len)
+                && journal.get(..seen.len).map(fingerprint) == Some(seen))
+            .then(|| (l.state.clone(), seen.len))
         });
         let (mut st, from) = match cached {
             Some(c) => c,
@@ -373,7 +431,7 @@ impl State {
             })?;
             st.record(e);
         }
-        remember(path, main, journal[..whole].to_string(), &st);
+        remember(path, &main, &journal[..whole], &st);
         Ok(Some(st))
     }
 
@@ -385,7 +443,7 @@ impl State {
             return Ok(BTreeMap::new());
         };
         if let Ok(last) = LAST.lock() {
-            if let Some(l) = last.as_ref().filter(|l| l.main == main) {
+            if let Some(l) = last.as_ref().filter(|l| l.main == fingerprint(&main)) {
                 // The journal only ever adds entries, never unchangeable marks.
                 return Ok(l.state.unchangeable.clone());
             }
@@ -431,8 +489,8 @@ impl State {
                 l.state = self.clone();
                 for e in added {
                     l.journal
-                        .push_str(&serde_json::to_string(e).expect("entry serializes"));
-                    l.journal.push('\n');
+                        .add(&serde_json::to_string(e).expect("entry serializes"));
+                    l.journal.add("\n");
                 }
             } else {
                 *last = None;
@@ -493,6 +551,33 @@ impl State {
         true
     }
 
+    /// The state file's text: JSON with one original a line (an admin can still read and
+    /// grep it; indenting each field, as a pretty printer does, made it 60 % larger).
+    fn to_text(&self) -> String {
+        let entries = self.entries();
+        let mut out = Vec::with_capacity(256 + entries.len() * 200);
+        let head = |k: &str, v: &str| format!("  {}: {},\n", json(k), json(v));
+        out.extend_from_slice(b"{\n");
+        out.extend_from_slice(format!("  \"version\": {},\n", self.version).as_bytes());
+        out.extend_from_slice(head("boot_id", &self.boot_id).as_bytes());
+        out.extend_from_slice(head("isolated", &self.isolated).as_bytes());
+        out.extend_from_slice(head("config", &self.config).as_bytes());
+        out.extend_from_slice(b"  \"entries\": [");
+        for (i, e) in entries.iter().enumerate() {
+            out.extend_from_slice(if i == 0 { b"\n    " } else { b",\n    " });
+            serde_json::to_writer(&mut out, e).expect("entry serializes");
+        }
+        out.extend_from_slice(if entries.is_empty() {
+            b"],\n"
+        } else {
+            b"\n  ],\n"
+        });
+        out.extend_from_slice(b"  \"unchangeable\": ");
+        serde_json::to_writer(&mut out, &self.unchangeable).expect("map serializes");
+        out.extend_from_slice(b"\n}\n");
+        String::from_utf8(out).expect("JSON is UTF-8")
+    }
+
     /// Persist atomically: temporary file, fsync, rename, fsync of the directory.
     pub fn save(&self, path: &Path) -> Result<()> {
         let dir = path.parent().unwrap_or(Path::new("."));
@@ -507,8 +592,7 @@ impl State {
             path.file_name()
                 .map_or("state".into(), |n| n.to_string_lossy())
         ));
-        let mut json = serde_json::to_string_pretty(self).expect("state serializes");
-        json.push('\n');
+        let json = self.to_text();
         // Exclusively: a symlink left under the temporary name is removed, never followed.
         let mut f = super::files::create_exclusive(&tmp, 0o600).map_err(|e| werr(&tmp, e))?;
         f.write_all(json.as_bytes())
@@ -527,7 +611,7 @@ impl State {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(werr(&jpath, e)),
         }
-        remember(path, json, String::new(), self);
+        remember(path, &json, "", self);
         Ok(())
     }
 
@@ -888,6 +972,27 @@ mod tests {
                 restore: content.trim_end().into(),
             },
         }
+    }
+
+    #[test]
+    fn the_state_file_is_json_with_an_original_a_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let mut st = State::new("b\"1".into(), "2-3".into(), "/etc/a\nb.toml".into());
+        st.save(&path).unwrap();
+        assert_eq!(State::load(&path).unwrap().unwrap(), st);
+        st.record(entry("sysctl:a", "1\n"));
+        st.record(entry("sysctl:b", "\"2\"\t\n"));
+        st.unchangeable.insert("irq:0".into(), "EIO".into());
+        st.save(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(serde_json::from_str::<State>(&text).unwrap(), st);
+        *LAST.lock().unwrap() = None;
+        assert_eq!(State::load(&path).unwrap().unwrap(), st);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 11, "{text}");
+        assert!(lines[6].starts_with("    {\"id\":\"sysctl:a\""), "{text}");
+        assert!(lines[7].starts_with("    {\"id\":\"sysctl:b\""), "{text}");
     }
 
     #[test]
