@@ -1366,6 +1366,11 @@ mod tests {
             let (hit, _) = glob_steps(&pattern, &format!("{name}Z"));
             assert_eq!(hit, len >= 16, "{len}");
         }
+        // The count is a count: each character compared once, no more and no fewer (a
+        // bound over a count that stays 0 proves nothing).
+        assert_eq!(glob_steps("abc", "abc"), (true, 3));
+        assert_eq!(glob_steps("a*c", "abbc"), (true, 2));
+        assert_eq!(glob_steps("ab", "ax"), (false, 2));
     }
 
     /// Against the recursive matcher it replaces, on every pattern and name built from a
