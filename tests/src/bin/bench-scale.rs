@@ -6,7 +6,8 @@
 //!   thread), and the daemon's periodic scan (verify of the non-thread items plus the /proc
 //!   walk of every thread), in this process, median of 5;
 //! - `TaskFixer::fix` of a thread made wide again after apply, per thread, median over 200;
-//! - `isold run` for 2 s: its peak RSS.
+//! - `isold run` started on the applied tree: its resident memory 3 s later (VmRSS, between
+//!   two scans of /proc) and its peak (wait4, after SIGTERM).
 //!
 //! Then the growth ratio of each figure between consecutive sizes, next to the work ratio.
 //!
@@ -46,6 +47,7 @@ struct Row {
     scan: f64,
     fix: f64,
     daemon_rss: u64,
+    daemon_peak: u64,
 }
 
 fn main() {
@@ -281,12 +283,22 @@ fn measure(isold: &Path, root_dir: &Path, size: Grown) -> Row {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_secs(3));
+    let daemon_rss = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+        .ok()
+        .and_then(|st| {
+            libtaskisol::procfs::status_field(&st, "VmRSS")?
+                .trim_end_matches(" kB")
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0);
     // SAFETY: our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let (st, daemon_rss) = wait4(child.id() as i32);
+    let (st, daemon_peak) = wait4(child.id() as i32);
     assert!(st.success(), "isold run: {st:?}");
-    eprintln!("   isold run peak RSS {daemon_rss} KiB");
+    eprintln!("   isold run resident {daemon_rss} KiB, peak {daemon_peak} KiB");
 
     let restore = isold_cmd(isold, root_dir, &config, &["restore"], &[0]);
     eprintln!("   restore {:.2} s, {} KiB", restore.0, restore.1);
@@ -299,15 +311,16 @@ fn measure(isold: &Path, root_dir: &Path, size: Grown) -> Row {
         scan,
         fix,
         daemon_rss,
+        daemon_peak,
     }
 }
 
 fn print_table(rows: &[Row]) {
-    println!("| CPUs / threads / IRQs | apply | verify | restore | audit sample | daemon scan | `TaskFixer::fix` | peak RSS apply / run |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| CPUs / threads / IRQs | apply | verify | restore | audit sample | daemon scan | `TaskFixer::fix` | peak RSS apply | `isold run` resident / peak |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         println!(
-            "| {} / {} / {} | {:.2} s | {:.2} s | {:.2} s | {:.0} ms | {:.0} ms | {:.0} µs | {:.1} / {:.1} MiB |",
+            "| {} / {} / {} | {:.2} s | {:.2} s | {:.2} s | {:.0} ms | {:.0} ms | {:.0} µs | {:.1} MiB | {:.1} / {:.1} MiB |",
             r.size.cpus,
             r.size.threads,
             r.size.irqs,
@@ -319,6 +332,7 @@ fn print_table(rows: &[Row]) {
             r.fix * 1e6,
             r.apply.1 as f64 / 1024.0,
             r.daemon_rss as f64 / 1024.0,
+            r.daemon_peak as f64 / 1024.0,
         );
     }
     if rows.len() < 2 {
