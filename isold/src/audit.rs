@@ -460,6 +460,10 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &Stat
         &cmdline,
     );
     let missing: Vec<&BootArg> = all.iter().filter(|a| !a.satisfied).collect();
+    // The next boot's line: what the running one has besides, then every argument.
+    let every: Vec<&BootArg> = all.iter().collect();
+    let next = bootargs::next_cmdline(&cmdline, &every);
+    let long = bootargs::too_long(&next);
     if args.write_grub {
         let drop_in_exists = root.exists(bootargs::GRUB_DROP_IN);
         if missing.is_empty() && !drop_in_exists {
@@ -471,9 +475,11 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &Stat
                 bootargs::GRUB_DROP_IN
             ));
         }
+        if let Some(why) = &long {
+            return fail(format!("bootargs: {why}; nothing written"));
+        }
         // The complete set, not only what this boot lacks: a command line that came from an
         // earlier drop-in must come from the next one too.
-        let every: Vec<&BootArg> = all.iter().collect();
         let text = bootargs::grub_drop_in(&every);
         // Through the engine: its original (none, usually) is recorded in the persistent
         // state file first, so that isold restore removes it after any number of reboots.
@@ -501,9 +507,12 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &Stat
             "preset": scope.preset.name(),
             "args": all,
             "missing": missing.iter().map(|a| a.arg.as_str()).collect::<Vec<_>>(),
+            "cmdline_length": next.len(),
+            "cmdline_max": bootargs::COMMAND_LINE_SIZE - 1,
+            "too_long": long,
         });
         let code = print_out(&format!("{v:#}\n"));
-        return if code == EXIT_OK && missing.is_empty() {
+        return if code == EXIT_OK && missing.is_empty() && long.is_none() {
             EXIT_OK
         } else {
             EXIT_FAILURE
@@ -511,7 +520,9 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &Stat
     }
     let mut s = format!(
         "isold bootargs: CPUs {} ({}), preset {}\n",
-        scope.cpus, scope.source, scope.preset
+        scope.cpus.to_kernel_list(),
+        scope.source,
+        scope.preset
     );
     let drop_in = root
         .read_to_string(bootargs::GRUB_DROP_IN)
@@ -536,6 +547,15 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &Stat
         let _ = writeln!(s, "  {:<36} {state}", a.arg);
         let _ = writeln!(s, "      {}", wrap(&a.why, 6, 6));
     }
+    let _ = writeln!(
+        s,
+        "  command line with them: {} of {} bytes",
+        next.len(),
+        bootargs::COMMAND_LINE_SIZE - 1
+    );
+    if let Some(why) = &long {
+        let _ = writeln!(s, "bootargs: {why}");
+    }
     if missing.is_empty() {
         s.push_str("bootargs: the running kernel has every argument\n");
     } else {
@@ -549,7 +569,7 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &Stat
         s.push_str("(isold bootargs --write-grub writes every argument to /etc/default/grub.d/isold.cfg)\n");
     }
     match print_out(&s) {
-        EXIT_OK if missing.is_empty() => EXIT_OK,
+        EXIT_OK if missing.is_empty() && long.is_none() => EXIT_OK,
         _ => EXIT_FAILURE,
     }
 }

@@ -349,6 +349,31 @@ impl CpuSet {
         out
     }
 
+    /// The shortest list the kernel's `bitmap_parselist` reads as this set, for its
+    /// command line (`isolcpus=`, `nohz_full=`, `rcu_nocbs=`, `irqaffinity=`): the plain
+    /// list, or one region with the kernel's group syntax `first-last:used/group` when that
+    /// is shorter (every other CPU of 448: `1-447:1/2` instead of 224 numbers). Equal lengths
+    /// give the plain list.
+    pub fn to_kernel_list(&self) -> String {
+        let plain = self.to_list_string();
+        let (Some(first), Some(last)) = (self.first(), self.last()) else {
+            return plain;
+        };
+        // A region's pattern repeats from its first CPU: the first run is `used` long and the
+        // second run starts `group` after the first CPU.
+        for (used, c) in self.iter().enumerate() {
+            if c != first + used {
+                let group = c - first;
+                let region = format!("{first}-{last}:{used}/{group}");
+                return match CpuSet::parse_list(&region) {
+                    Ok(r) if r == *self && region.len() < plain.len() => region,
+                    _ => plain,
+                };
+            }
+        }
+        plain
+    }
+
     /// The hex-mask format with no leading zero groups (`ff,ffffffff`); `0` for the empty set.
     pub fn to_mask_string(&self) -> String {
         // The width grows to the last CPU by itself.
@@ -477,6 +502,51 @@ impl std::ops::Sub for &CpuSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kernel_list_is_the_shortest_the_kernel_reads() {
+        let list = |s: &str| CpuSet::parse_list(s).unwrap();
+        // Every other CPU of 448, both SMT halves of every core but the first two, hyper-
+        // threads as the second half: a region with a group, or the plain list when that is
+        // as short.
+        assert_eq!(list("1-447:1/2").to_kernel_list(), "1-447:1/2");
+        assert_eq!(list("4-447:2/4").to_kernel_list(), "4-445:2/4");
+        assert_eq!(list("2-223,226-447").to_kernel_list(), "2-223,226-447");
+        assert_eq!(list("1,3").to_kernel_list(), "1,3");
+        assert_eq!(list("1,3,5,7").to_kernel_list(), "1,3,5,7");
+        assert_eq!(list("1,3,5,7,9").to_kernel_list(), "1-9:1/2");
+        assert_eq!(list("2-3").to_kernel_list(), "2-3");
+        assert_eq!(list("").to_kernel_list(), "");
+        // A last group cut short by the last CPU is a region still (the kernel stops at the
+        // last CPU); a pattern that breaks is the plain list.
+        assert_eq!(list("0-1,4-5,8").to_kernel_list(), "0-8:2/4");
+        assert_eq!(list("1,3,5,7,8").to_kernel_list(), "1,3,5,7-8");
+        // Whatever the set, the kernel's reading of it gives it back.
+        let mut seed = 7u64;
+        for _ in 0..2000 {
+            let mut s = CpuSet::new();
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let (start, group, used, end) = (
+                (seed >> 8) as usize % 40,
+                2 + (seed >> 20) as usize % 9,
+                1 + (seed >> 30) as usize % 8,
+                (seed >> 40) as usize % 448,
+            );
+            for c in start..=end.max(start) {
+                if (c - start) % group < used.min(group) {
+                    s.insert(c);
+                }
+            }
+            if seed % 3 == 0 {
+                s.insert((seed >> 50) as usize % 448);
+            }
+            let k = s.to_kernel_list();
+            assert_eq!(CpuSet::parse_list(&k).unwrap(), s, "{k}");
+            assert!(k.len() <= s.to_list_string().len(), "{k}");
+        }
+    }
     use proptest::prelude::*;
 
     fn l(s: &str) -> CpuSet {

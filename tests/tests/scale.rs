@@ -108,3 +108,62 @@ fn apply_verify_and_restore_examine_the_originals_a_bounded_number_of_times() {
         );
     }
 }
+
+/// bootargs on a 448-CPU machine isolating every other CPU: the lists in the kernel's group
+/// syntax, and a line over the kernel's limit refused with nothing written.
+#[test]
+fn bootargs_on_448_cpus_writes_short_lists_and_refuses_a_line_too_long() {
+    let t = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/debian-6.12-rt-isold");
+    let root = t.path().join("root");
+    let size = grow(
+        &fixture,
+        &root,
+        &Scale {
+            cpus: 448,
+            procs: 0,
+            threads_per_proc: 0,
+            irqs: 0,
+        },
+    )
+    .unwrap();
+    assert_eq!(size.cpus, 448);
+    let isold = |args: &[&str]| {
+        let mut v = vec![
+            "isold".into(),
+            "--root".into(),
+            root.clone().into_os_string(),
+        ];
+        v.extend(args.iter().map(|a| (*a).into()));
+        isold::main_with_args(v)
+    };
+    let drop_in = root.join("etc/default/grub.d/isold.cfg");
+    assert_eq!(
+        isold(&["bootargs", "--cpus", "1-447:1/2", "--write-grub"]),
+        0
+    );
+    let text = std::fs::read_to_string(&drop_in).unwrap();
+    for want in [
+        " isolcpus=managed_irq,domain,1-447:1/2 ",
+        " nohz_full=1-447:1/2 ",
+        " rcu_nocbs=1-447:1/2 ",
+        " irqaffinity=0-446:1/2 ",
+    ] {
+        assert!(text.contains(want), "{want} in {text}");
+    }
+    assert_eq!(isold(&["restore"]), 0);
+    assert!(!drop_in.exists());
+
+    // A command line already 1,900 bytes long: with isold's arguments it would pass 2047.
+    let long = format!(
+        "BOOT_IMAGE=/vmlinuz root=/dev/vda ro {}\n",
+        "x".repeat(1900)
+    );
+    std::fs::write(root.join("proc/cmdline"), long).unwrap();
+    assert_eq!(
+        isold(&["bootargs", "--cpus", "1-447:1/2", "--write-grub"]),
+        1
+    );
+    assert!(!drop_in.exists());
+    assert_eq!(isold(&["bootargs", "--cpus", "1-447:1/2"]), 1);
+}

@@ -16,6 +16,13 @@
 /// The CPU that boots the kernel and keeps the timekeeping: never in nohz_full.
 pub const BOOT_CPU: usize = 0;
 
+/// The kernel's command-line buffer on x86 (`COMMAND_LINE_SIZE`), its terminating NUL
+/// included: a line of at most 2047 bytes. The boot protocol hands the same bound to the
+/// bootloader (`cmdline_size`), and GRUB refuses a longer line for a kernel that declares
+/// it, so one check covers both. The line GRUB builds starts with `BOOT_IMAGE=...`, which
+/// `/proc/cmdline` shows.
+pub const COMMAND_LINE_SIZE: usize = 2048;
+
 use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
@@ -49,7 +56,7 @@ pub fn needed(
     let mut out: Vec<(String, &'static str)> = Vec::new();
     if preset != Preset::CpuPartitioning {
         out.push((
-            format!("isolcpus=managed_irq,domain,{isolated}"),
+            format!("isolcpus=managed_irq,domain,{}", isolated.to_kernel_list()),
             "keeps the scheduler's load balancing and managed IRQs (multi-queue devices) off the isolated CPUs",
         ));
     }
@@ -61,7 +68,7 @@ pub fn needed(
             "lets the tick stop (needed for nohz_full)",
         ));
         out.push((
-            format!("nohz_full={nohz}"),
+            format!("nohz_full={}", nohz.to_kernel_list()),
             if nohz == *isolated {
                 "stops the scheduler tick on an isolated CPU that runs one task"
             } else {
@@ -70,11 +77,11 @@ pub fn needed(
         ));
     }
     out.push((
-        format!("rcu_nocbs={isolated}"),
+        format!("rcu_nocbs={}", isolated.to_kernel_list()),
         "runs RCU callbacks in rcuo kthreads on the housekeeping CPUs",
     ));
     out.push((
-        format!("irqaffinity={housekeeping}"),
+        format!("irqaffinity={}", housekeeping.to_kernel_list()),
         "sends every IRQ to the housekeeping CPUs from boot",
     ));
     out.push((
@@ -242,6 +249,30 @@ pub fn cpu_vendor(root: &SysRoot) -> Option<String> {
 }
 
 pub use super::paths::GRUB_DROP_IN;
+
+/// The command line the next boot gets with `args` in it: `cmdline` (the running one) without
+/// the arguments of the names `args` set (an earlier drop-in's), then `args`.
+pub fn next_cmdline(cmdline: &str, args: &[&BootArg]) -> String {
+    let name = |a: &str| a.split_once('=').map_or(a, |(n, _)| n).to_string();
+    let ours: std::collections::HashSet<String> = args.iter().map(|a| name(&a.arg)).collect();
+    let mut words: Vec<&str> = cmdline
+        .split_whitespace()
+        .filter(|w| !ours.contains(&name(w)))
+        .collect();
+    words.extend(args.iter().map(|a| a.arg.as_str()));
+    words.join(" ")
+}
+
+/// Why `line` cannot be a kernel command line (longer than [`COMMAND_LINE_SIZE`] allows).
+pub fn too_long(line: &str) -> Option<String> {
+    let max = COMMAND_LINE_SIZE - 1;
+    (line.len() > max).then(|| {
+        format!(
+            "the kernel command line would be {} bytes, over the {max} the kernel and GRUB take on x86 (COMMAND_LINE_SIZE {COMMAND_LINE_SIZE}); the kernel would cut it and lose the arguments at its end",
+            line.len()
+        )
+    })
+}
 
 /// The GRUB drop-in that appends `args` to the default kernel command line; `update-grub`
 /// then puts it in the boot configuration. `isold bootargs --write-grub` gives it every
@@ -484,6 +515,30 @@ mod tests {
             "{text}"
         );
         assert!(text.lines().take(3).all(|l| l.starts_with('#')));
+    }
+
+    #[test]
+    fn the_next_line_replaces_an_earlier_drop_ins_arguments_and_has_a_limit() {
+        let all = args(
+            Preset::RealtimeVirtualHost,
+            None,
+            "BOOT_IMAGE=/vmlinuz ro nohz_full=2 quiet nosoftlockup",
+        );
+        let every: Vec<&BootArg> = all.iter().collect();
+        let next = next_cmdline(
+            "BOOT_IMAGE=/vmlinuz ro nohz_full=2 quiet nosoftlockup",
+            &every,
+        );
+        assert!(
+            next.starts_with("BOOT_IMAGE=/vmlinuz ro quiet isolcpus="),
+            "{next}"
+        );
+        assert_eq!(next.matches("nohz_full=").count(), 1, "{next}");
+        assert_eq!(next.matches("nosoftlockup").count(), 1, "{next}");
+        assert_eq!(too_long(&"x".repeat(2047)), None);
+        assert!(too_long(&"x".repeat(2048))
+            .unwrap()
+            .contains("2048 bytes, over the 2047"));
     }
 
     #[test]
