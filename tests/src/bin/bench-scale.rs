@@ -117,6 +117,50 @@ fn main() {
         rows.push(row);
     }
     print_table(&rows);
+    host_figures();
+}
+
+/// verify and one audit sample on this machine's own /proc and /sys, read only: a policy
+/// isolating the last online CPU, state files in a temporary directory (nothing is written).
+fn host_figures() {
+    let host = SysRoot::host();
+    let online = libtaskisol::topology::online_cpus(&host).expect("online CPUs");
+    let Some(last) = online.last().filter(|&l| l > 0) else {
+        println!("\nhost: one CPU, no policy to verify");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("isold.toml");
+    std::fs::write(&config, format!("isolated_cpus = \"{last}\"\n")).unwrap();
+    let policy = libtaskisol::policy::load(&config, &host).expect("policy");
+    let files = libtaskisol::policy::state::StateFiles::new(
+        tmp.path().join("run/state.json"),
+        tmp.path().join("lib/state.json"),
+    );
+    let threads = tasks::all_threads(&host).map(|t| t.len()).unwrap_or(0);
+    let verify = median(
+        || {
+            let t = Instant::now();
+            engine::verify(&host, &policy, &files).expect("verify");
+            t.elapsed().as_secs_f64()
+        },
+        5,
+    );
+    let audit = median(
+        || {
+            let t = Instant::now();
+            Sample::read(&host).expect("sample");
+            t.elapsed().as_secs_f64()
+        },
+        5,
+    );
+    assert!(!files.runtime.exists(), "verify wrote a state file");
+    println!(
+        "\nThis machine's own /proc ({} CPUs, {threads} threads; isolated_cpus = \"{last}\"): verify {:.1} ms, one audit sample {:.1} ms",
+        online.len(),
+        verify * 1e3,
+        audit * 1e3
+    );
 }
 
 fn parse_size(s: &str) -> Scale {
