@@ -1158,3 +1158,67 @@ fn the_partition_refuses_what_is_not_its_own() {
         "not made: /sys/fs/cgroup/isolated holds what isold did not put there (task 300 (sleep), cgroup child/): name an empty or new directory",
     );
 }
+
+/// The tree of 6.12-rt with 64 CPUs booted with the arguments for 4-31,36-63 (captured by
+/// qemu_isold's `rt612_64_cpus_isold_and_chisol`), its IRQs and user tasks made wide again:
+/// apply writes masks of two 32-bit groups, lists with their hole; verify is clean; restore
+/// gives every byte back.
+#[test]
+fn sixty_four_cpus_get_masks_with_commas_and_every_byte_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path();
+    copy_dir(
+        Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/debian-6.12-rt-64cpu"
+        )),
+        r,
+    );
+    assert_eq!(read(r, "sys/devices/system/cpu/online"), "0-63\n");
+    put(r, "proc/irq/default_smp_affinity", "ffffffff,ffffffff\n");
+    let mut irqs = Vec::new();
+    for e in std::fs::read_dir(r.join("proc/irq")).unwrap() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        if name.parse::<u32>().is_ok() {
+            put(r, &format!("proc/irq/{name}/smp_affinity"), "ffffffff,ffffffff\n");
+            put(r, &format!("proc/irq/{name}/smp_affinity_list"), "0-63\n");
+            irqs.push(name);
+        }
+    }
+    add_task(r, 5000, "sleep", "0-63", "/");
+    add_task(r, 5001, "workload", "40", "/");
+    put(r, "etc/isold/isold.toml", "isolated_cpus = \"4-31,36-63\"\n");
+    let before = snapshot(r);
+
+    let (rc, out, err) = isold(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    // Masks of 64 bits in two groups (the kernel prints them back zero-padded, as restore
+    // writes the originals).
+    let hk = libtaskisol::cpuset::CpuSet::parse_list("0-3,32-35").unwrap();
+    for f in [
+        "proc/irq/default_smp_affinity",
+        "sys/devices/virtual/workqueue/cpumask",
+    ] {
+        let m = read(r, f);
+        assert!(m.trim().contains(','), "{f}: {m}");
+        assert_eq!(
+            libtaskisol::cpuset::CpuSet::parse_mask(m.trim()).unwrap(),
+            hk,
+            "{f}: {m}"
+        );
+    }
+    let moved = irqs
+        .iter()
+        .filter(|n| read(r, &format!("proc/irq/{n}/smp_affinity_list")) == "0-3,32-35\n")
+        .count();
+    assert!(moved + 2 >= irqs.len(), "{moved} of {} IRQs moved\n{out}", irqs.len());
+    assert!(read(r, "proc/5000/task/5000/status").contains("Cpus_allowed_list:\t0-3,32-35\n"));
+    assert!(read(r, "proc/5001/task/5001/status").contains("Cpus_allowed_list:\t40\n"));
+    let (rc, out, _) = isold(r, &["verify"]);
+    assert_eq!(rc, 0, "{out}");
+
+    let (rc, out, _) = isold(r, &["restore"]);
+    assert_eq!(rc, 0, "{out}");
+    let after = snapshot(r);
+    assert_eq!(changed_paths(&before, &after), Vec::<PathBuf>::new());
+}

@@ -541,3 +541,132 @@ fn rt612_isold_audit_then_boot_with_its_arguments() {
     );
     run(&s).unwrap_or_else(|e| panic!("{e}")).assert_ok();
 }
+
+/// A machine past 32 CPUs: 6.12-rt with 64 vCPUs, booted with the arguments `isold bootargs`
+/// asks for a non-contiguous set (4-31,36-63: CPUs 0-3 and 32-35 keep the housekeeping, one
+/// block per socket), every IRQ then routed to every CPU and 100 tasks started wide. apply,
+/// verify, bootargs, audit, `chisol --isolated` and restore, with masks that carry commas
+/// (`0000000f,0000000f`); every value of the snapshot back after restore. The tree as booted
+/// is captured for the fake-root tests (tests/fixtures/debian-6.12-rt-64cpu).
+#[test]
+fn rt612_64_cpus_isold_and_chisol() {
+    const ISO: &str = "4-31,36-63";
+    const HK: &str = "0-3,32-35";
+    let mut s = Scenario::new(
+        "rt612-64cpu",
+        KernelRole::Rt612,
+        &format!(
+            "isolcpus=managed_irq,domain,{ISO} nohz=on nohz_full={ISO} rcu_nocbs={ISO} irqaffinity={HK} skew_tick=1 tsc=reliable nosoftlockup"
+        ),
+    );
+    s.cpus = 64;
+    s.memory_mb = 2048;
+    s.binaries.push("isold".into());
+    s.timeout = s.timeout.max(std::time::Duration::from_secs(900));
+    // The tree as the kernel booted it (before the noise below, which differs between runs).
+    s.capture_isold_fixture("debian-6.12-rt-64cpu");
+    s.step(
+        "setup_64_cpus",
+        &format!(
+            "echo online=$(cat /sys/devices/system/cpu/online)\n\
+             echo isolated=$(cat /sys/devices/system/cpu/isolated)\n\
+             echo nohz_full=$(cat /sys/devices/system/cpu/nohz_full)\n\
+             for f in /proc/irq/*/smp_affinity_list; do echo 0-63 >$f 2>/dev/null; done\n\
+             echo ffffffff,ffffffff >/proc/irq/default_smp_affinity\n\
+             i=0; while [ $i -lt 100 ]; do setsid taskset -c 0-63 sleep 100000 </dev/null >/dev/null 2>&1 & echo $! >>/tmp/sleepers.pids; i=$((i+1)); done\n\
+             setsid taskset -c 40 sleep 100000 </dev/null >/dev/null 2>&1 &\n\
+             echo $! >/tmp/workload.pid\n\
+             printf 'isolated_cpus = \"{ISO}\"\\n' >/tmp/isold.toml\n\
+             sleep 1\n\
+             echo default_smp_affinity=$(cat /proc/irq/default_smp_affinity)\n\
+             echo irqs_wide=$(grep -l '^0-63$' /proc/irq/*/smp_affinity_list | wc -l)\n\
+             echo tasks=$(ls -d /proc/[0-9]*/task/[0-9]* | wc -l)\n\
+             isold_snapshot /tmp/snap.before; echo snapshot_lines=$(wc -l </tmp/snap.before)"
+        ),
+        vec![
+            Expect::exit(0),
+            Expect::field("online", "0-63"),
+            Expect::field("isolated", ISO),
+            Expect::field("nohz_full", ISO),
+            Expect::field("default_smp_affinity", "ffffffff,ffffffff"),
+            Expect::that("IRQs routed to every CPU", |o: &StepOutput| match num(o, "irqs_wide") {
+                Some(n) if n >= 10.0 => Ok(()),
+                other => Err(format!("irqs_wide = {other:?}")),
+            }),
+        ],
+    );
+    s.step_with_timeout(
+        "isold_apply_64",
+        &format!(
+            "taskset -pc {HK} $$ >/dev/null\n\
+             t0=$(cut -d' ' -f1 /proc/uptime)\nisold --config /tmp/isold.toml apply; echo rc=$?\n\
+             t1=$(cut -d' ' -f1 /proc/uptime)\necho apply_seconds=$(echo \"$t1 $t0\" | awk '{{print $1 - $2}}')\n\
+             echo default_smp_affinity=$(cat /proc/irq/default_smp_affinity)\n\
+             echo wq=$(cat /sys/devices/virtual/workqueue/cpumask)\n\
+             echo movable_irqs_not_on_hk=$(for d in /proc/irq/[0-9]*; do n=${{d##*/}}; [ $n = 0 ] || [ $n = 2 ] && continue; a=$(cat $d/smp_affinity_list); [ \"$a\" = {HK} ] || echo $n:$a; done | tr '\\n' ' ')\n\
+             echo irq_masks=$(cat /proc/irq/[0-9]*/smp_affinity | sort | uniq -c | tr -s ' ' | tr '\\n' ';')\n\
+             wide=0; for p in $(cat /tmp/sleepers.pids); do [ \"$(grep Cpus_allowed_list /proc/$p/status | cut -f2)\" = {HK} ] || wide=$((wide+1)); done; echo wide_tasks=$wide\n\
+             echo workload=$(grep Cpus_allowed_list /proc/$(cat /tmp/workload.pid)/status | cut -f2)\n\
+             isold --config /tmp/isold.toml verify >/tmp/v.out; echo verify_rc=$?; tail -n 1 /tmp/v.out"
+        ),
+        std::time::Duration::from_secs(180),
+        vec![
+            Expect::field("rc", "0"),
+            Expect::output_lacks("failed"),
+            Expect::field("default_smp_affinity", "0000000f,0000000f"),
+            Expect::field("wq", "0000000f,0000000f"),
+            Expect::field("movable_irqs_not_on_hk", ""),
+            Expect::field("wide_tasks", "0"),
+            Expect::field("workload", "40"),
+            Expect::field("verify_rc", "0"),
+        ],
+    );
+    s.step_with_timeout(
+        "bootargs_audit_chisol_64",
+        &format!(
+            "taskset -pc {HK} $$ >/dev/null\n\
+             isold --config /tmp/isold.toml bootargs >/tmp/b.out; echo bootargs_rc=$?\n\
+             grep -E '^  (isolcpus|nohz_full|rcu_nocbs|irqaffinity)=' /tmp/b.out\n\
+             isold --config /tmp/isold.toml audit --duration 1 >/tmp/a.out; echo audit_rc=$?\n\
+             head -n 3 /tmp/a.out\n\
+             echo chisol=$(chisol --isolated -- sh -c 'grep Cpus_allowed_list /proc/$$/status' 2>/dev/null | cut -f2)"
+        ),
+        std::time::Duration::from_secs(180),
+        vec![
+            Expect::output_has(&format!("isolcpus=managed_irq,domain,{ISO}")),
+            Expect::that("every CPU list of bootargs is there", |o: &StepOutput| {
+                let lists: Vec<&str> = o
+                    .stdout
+                    .lines()
+                    .filter(|l| {
+                        ["  isolcpus=", "  nohz_full=", "  rcu_nocbs=", "  irqaffinity="]
+                            .iter()
+                            .any(|p| l.starts_with(p))
+                    })
+                    .collect();
+                match lists.len() == 4 && lists.iter().all(|l| l.ends_with(" have")) {
+                    true => Ok(()),
+                    false => Err(format!("{lists:?}")),
+                }
+            }),
+            Expect::field("audit_rc", "0"),
+            Expect::field("chisol", ISO),
+        ],
+    );
+    s.step_with_timeout(
+        "isold_restore_64",
+        &format!(
+            "taskset -pc {HK} $$ >/dev/null\n\
+             isold restore; echo restore_rc=$?\n\
+             isold_snapshot /tmp/snap.after\nsnapshot_diff /tmp/snap.before /tmp/snap.after\n\
+             echo default_smp_affinity=$(cat /proc/irq/default_smp_affinity)"
+        ),
+        std::time::Duration::from_secs(180),
+        vec![
+            Expect::field("restore_rc", "0"),
+            Expect::field("differences", "0"),
+            Expect::field("default_smp_affinity", "ffffffff,ffffffff"),
+        ],
+    );
+    run(&s).unwrap_or_else(|e| panic!("{e}")).assert_ok();
+}

@@ -442,6 +442,9 @@ pub struct Scenario {
     pub userland: Userland,
     /// Guest memory in MiB.
     pub memory_mb: u32,
+    /// vCPUs (4 unless a scenario is about big machines: `-smp`, all on QEMU's one TCG
+    /// thread).
+    pub cpus: u32,
     /// More files for the guest: (path, mode, content). In the Debian root only below
     /// directories that are real there (/etc/..., /usr/lib/...), never below /bin or /lib
     /// (symlinks the archive's directory entries would replace).
@@ -473,6 +476,7 @@ impl Scenario {
             binaries: vec!["chisol".into(), "isol-emu".into()],
             userland: Userland::Busybox,
             memory_mb: 1024,
+            cpus: 4,
             files: Vec::new(),
             disk_mb: None,
             debroot: DebRoot::Base,
@@ -631,7 +635,13 @@ impl Scenario {
     pub fn capture_isold_fixture(&mut self, name: &str) -> &mut Self {
         let step = format!("capture_{name}");
         self.fixtures.push((step.clone(), name.into()));
-        self.step(&step, "capture_isold_view", vec![Expect::exit(0)])
+        // Every task's three files and every CPU's: over a minute with 64 CPUs under TCG.
+        self.step_with_timeout(
+            &step,
+            "capture_isold_view",
+            Duration::from_secs(300),
+            vec![Expect::exit(0)],
+        )
     }
 
     /// Like [`Scenario::capture_isold_fixture`], plus `/proc/softirqs` and `/proc/consoles`

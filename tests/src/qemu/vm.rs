@@ -515,15 +515,9 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
         });
     }
     let child = command
-        .args([
-            "-accel",
-            "tcg,thread=single",
-            "-cpu",
-            "max",
-            "-smp",
-            "4",
-            "-m",
-        ])
+        .args(["-accel", "tcg,thread=single", "-cpu", "max", "-smp"])
+        .arg(s.cpus.to_string())
+        .arg("-m")
         .arg(s.memory_mb.to_string())
         .args([
             "-nographic",
