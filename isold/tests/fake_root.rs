@@ -1157,6 +1157,30 @@ fn the_partition_refuses_what_is_not_its_own() {
         },
         "not made: /sys/fs/cgroup/isolated holds what isold did not put there (task 300 (sleep), cgroup child/): name an empty or new directory",
     );
+    // A directory the admin made and left empty is the partition's to take.
+    let t = tree_with(on);
+    let r = t.path();
+    for (f, v) in [
+        ("cgroup.procs", ""),
+        ("cgroup.subtree_control", ""),
+        ("cpuset.cpus", "\n"),
+        ("cpuset.cpus.partition", "member\n"),
+    ] {
+        put(r, &format!("sys/fs/cgroup/isolated/{f}"), v);
+    }
+    let (rc, out, _) = isold(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(!out.contains("not made"), "{out}");
+    assert_eq!(
+        read(r, "sys/fs/cgroup/isolated/cpuset.cpus.partition"),
+        "isolated\n"
+    );
+    let (rc, out, _) = isold(r, &["restore"]);
+    assert_eq!(rc, 0, "{out}");
+    assert!(
+        r.join("sys/fs/cgroup/isolated").is_dir(),
+        "the admin's directory stays"
+    );
 }
 
 /// The tree of 6.12-rt with 64 CPUs booted with the arguments for 4-31,36-63 (captured by
@@ -1180,14 +1204,22 @@ fn sixty_four_cpus_get_masks_with_commas_and_every_byte_back() {
     for e in std::fs::read_dir(r.join("proc/irq")).unwrap() {
         let name = e.unwrap().file_name().into_string().unwrap();
         if name.parse::<u32>().is_ok() {
-            put(r, &format!("proc/irq/{name}/smp_affinity"), "ffffffff,ffffffff\n");
+            put(
+                r,
+                &format!("proc/irq/{name}/smp_affinity"),
+                "ffffffff,ffffffff\n",
+            );
             put(r, &format!("proc/irq/{name}/smp_affinity_list"), "0-63\n");
             irqs.push(name);
         }
     }
     add_task(r, 5000, "sleep", "0-63", "/");
     add_task(r, 5001, "workload", "40", "/");
-    put(r, "etc/isold/isold.toml", "isolated_cpus = \"4-31,36-63\"\n");
+    put(
+        r,
+        "etc/isold/isold.toml",
+        "isolated_cpus = \"4-31,36-63\"\n",
+    );
     let before = snapshot(r);
 
     let (rc, out, err) = isold(r, &["apply"]);
@@ -1211,7 +1243,11 @@ fn sixty_four_cpus_get_masks_with_commas_and_every_byte_back() {
         .iter()
         .filter(|n| read(r, &format!("proc/irq/{n}/smp_affinity_list")) == "0-3,32-35\n")
         .count();
-    assert!(moved + 2 >= irqs.len(), "{moved} of {} IRQs moved\n{out}", irqs.len());
+    assert!(
+        moved + 2 >= irqs.len(),
+        "{moved} of {} IRQs moved\n{out}",
+        irqs.len()
+    );
     assert!(read(r, "proc/5000/task/5000/status").contains("Cpus_allowed_list:\t0-3,32-35\n"));
     assert!(read(r, "proc/5001/task/5001/status").contains("Cpus_allowed_list:\t40\n"));
     let (rc, out, _) = isold(r, &["verify"]);

@@ -43,6 +43,7 @@ struct Expect {
     nohz_full: &'static str,
     partitions: &'static [(&'static str, &'static str)],
     all: &'static str,
+    online: &'static str,
 }
 
 const EXPECT: &[Expect] = &[
@@ -53,6 +54,7 @@ const EXPECT: &[Expect] = &[
         nohz_full: "", // the kernel prints "(null)"
         partitions: &[],
         all: "",
+        online: "0-3",
     },
     Expect {
         name: "debian-6.1-isol23",
@@ -61,6 +63,7 @@ const EXPECT: &[Expect] = &[
         nohz_full: "2-3",
         partitions: &[],
         all: "2-3",
+        online: "0-3",
     },
     Expect {
         name: "debian-6.1-isol23-partition3",
@@ -69,6 +72,7 @@ const EXPECT: &[Expect] = &[
         nohz_full: "2-3",
         partitions: &[("/sys/fs/cgroup/rt", "3")],
         all: "2-3",
+        online: "0-3",
     },
     Expect {
         name: "debian-6.12-rt-isold",
@@ -77,6 +81,7 @@ const EXPECT: &[Expect] = &[
         nohz_full: "",
         partitions: &[],
         all: "",
+        online: "0-3",
     },
     Expect {
         name: "debian-6.12-rt-audit",
@@ -85,6 +90,7 @@ const EXPECT: &[Expect] = &[
         nohz_full: "",
         partitions: &[],
         all: "",
+        online: "0-3",
     },
     Expect {
         name: "debian-6.12-rt-audit-end",
@@ -93,6 +99,7 @@ const EXPECT: &[Expect] = &[
         nohz_full: "",
         partitions: &[],
         all: "",
+        online: "0-3",
     },
     Expect {
         name: "debian-6.12-rt-isol23",
@@ -101,6 +108,7 @@ const EXPECT: &[Expect] = &[
         nohz_full: "2-3",
         partitions: &[],
         all: "2-3",
+        online: "0-3",
     },
     Expect {
         name: "debian-6.12-rt-isol2-partition3",
@@ -109,6 +117,7 @@ const EXPECT: &[Expect] = &[
         nohz_full: "2-3",
         partitions: &[("/sys/fs/cgroup/rt", "3")],
         all: "2-3",
+        online: "0-3",
     },
     Expect {
         name: "debian-6.12-rt-isol23-invalid-partition",
@@ -117,6 +126,7 @@ const EXPECT: &[Expect] = &[
         nohz_full: "2-3",
         partitions: &[], // "isolated invalid (...)" is not an isolated partition
         all: "2-3",
+        online: "0-3",
     },
     Expect {
         name: "debian-6.12-rt-partition3",
@@ -125,6 +135,16 @@ const EXPECT: &[Expect] = &[
         nohz_full: "",
         partitions: &[("/sys/fs/cgroup/rt", "3")],
         all: "3",
+        online: "0-3",
+    },
+    Expect {
+        name: "debian-6.12-rt-64cpu",
+        kernel: (6, 12),
+        domain: "4-31,36-63",
+        nohz_full: "4-31,36-63",
+        partitions: &[],
+        all: "4-31,36-63",
+        online: "0-63",
     },
 ];
 
@@ -149,7 +169,12 @@ fn isolated_cpus_match_the_boot_of_each_real_kernel() {
         assert_eq!(iso.all(), set(e.all), "{}: all isolated", e.name);
         let k = KernelVersion::read(&root).unwrap();
         assert_eq!((k.major, k.minor), e.kernel, "{}", e.name);
-        assert_eq!(topology::online_cpus(&root).unwrap(), set("0-3"));
+        assert_eq!(
+            topology::online_cpus(&root).unwrap(),
+            set(e.online),
+            "{}",
+            e.name
+        );
     }
 }
 

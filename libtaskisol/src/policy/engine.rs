@@ -15,7 +15,9 @@ use std::path::{Path, PathBuf};
 use super::partition;
 use super::plan::{plan, Op, Target};
 use super::state::{self, Entry, Ledger, Original, State, StateFiles};
-use super::threads::{set_thread_affinity, set_thread_sched};
+use super::threads::{
+    refusal, set_thread_affinity, set_thread_sched, since_read, Refusal, SinceRead,
+};
 use super::{shown, Outcome, Policy, Report, Status};
 use crate::cpuset::CpuSet;
 use crate::error::{Error, Result};
@@ -310,12 +312,15 @@ fn change(
             // DPDK, taskset -p): read again just before the write; a change made since is
             // left as set (a pin into the isolated CPUs is a workload's; any other is looked
             // at again by the next check).
-            match super::threads::affinity_now(root, thread.pid, thread.tid) {
+            let now = match super::threads::affinity_now(root, thread.pid, thread.tid) {
                 Err(e) => return (failed(e), false),
-                Ok(None) => return (Status::Gone, false),
-                Ok(Some(now)) if now == thread.affinity => {}
-                Ok(Some(now)) if now.is_disjoint(isolated) => return (Status::AlreadyRight, false),
-                Ok(Some(now)) => {
+                Ok(now) => now,
+            };
+            match since_read(&thread.affinity, now, isolated) {
+                SinceRead::Unchanged => {}
+                SinceRead::Gone => return (Status::Gone, false),
+                SinceRead::Outside => return (Status::AlreadyRight, false),
+                SinceRead::Changed(now) => {
                     return (
                         Status::LeftAlone {
                             reason: format!(
@@ -328,14 +333,16 @@ fn change(
                 }
             }
             match set_thread_affinity(root, thread.pid, thread.tid, want) {
-                Err(e) if e.errno() == Some(libc::ESRCH) => (Status::Gone, false),
-                Err(e) if e.errno() == Some(libc::EINVAL) => (
-                    Status::NotChangeable {
-                        reason: format!("the kernel refuses: {e}"),
-                    },
-                    false,
-                ),
-                Err(e) => (failed(e), false),
+                Err(e) => match refusal(&e) {
+                    Refusal::Gone => (Status::Gone, false),
+                    Refusal::NotChangeable => (
+                        Status::NotChangeable {
+                            reason: format!("the kernel refuses: {e}"),
+                        },
+                        false,
+                    ),
+                    Refusal::Failed => (failed(e), false),
+                },
                 Ok(()) => {
                     // Read back by the same call as above (sched_getaffinity): the stat
                     // and status files of a full read would cost two more opens a thread.

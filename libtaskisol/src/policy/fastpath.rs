@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use super::config::glob_match;
 use super::plan::{thread_verdict, ThreadVerdict};
 use super::state::{self, Entry, Original, State};
+use super::threads::SinceRead;
 use super::Status;
 use super::{threads, Policy};
 use crate::error::{Error, Result};
@@ -223,22 +224,21 @@ impl TaskFixer {
         // Something may have pinned it since it was read (libvirt's <vcpupin>, DPDK, taskset
         // -p, its own creator right after pthread_create): read again just before the write,
         // and a pin into the isolated CPUs stands.
-        match threads::affinity(root, pid, tid) {
-            None => return Ok(Fix::Gone),
-            Some(now) if now == aff => {}
-            Some(now) if now.is_disjoint(iso) => return Ok(Fix::Fine),
-            Some(now) => {
+        match threads::since_read(&aff, threads::affinity(root, pid, tid), iso) {
+            SinceRead::Unchanged => {}
+            SinceRead::Gone => return Ok(Fix::Gone),
+            SinceRead::Outside => return Ok(Fix::Fine),
+            SinceRead::Changed(now) => {
                 return Ok(Fix::Settled(format!(
                     "its affinity became {now} while isold looked at it: left as set"
                 )))
             }
         }
-        match super::threads::set_thread_affinity(root, pid, tid, &want) {
-            Ok(()) => {}
-            Err(e) if matches!(e.errno(), Some(libc::ESRCH) | Some(libc::ENOENT)) => {
-                return Ok(Fix::Gone)
-            }
-            Err(e) => return Err(e),
+        if let Err(e) = super::threads::set_thread_affinity(root, pid, tid, &want) {
+            return match threads::refusal(&e) {
+                threads::Refusal::Gone => Ok(Fix::Gone),
+                _ => Err(e),
+            };
         }
         match threads::affinity(root, pid, tid) {
             Some(now) if now.is_disjoint(iso) => Ok(Fix::Changed {
