@@ -240,22 +240,22 @@ impl TaskFixer {
                 _ => Err(e),
             };
         }
-        match threads::affinity(root, pid, tid) {
-            Some(now) if now.is_disjoint(iso) => Ok(Fix::Changed {
+        match threads::after_write(threads::affinity(root, pid, tid), iso) {
+            threads::AfterWrite::Narrowed(now) => Ok(Fix::Changed {
                 label,
                 from: aff.to_string(),
                 to: now.to_string(),
             }),
             // Pinned into the isolated CPUs right after isold's write: its pin stands.
-            Some(now) if now.is_subset(iso) => Ok(Fix::Settled(format!(
+            threads::AfterWrite::PinnedInside(now) => Ok(Fix::Settled(format!(
                 "pinned on {now} right after isold narrowed it: left as set"
             ))),
-            Some(now) => Err(Error::Parse {
+            threads::AfterWrite::Wrong(now) => Err(Error::Parse {
                 path: root.path(format!("/proc/{pid}/task/{tid}/status")),
                 input: now.to_string(),
                 reason: format!("sched_setaffinity({tid}, {want}) left CPUs {now}"),
             }),
-            None => Ok(Fix::Gone),
+            threads::AfterWrite::Gone => Ok(Fix::Gone),
         }
     }
 }

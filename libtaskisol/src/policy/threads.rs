@@ -68,6 +68,28 @@ pub(crate) fn since_read(read: &CpuSet, now: Option<CpuSet>, isolated: &CpuSet) 
     }
 }
 
+/// What the fast path's read-back after its write says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AfterWrite {
+    /// The thread exited.
+    Gone,
+    /// Off the isolated CPUs: narrowed (to what it asked, or less where a cpuset narrows it).
+    Narrowed(CpuSet),
+    /// Pinned into the isolated CPUs right after the write: the pin stands.
+    PinnedInside(CpuSet),
+    /// Still reaching into the isolated CPUs: the write did not take.
+    Wrong(CpuSet),
+}
+
+pub(crate) fn after_write(now: Option<CpuSet>, isolated: &CpuSet) -> AfterWrite {
+    match now {
+        None => AfterWrite::Gone,
+        Some(now) if now.is_disjoint(isolated) => AfterWrite::Narrowed(now),
+        Some(now) if now.is_subset(isolated) => AfterWrite::PinnedInside(now),
+        Some(now) => AfterWrite::Wrong(now),
+    }
+}
+
 /// How a refused affinity write is reported: ESRCH, the thread exited (gone); EINVAL, no
 /// CPU of the mask is allowed to it (the kernel will not change it); anything else is a
 /// failure.
@@ -185,6 +207,34 @@ mod tests {
         assert_eq!(
             since_read(&read, Some(l("1-2")), &iso),
             SinceRead::Changed(l("1-2"))
+        );
+    }
+
+    #[test]
+    fn the_read_back_after_a_write_is_told_apart() {
+        use super::{after_write, AfterWrite};
+        let l = |s: &str| CpuSet::parse_list(s).unwrap();
+        let iso = l("2-3");
+        assert_eq!(after_write(None, &iso), AfterWrite::Gone);
+        assert_eq!(
+            after_write(Some(l("0-1")), &iso),
+            AfterWrite::Narrowed(l("0-1"))
+        );
+        assert_eq!(
+            after_write(Some(l("1")), &iso),
+            AfterWrite::Narrowed(l("1"))
+        );
+        assert_eq!(
+            after_write(Some(l("3")), &iso),
+            AfterWrite::PinnedInside(l("3"))
+        );
+        assert_eq!(
+            after_write(Some(l("2-3")), &iso),
+            AfterWrite::PinnedInside(l("2-3"))
+        );
+        assert_eq!(
+            after_write(Some(l("0-3")), &iso),
+            AfterWrite::Wrong(l("0-3"))
         );
     }
 
