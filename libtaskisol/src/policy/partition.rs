@@ -617,6 +617,24 @@ pub fn restore(root: &SysRoot, o: &PartitionOriginal) -> Status {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_systemd_unit_is_the_innermost_component_with_a_name_and_a_unit_suffix() {
+        assert_eq!(
+            systemd_unit("/system.slice/rtapp.service"),
+            Some("rtapp.service")
+        );
+        assert_eq!(
+            systemd_unit("/machine.slice/machine-qemu\\x2d1.scope/vcpu0"),
+            Some("machine-qemu\\x2d1.scope")
+        );
+        assert_eq!(systemd_unit("/user.slice"), Some("user.slice"));
+        assert_eq!(systemd_unit("/isolated"), None);
+        assert_eq!(systemd_unit("/"), None);
+        // A bare suffix names no unit.
+        assert_eq!(systemd_unit("/.service"), None);
+        assert_eq!(systemd_unit("/rt/.scope"), None);
+    }
+
     fn put(root: &std::path::Path, rel: &str, content: &str) {
         let p = root.join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
