@@ -456,10 +456,16 @@ fn move_keeping_pins(root: &SysRoot, pid: i32, cg: &str) -> Result<()> {
         .map(|t| (t.tid, t.affinity))
         .collect();
     move_process(root, pid, cg)?;
+    put_back_pins(root, pid, &pins)
+}
+
+/// Give each thread of `pid` its affinity of `pins` again; one that exited is skipped.
+fn put_back_pins(root: &SysRoot, pid: i32, pins: &[(i32, CpuSet)]) -> Result<()> {
     for (tid, cpus) in pins {
-        match super::threads::set_thread_affinity(root, pid, tid, &cpus) {
-            Err(e) if e.errno() == Some(libc::ESRCH) => {}
-            other => other?,
+        if let Err(e) = super::threads::set_thread_affinity(root, pid, *tid, cpus) {
+            if super::threads::refusal(&e) != super::threads::Refusal::Gone {
+                return Err(e);
+            }
         }
     }
     Ok(())
@@ -616,6 +622,31 @@ pub fn restore(root: &SysRoot, o: &PartitionOriginal) -> Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A thread that exited after its pin was read is skipped; the others get theirs back,
+    /// and a thread that cannot be written is an error.
+    #[test]
+    fn pins_are_put_back_but_for_threads_gone() {
+        let t = tempfile::tempdir().unwrap();
+        let root = SysRoot::new(t.path());
+        for tid in [70, 71] {
+            put(
+                t.path(),
+                &format!("proc/70/task/{tid}/status"),
+                "Name:\tw\nCpus_allowed_list:\t2-3\n",
+            );
+        }
+        let l = |s: &str| CpuSet::parse_list(s).unwrap();
+        put_back_pins(&root, 70, &[(70, l("0-1")), (72, l("3")), (71, l("3"))]).unwrap();
+        let status = |tid| {
+            std::fs::read_to_string(t.path().join(format!("proc/70/task/{tid}/status"))).unwrap()
+        };
+        assert!(status(70).contains("Cpus_allowed_list:\t0-1\n"));
+        assert!(status(71).contains("Cpus_allowed_list:\t3\n"));
+        // A status file that is a directory: not "gone", a real error.
+        std::fs::create_dir_all(t.path().join("proc/70/task/73/status")).unwrap();
+        assert!(put_back_pins(&root, 70, &[(73, l("3"))]).is_err());
+    }
 
     #[test]
     fn a_systemd_unit_is_the_innermost_component_with_a_name_and_a_unit_suffix() {
