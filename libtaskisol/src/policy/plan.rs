@@ -685,6 +685,41 @@ pub fn with_banned_cpus(text: &str, cpus: &CpuSet) -> String {
 mod tests {
     use super::*;
 
+    fn fixture_policy(config: &str) -> Policy {
+        let root = SysRoot::new(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../tests/fixtures/debian-6.12-rt-isold"),
+        );
+        let cfg = super::super::config::Config::parse(config, std::path::Path::new("isold.toml"))
+            .unwrap();
+        Policy::resolve(cfg, &root).unwrap()
+    }
+
+    /// The cgroup allow-list leaves a workload's wide thread alone, never isold's own, and
+    /// costs no cgroup read when it is empty.
+    #[test]
+    fn the_cgroup_allow_list_spares_workloads_but_not_isold() {
+        let wide = CpuSet::parse_list("0-3").unwrap();
+        let listed = fixture_policy("isolated_cpus = \"2-3\"\n[tasks]\nallow_cgroup = [\"/rt\"]\n");
+        let other = std::process::id() as i32 + 1;
+        let me = std::process::id() as i32;
+        let rt = || Ok(Some("/rt".to_string()));
+        assert!(matches!(
+            thread_verdict(&listed, &wide, 0, "app", other, rt).unwrap(),
+            ThreadVerdict::Leave(Status::LeftAlone { .. })
+        ));
+        assert!(matches!(
+            thread_verdict(&listed, &wide, 0, "isold", me, rt).unwrap(),
+            ThreadVerdict::Narrow(_)
+        ));
+        let plain = fixture_policy("isolated_cpus = \"2-3\"\n");
+        let unread = || -> Result<Option<String>> { panic!("the cgroup was read") };
+        assert!(matches!(
+            thread_verdict(&plain, &wide, 0, "app", other, unread).unwrap(),
+            ThreadVerdict::Narrow(_)
+        ));
+    }
+
     #[test]
     fn wants_compare_as_the_kernel_prints() {
         assert!(Want::Choice("never".into()).matches("always madvise [never]\n"));
