@@ -210,6 +210,32 @@ mod tests {
         );
     }
 
+    /// On a tree: the status file's list; a thread without one is gone; a file that cannot
+    /// be read, or has no list, is an error.
+    #[test]
+    fn a_trees_affinity_now_reads_the_status_file() {
+        let t = tempfile::tempdir().unwrap();
+        let root = crate::sysroot::SysRoot::new(t.path());
+        let put = |rel: &str, text: &str| {
+            let p = t.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        put(
+            "proc/5/task/5/status",
+            "Name:\tw\nCpus_allowed_list:\t0-1,3\n",
+        );
+        put("proc/5/task/6/status", "Name:\tw\n");
+        std::fs::create_dir_all(t.path().join("proc/5/task/7/status")).unwrap();
+        assert_eq!(
+            super::affinity_now(&root, 5, 5).unwrap(),
+            Some(CpuSet::parse_list("0-1,3").unwrap())
+        );
+        assert_eq!(super::affinity_now(&root, 5, 9).unwrap(), None);
+        assert!(super::affinity_now(&root, 5, 6).is_err());
+        assert!(super::affinity_now(&root, 5, 7).is_err());
+    }
+
     #[test]
     fn the_read_back_after_a_write_is_told_apart() {
         use super::{after_write, AfterWrite};
