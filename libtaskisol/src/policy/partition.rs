@@ -648,6 +648,46 @@ mod tests {
         assert!(put_back_pins(&root, 70, &[(73, l("3"))]).is_err());
     }
 
+    /// A process with threads on both sides of the CPUs makes the partition refuse, naming
+    /// it; isold's own process and kthreads never do.
+    #[test]
+    fn split_processes_are_refused_but_never_isold_itself() {
+        let l = |s: &str| CpuSet::parse_list(s).unwrap();
+        let th = |pid: i32, tid: i32, comm: &str, cpus: &str, flags: u64| Thread {
+            pid,
+            tid,
+            comm: comm.into(),
+            flags,
+            starttime: 1,
+            affinity: l(cpus),
+            policy: 0,
+            rt_priority: 0,
+            processor: 0,
+            cpu_ticks: 0,
+            switches: 0,
+        };
+        let plan = PartitionPlan {
+            dir: "/sys/fs/cgroup/isolated".into(),
+            cpus: l("2-3"),
+            workloads: Vec::new(),
+        };
+        let me = std::process::id() as i32;
+        let mine = [
+            th(me, me, "isold", "0-1", 0),
+            th(me, me + 1, "isold", "3", 0),
+        ];
+        assert_eq!(refusal(&plan, &mine), None);
+        let split = [
+            th(40, 40, "qemu", "0-1", 0),
+            th(40, 41, "CPU 0/TCG", "2", 0),
+        ];
+        assert!(
+            refusal(&plan, &split).unwrap().contains("40 (qemu"),
+            "{:?}",
+            refusal(&plan, &split)
+        );
+    }
+
     #[test]
     fn a_systemd_unit_is_the_innermost_component_with_a_name_and_a_unit_suffix() {
         assert_eq!(

@@ -236,6 +236,19 @@ mod tests {
         assert!(super::affinity_now(&root, 5, 7).is_err());
     }
 
+    /// On the running system: this thread's own affinity; an exited thread is gone.
+    #[test]
+    fn the_running_systems_affinity_now_is_the_system_call() {
+        let host = crate::sysroot::SysRoot::host();
+        let me = std::process::id() as i32;
+        let mine = crate::sched::get_affinity(me).unwrap();
+        assert_eq!(super::affinity_now(&host, me, me).unwrap(), Some(mine));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        child.wait().unwrap();
+        assert_eq!(super::affinity_now(&host, pid, pid).unwrap(), None);
+    }
+
     #[test]
     fn the_read_back_after_a_write_is_told_apart() {
         use super::{after_write, AfterWrite};
