@@ -449,10 +449,12 @@ impl Scanner {
     }
 }
 
-/// Give the heap freed after a pass over every thread back to the system. glibc keeps it
-/// otherwise, and on a machine with tens of thousands of threads the daemon's resident memory
-/// would stay at the peak of its first apply (126 MiB instead of 20 at 50,000 threads).
+/// Give the heap freed after a pass over every thread back to the system, the cached copy of
+/// the state file first. glibc keeps freed heap otherwise, and on a machine with tens of
+/// thousands of threads the daemon's resident memory would stay near the peak of its first
+/// apply.
 fn give_back_memory() {
+    libtaskisol::policy::state::drop_cache();
     #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim only returns free memory of the allocator's heap to the kernel.
     unsafe {
@@ -1418,8 +1420,19 @@ impl Daemon {
                     rep.summary()
                 ));
                 self.take_report(&rep, true);
-                if let Ok(threads) = tasks::all_threads(&self.root) {
-                    self.known = threads.iter().map(|t| t.tid).collect();
+                // The apply's garbage goes back before what the daemon keeps is made, so that
+                // what it keeps is not strewn over pages the allocator cannot return.
+                drop(rep);
+                give_back_memory();
+                // The threads known: their ids only (a directory listing per process, no
+                // file of theirs read).
+                if let Ok(pids) = tasks::pids(&self.root) {
+                    self.known = pids
+                        .into_iter()
+                        .flat_map(|pid| {
+                            libtaskisol::procfs::thread_ids(&self.root, pid).unwrap_or_default()
+                        })
+                        .collect();
                 }
                 if let Err(e) = self.fixer.resync() {
                     self.log.warn(&format!("state file: {e}"));

@@ -275,8 +275,30 @@ impl Stream {
 
 static LAST: std::sync::Mutex<Option<Last>> = std::sync::Mutex::new(None);
 
+/// A state file's text that does not parse, said with what the admin can check.
+fn state_error(path: &Path, text: &str, e: &serde_json::Error) -> Error {
+    Error::State {
+        path: path.into(),
+        reason: if e.is_eof() {
+            format!("it ends early ({} bytes: truncated?): {e}", text.len())
+        } else {
+            e.to_string()
+        },
+    }
+}
+
 fn json(s: &str) -> String {
     serde_json::to_string(s).expect("a string serializes")
+}
+
+/// Drop this process's copy of the state file last read or written (the next load parses the
+/// file). A daemon calls it once a pass over every thread is done: with tens of thousands of
+/// originals the copy is the largest thing it holds, and its next pass reads both state
+/// files anyway.
+pub fn drop_cache() {
+    if let Ok(mut last) = LAST.lock() {
+        *last = None;
+    }
 }
 
 fn remember(path: &Path, main: &str, journal: &str, st: &State) {
@@ -448,20 +470,30 @@ impl State {
                 return Ok(l.state.unchangeable.clone());
             }
         }
-        Ok(Self::load(path)?
-            .map(|s| s.unchangeable)
-            .unwrap_or_default())
+        // Only the marks: the entries (an original a thread on a big machine) are read past,
+        // not kept, so that a reader of marks (verify; the daemon's scan thread, twice a
+        // second) holds no copy of them.
+        #[derive(Deserialize)]
+        struct Marks {
+            version: u32,
+            #[serde(default)]
+            unchangeable: BTreeMap<String, String>,
+        }
+        let m: Marks = serde_json::from_str(&main).map_err(|e| state_error(path, &main, &e))?;
+        if m.version != STATE_VERSION {
+            return Err(Error::State {
+                path: path.into(),
+                reason: format!(
+                    "its format is version {}, this isold reads version {STATE_VERSION}",
+                    m.version
+                ),
+            });
+        }
+        Ok(m.unchangeable)
     }
 
     fn parse(path: &Path, text: &str) -> Result<State> {
-        let st: State = serde_json::from_str(text).map_err(|e| Error::State {
-            path: path.into(),
-            reason: if e.is_eof() {
-                format!("it ends early ({} bytes: truncated?): {e}", text.len())
-            } else {
-                e.to_string()
-            },
-        })?;
+        let st: State = serde_json::from_str(text).map_err(|e| state_error(path, text, &e))?;
         if st.version != STATE_VERSION {
             return Err(Error::State {
                 path: path.into(),

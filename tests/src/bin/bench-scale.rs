@@ -6,8 +6,9 @@
 //!   thread), and the daemon's periodic scan (verify of the non-thread items plus the /proc
 //!   walk of every thread), in this process, median of 5;
 //! - `TaskFixer::fix` of a thread made wide again after apply, per thread, median over 200;
-//! - `isold run` started on the applied tree: its resident memory 3 s later (VmRSS, between
-//!   two scans of /proc) and its peak (wait4, after SIGTERM).
+//! - `isold run` started on the applied tree: its resident memory (VmRSS) a second after it
+//!   wrote its status file (its first apply done, between two scans of /proc), and its peak
+//!   (wait4, after SIGTERM).
 //!
 //! Then the growth ratio of each figure between consecutive sizes, next to the work ratio.
 //!
@@ -327,7 +328,13 @@ fn measure(isold: &Path, root_dir: &Path, size: Grown) -> Row {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_secs(3));
+    // Settled: its status file written (after the first apply), then a second more.
+    let status = root_dir.join("run/isold/status.json");
+    let t0 = Instant::now();
+    while !status.exists() && t0.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(1));
     let daemon_rss = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
         .ok()
         .and_then(|st| {
@@ -360,7 +367,7 @@ fn measure(isold: &Path, root_dir: &Path, size: Grown) -> Row {
 }
 
 fn print_table(rows: &[Row]) {
-    println!("| CPUs / threads / IRQs | apply | verify | restore | audit sample | daemon scan | `TaskFixer::fix` | peak RSS apply | `isold run` resident / peak |");
+    println!("| CPUs / threads / IRQs | apply | verify | restore | audit sample | daemon scan | `TaskFixer::fix` | peak RSS apply | `isold run` resident settled / peak |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         println!(
