@@ -143,16 +143,9 @@ fn edit_tree_file(root: &SysRoot, abs: &str, edit: impl FnOnce(&str) -> String) 
     root.write(abs, edit(&text))
 }
 
-/// A thread's affinity: a system call on the running system, the `Cpus_allowed_list` of its
-/// status file in a tree (nothing else is read, as on the running system).
+/// A thread's affinity as [`affinity_now`] reads it; `None` when it is gone or cannot be read.
 pub(crate) fn affinity(root: &SysRoot, pid: i32, tid: i32) -> Option<CpuSet> {
-    if root.is_host() {
-        return sched::get_affinity(tid).ok();
-    }
-    let status = root
-        .read_to_string(format!("/proc/{pid}/task/{tid}/status"))
-        .ok()?;
-    CpuSet::parse_list(crate::procfs::status_field(&status, "Cpus_allowed_list")?).ok()
+    affinity_now(root, pid, tid).ok().flatten()
 }
 
 /// A thread's affinity, read as close to a write as can be: the system call on the running
