@@ -43,10 +43,9 @@ pub const FIRST_ADDED_IRQ: u32 = 24;
 /// Copy the captured tree `from` to `to` grown to `s`. `to` must not exist.
 pub fn grow(from: &Path, to: &Path, s: &Scale) -> io::Result<Grown> {
     copy_dir(from, to)?;
-    let old_cpus = read_list(&to.join("sys/devices/system/cpu/online"))?;
-    let n = s.cpus.max(old_cpus.last().map_or(1, |c| c + 1));
+    let old_all = read_list(&to.join("sys/devices/system/cpu/online"))?;
+    let n = s.cpus.max(old_all.last().map_or(1, |c| c + 1));
     let all = CpuSet::first_n(n);
-    let old_all = old_cpus.clone();
 
     // CPU lists and per-CPU sysfs files.
     let list = all.to_list_string();
@@ -56,22 +55,23 @@ pub fn grow(from: &Path, to: &Path, s: &Scale) -> io::Result<Grown> {
             format!("{list}\n"),
         )?;
     }
+    // CPU 0's per-CPU files copied for every CPU that has none.
     for c in 0..n {
-        let pm = to.join(format!("sys/devices/system/cpu/cpu{c}/power"));
-        if !pm.exists() {
-            fs::create_dir_all(&pm)?;
-            fs::copy(
-                to.join("sys/devices/system/cpu/cpu0/power/pm_qos_resume_latency_us"),
-                pm.join("pm_qos_resume_latency_us"),
-            )?;
-        }
-        let mc = to.join(format!("sys/devices/system/machinecheck/machinecheck{c}"));
-        if !mc.exists() {
-            fs::create_dir_all(&mc)?;
-            fs::copy(
-                to.join("sys/devices/system/machinecheck/machinecheck0/ignore_ce"),
-                mc.join("ignore_ce"),
-            )?;
+        for (dir, file) in [
+            (
+                "sys/devices/system/cpu/cpu{}/power",
+                "pm_qos_resume_latency_us",
+            ),
+            (
+                "sys/devices/system/machinecheck/machinecheck{}",
+                "ignore_ce",
+            ),
+        ] {
+            let d = to.join(dir.replace("{}", &c.to_string()));
+            if !d.exists() {
+                fs::create_dir_all(&d)?;
+                fs::copy(to.join(dir.replace("{}", "0")).join(file), d.join(file))?;
+            }
         }
     }
     // Masks and lists that named every CPU name every CPU; every mask is as wide as the
