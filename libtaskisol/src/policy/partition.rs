@@ -681,11 +681,16 @@ mod tests {
             th(40, 40, "qemu", "0-1", 0),
             th(40, 41, "CPU 0/TCG", "2", 0),
         ];
+        let why = refusal(&plan, &split).unwrap();
         assert!(
-            refusal(&plan, &split).unwrap().contains("40 (qemu"),
-            "{:?}",
-            refusal(&plan, &split)
+            why.contains(
+                "40 (qemu: 1 threads inside, e.g. CPU 0/TCG on 2; 1 outside, e.g. qemu on 0-1)"
+            ),
+            "{why}"
         );
+        // A workload wholly inside is what the partition is for.
+        let inside = [th(50, 50, "rt", "3", 0), th(50, 51, "rt", "2", 0)];
+        assert_eq!(refusal(&plan, &inside), None);
     }
 
     #[test]
