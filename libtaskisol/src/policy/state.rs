@@ -1006,6 +1006,35 @@ mod tests {
         }
     }
 
+    /// A journal's fingerprint grows with its appends: the same as the whole text's.
+    #[test]
+    fn a_fingerprint_streams() {
+        let mut st = Stream::new("{\"id\":1}\n");
+        st.add("{\"id\":2}");
+        st.add("\n");
+        let whole = fingerprint("{\"id\":1}\n{\"id\":2}\n");
+        assert_eq!(st.fingerprint(), whole);
+        assert_eq!(whole.len, 18);
+        assert_ne!(fingerprint("{\"id\":1}\n"), whole);
+    }
+
+    /// Each pass over the entries counts them all, on this thread.
+    #[test]
+    fn passes_over_the_entries_are_counted() {
+        let mut st = State::new("b".into(), "2-3".into(), "c".into());
+        for id in ["a", "b", "c"] {
+            st.record(entry(id, "1\n"));
+        }
+        let before = entries_examined();
+        assert_eq!(st.entries().len(), 3);
+        st.entries_mut().retain(|e| e.id != "b");
+        assert_eq!(entries_examined() - before, 6);
+        // Looked up by the index made once (two entries), not by a pass per lookup.
+        let before = entries_examined();
+        assert!(st.has("a") && st.has("c") && !st.has("b"));
+        assert_eq!(entries_examined() - before, 2);
+    }
+
     #[test]
     fn the_state_file_is_json_with_an_original_a_line() {
         let dir = tempfile::tempdir().unwrap();
