@@ -49,6 +49,10 @@ pub struct Output {
     /// List every target, also those already right or left alone.
     #[arg(short = 'v', long = "verbose")]
     pub verbose: bool,
+
+    /// Print where the time went to standard error: by stage and item, and the system calls by kind.
+    #[arg(long = "timings")]
+    pub timings: bool,
 }
 
 /// isold's commands.

@@ -89,7 +89,17 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
     let scope_of = |cpus: Option<&str>| {
         audit::scope(&root, &config_path, cli.config.is_some(), cpus, &state_path)
     };
-    match &cli.command {
+    let timed = match &cli.command {
+        Command::Apply(o) | Command::Verify(o) | Command::Restore(o) | Command::Check(o) => {
+            o.timings
+        }
+        _ => false,
+    };
+    let started = timed.then(|| {
+        libtaskisol::cost::start();
+        std::time::Instant::now()
+    });
+    let code = match &cli.command {
         Command::Apply(out) => {
             let policy = match resolve(&config_path, &root) {
                 Ok(p) => p,
@@ -139,7 +149,58 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
         },
         Command::Run(args) => daemon::run(&root, &config_path, &files, args),
         Command::Status(args) => daemon::status(&state_path, args.json),
+    };
+    if let Some(t) = started {
+        eprint!(
+            "{}",
+            timings(&libtaskisol::cost::stop(), t.elapsed(), cpu_times())
+        );
     }
+    code
+}
+
+/// This process's user and system CPU time, seconds.
+fn cpu_times() -> (f64, f64) {
+    // SAFETY: rusage is plain data, valid all zero; getrusage fills it.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to an rusage for the call.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (s(ru.ru_utime), s(ru.ru_stime))
+}
+
+/// `--timings`: where the command's time went, for standard error.
+pub fn timings(c: &libtaskisol::cost::Costs, wall: std::time::Duration, cpu: (f64, f64)) -> String {
+    let mut s = format!(
+        "timings: {:.3} s wall, {:.3} s user, {:.3} s system\n",
+        wall.as_secs_f64(),
+        cpu.0,
+        cpu.1
+    );
+    let width = c
+        .stages
+        .iter()
+        .chain(&c.calls)
+        .map(|l| l.name.len())
+        .max()
+        .unwrap_or(0);
+    let mut part = |title: &str, lines: &[libtaskisol::cost::Line], what: &str| {
+        s.push_str(title);
+        for l in lines {
+            s.push_str(&format!(
+                "  {:<width$}  {:>9.3} s  {:>9} {what}\n",
+                l.name, l.seconds, l.count
+            ));
+        }
+    };
+    part(
+        "by stage and item (wall time; the \"workers\" lines are the wall time of passes spread over\n\
+         several threads, whose items add up every worker's time):\n",
+        &c.stages,
+        "times",
+    );
+    part("system calls by kind:\n", &c.calls, "calls");
+    s
 }
 
 /// The policy of the file at `path`, or the message that says why not.
@@ -149,10 +210,12 @@ pub fn load_policy(path: &std::path::Path, root: &SysRoot) -> Result<Policy, Str
 }
 
 fn resolve(path: &std::path::Path, root: &SysRoot) -> Result<Policy, i32> {
-    let config = Config::load(path).map_err(fail)?;
-    Policy::resolve(config, root).map_err(|e| match e {
-        ResolveError::Config(c) => fail(c),
-        ResolveError::Kernel(k) => fail(k),
+    libtaskisol::cost::stage("config", "read and resolved", || {
+        let config = Config::load(path).map_err(fail)?;
+        Policy::resolve(config, root).map_err(|e| match e {
+            ResolveError::Config(c) => fail(c),
+            ResolveError::Kernel(k) => fail(k),
+        })
     })
 }
 
@@ -187,6 +250,10 @@ fn check(policy: &Policy, out: &Output) -> i32 {
 
 /// Print a report; `ok` picks the exit code.
 fn finish(rep: &Report, out: &Output, ok: bool) -> i32 {
+    libtaskisol::cost::stage("report", "printed", || finish_report(rep, out, ok))
+}
+
+fn finish_report(rep: &Report, out: &Output, ok: bool) -> i32 {
     let text = if out.json {
         let mut t = serde_json::to_string_pretty(rep).expect("report serializes");
         t.push('\n');

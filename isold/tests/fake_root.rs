@@ -1258,3 +1258,56 @@ fn sixty_four_cpus_get_masks_with_commas_and_every_byte_back() {
     let after = snapshot(r);
     assert_eq!(changed_paths(&before, &after), Vec::<PathBuf>::new());
 }
+
+/// `--timings`: the stages each command went through, by item, with counts that are the
+/// command's own (the threads it changed, the files it opened), on standard error only.
+#[test]
+fn timings_say_where_each_command_went() {
+    let t = tree();
+    let r = t.path();
+    let (code, out, err) = isold(r, &["apply", "--timings", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let rep: serde_json::Value = serde_json::from_str(&out).expect("stdout stays the report");
+    let changed_tasks = rep["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["item"] == "tasks" && o["status"] == "changed")
+        .count();
+    assert!(changed_tasks > 0, "{out}");
+    let line = |err: &str, name: &str| -> Option<(f64, u64)> {
+        err.lines().find_map(|l| {
+            let rest = l.trim_start().strip_prefix(name)?.trim_start();
+            let mut w = rest.split_whitespace();
+            let secs = w.next()?.parse().ok()?;
+            assert_eq!(w.next(), Some("s"), "{l}");
+            Some((secs, w.next()?.parse().ok()?))
+        })
+    };
+    assert!(err.starts_with("timings: "), "{err}");
+    assert_eq!(line(&err, "plan read every thread").map(|l| l.1), Some(1), "{err}");
+    assert_eq!(
+        line(&err, "change tasks").map(|l| l.1),
+        Some(changed_tasks as u64),
+        "{err}"
+    );
+    // A tree has no thread to call sched_setaffinity on: files only, four opens a changed
+    // thread (read before the write, read and write of the status file, read back).
+    let (_, opens) = line(&err, "open").expect("opens counted");
+    assert!(opens >= 4 * changed_tasks as u64, "{err}");
+    assert!(line(&err, "sched_setaffinity").is_none(), "{err}");
+    let (code, _, err) = isold(r, &["verify", "--timings"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(line(&err, "check tasks").is_some(), "{err}");
+    assert!(!err.contains("change "), "verify changes nothing: {err}");
+    let (code, _, err) = isold(r, &["restore", "--timings"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        line(&err, "restore tasks").map(|l| l.1),
+        Some(changed_tasks as u64),
+        "{err}"
+    );
+    let (code, _, err) = isold(r, &["verify"]);
+    assert_eq!(code, 1);
+    assert!(!err.contains("timings"), "only when asked: {err}");
+}

@@ -87,9 +87,57 @@ impl CpuSet {
 
     /// Add CPUs `start..end`.
     pub fn insert_range(&mut self, start: usize, end: usize) {
-        for cpu in start..end {
-            self.insert(cpu);
+        if start >= end {
+            return;
         }
+        self.insert(end - 1);
+        // A word at a time: "0-447" is seven stores, not 448.
+        let mut cpu = start;
+        while cpu < end {
+            let w = cpu / 64;
+            let lo = cpu % 64;
+            let hi = (end - w * 64).min(64);
+            let mask = if hi - lo == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << (hi - lo)) - 1) << lo
+            };
+            self.words[w] |= mask;
+            cpu = (w + 1) * 64;
+        }
+    }
+
+    /// The runs of consecutive CPUs, as (first, last), ascending; a word at a time.
+    pub fn runs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let mut from = 0usize;
+        std::iter::from_fn(move || {
+            let first = self.next_where(from, true)?;
+            let end = self
+                .next_where(first, false)
+                .unwrap_or(self.words.len() * 64);
+            from = end;
+            Some((first, end - 1))
+        })
+    }
+
+    /// The first CPU from `from` on that is in the set (`member`) or not in it.
+    fn next_where(&self, from: usize, member: bool) -> Option<usize> {
+        let mut w = from / 64;
+        let mut skip = from % 64;
+        while w < self.words.len() {
+            let word = if member {
+                self.words[w]
+            } else {
+                !self.words[w]
+            };
+            let bits = word & (u64::MAX << skip);
+            if bits != 0 {
+                return Some(w * 64 + bits.trailing_zeros() as usize);
+            }
+            w += 1;
+            skip = 0;
+        }
+        None
     }
 
     /// Remove CPU `cpu`.
@@ -248,6 +296,10 @@ impl CpuSet {
                     (u, g)
                 }
             };
+            if used == group {
+                set.insert_range(lo, hi + 1);
+                continue;
+            }
             let mut cpu = lo;
             while cpu <= hi {
                 if (cpu - lo) % group < used {
@@ -330,21 +382,18 @@ impl CpuSet {
 
     /// The list format, as the kernel prints it (`0-3,8`); empty for the empty set.
     pub fn to_list_string(&self) -> String {
+        use std::fmt::Write;
         let mut out = String::new();
-        let mut it = self.iter().peekable();
-        while let Some(lo) = it.next() {
-            let mut hi = lo;
-            while it.peek() == Some(&(hi + 1)) {
-                hi = it.next().unwrap_or(hi);
-            }
+        for (lo, hi) in self.runs() {
             if !out.is_empty() {
                 out.push(',');
             }
-            if lo == hi {
-                out.push_str(&lo.to_string());
+            // Writing to a String cannot fail.
+            let _ = if lo == hi {
+                write!(out, "{lo}")
             } else {
-                out.push_str(&format!("{lo}-{hi}"));
-            }
+                write!(out, "{lo}-{hi}")
+            };
         }
         out
     }
@@ -776,6 +825,33 @@ mod tests {
                 // Storage stays trimmed: equal to the same set built afresh.
                 prop_assert_eq!(&s, &model.iter().copied().collect::<CpuSet>());
             }
+        }
+
+        /// Dense sets (word-aligned and not, whole words, runs across words): the runs and
+        /// the list against a walk over the CPUs one by one.
+        #[test]
+        fn runs_and_lists_agree_with_a_walk(
+            ranges in prop::collection::vec((0usize..600, 0usize..130), 0..12),
+        ) {
+            let mut s = CpuSet::new();
+            for (a, n) in ranges {
+                s.insert_range(a, a + n);
+            }
+            let mut want: Vec<(usize, usize)> = Vec::new();
+            for c in s.iter() {
+                match want.last_mut() {
+                    Some((_, hi)) if *hi + 1 == c => *hi = c,
+                    _ => want.push((c, c)),
+                }
+            }
+            prop_assert_eq!(s.runs().collect::<Vec<_>>(), want.clone());
+            let text = want
+                .iter()
+                .map(|(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") })
+                .collect::<Vec<_>>()
+                .join(",");
+            prop_assert_eq!(s.to_list_string(), text.clone());
+            prop_assert_eq!(CpuSet::parse_list(&text).unwrap(), s);
         }
 
         #[test]

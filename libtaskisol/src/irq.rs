@@ -128,25 +128,34 @@ impl Interrupts {
                 }
                 return Err(format!("line without a label: {line:?}"));
             };
-            let mut counts = Vec::new();
-            let mut rest = rest;
+            // Byte by byte: on a 448-CPU host the file holds two million counts.
+            let b = rest.as_bytes();
+            let mut counts = Vec::with_capacity(cpus.len());
+            let mut at = 0;
             while counts.len() < cpus.len() {
-                let t = rest.trim_start();
-                let end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-                if end == 0 {
+                let mut i = at;
+                while i < b.len() && b[i].is_ascii_whitespace() {
+                    i += 1;
+                }
+                let start = i;
+                let mut n: u64 = 0;
+                while i < b.len() && b[i].is_ascii_digit() {
+                    n = n
+                        .checked_mul(10)
+                        .and_then(|n| n.checked_add(u64::from(b[i] - b'0')))
+                        .ok_or_else(|| format!("count too large in {line:?}"))?;
+                    i += 1;
+                }
+                if i == start {
                     break;
                 }
-                counts.push(
-                    t[..end]
-                        .parse()
-                        .map_err(|_| format!("count too large in {line:?}"))?,
-                );
-                rest = &t[end..];
+                counts.push(n);
+                at = i;
             }
             rows.push(InterruptRow {
                 label: label.trim().to_string(),
                 counts,
-                description: rest.trim().to_string(),
+                description: rest[at..].trim().to_string(),
             });
         }
         Ok(Interrupts { cpus, rows })
@@ -261,6 +270,28 @@ ERR:          0\n";
             .unwrap_err()
             .contains("GPU1"));
         assert!(Interrupts::parse("").is_err());
+    }
+
+    #[test]
+    fn counts_stop_at_the_first_word_and_never_wrap() {
+        let t = Interrupts::parse(
+            "  CPU0 CPU1 CPU2
+  7:  18446744073709551615 3x  4  IO-APIC 7-edge  kbd
+",
+        )
+        .unwrap();
+        assert_eq!(t.rows[0].counts, [u64::MAX, 3]);
+        assert_eq!(t.rows[0].description, "x  4  IO-APIC 7-edge  kbd");
+        let e = Interrupts::parse(
+            "  CPU0
+  7:  18446744073709551616  IO-APIC
+",
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("count too large") && e.contains("18446744073709551616"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -31,6 +31,7 @@
 //! ```
 pub mod abi;
 pub mod audit;
+pub mod cost;
 pub mod cpuset;
 pub mod error;
 pub mod events;
@@ -38,6 +39,7 @@ pub mod irq;
 pub mod isolation;
 pub mod launch;
 pub mod osnoise;
+pub mod par;
 pub mod policy;
 pub mod power;
 pub mod procfs;

@@ -238,23 +238,30 @@ impl TaskStat {
 
 /// The value of `Key:` in a `/proc/<pid>/status` text (`Cpus_allowed_list`, `THP_enabled`).
 pub fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
-    // A substring search for the key, then a check that it starts a line and ends at its
-    // colon: a status file is read for every thread, several times on a big machine.
-    let b = status.as_bytes();
-    let mut from = 0;
-    while let Some(i) = status[from..].find(key) {
-        let at = from + i;
-        let end = at + key.len();
-        if (at == 0 || b[at - 1] == b'\n') && b.get(end) == Some(&b':') {
-            let v = &status[end + 1..];
-            return Some(v[..v.find('\n').unwrap_or(v.len())].trim());
+    let [v] = status_fields(status, [key]);
+    v
+}
+
+/// The values of several `Key:`s of a status text in one pass over its lines (a thread's
+/// affinity and context switches: three fields of sixty lines, for each of 50,000 threads).
+pub fn status_fields<'a, const N: usize>(status: &'a str, keys: [&str; N]) -> [Option<&'a str>; N] {
+    let mut out = [None; N];
+    let mut left = N;
+    for line in status.split('\n') {
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        if let Some(i) = keys.iter().position(|key| *key == k) {
+            if out[i].is_none() {
+                out[i] = Some(v.trim());
+                left -= 1;
+                if left == 0 {
+                    break;
+                }
+            }
         }
-        if key.is_empty() {
-            return None;
-        }
-        from = end;
     }
-    None
+    out
 }
 
 /// The value of `Key:` in `/proc/<pid>/status`, or a parse error naming the file.

@@ -20,14 +20,14 @@ pub fn get_affinity(tid: i32) -> Result<CpuSet> {
     affinity_with_growing_buffer(tid, |buf| {
         // SAFETY: buf is a valid writable buffer of buf.len() bytes; the raw syscall writes
         // at most that many bytes and returns how many it wrote.
-        let ret = unsafe {
+        let ret = crate::cost::call(crate::cost::Call::GetAffinity, || unsafe {
             libc::syscall(
                 libc::SYS_sched_getaffinity,
                 tid as libc::pid_t,
                 buf.len(),
                 buf.as_mut_ptr(),
             )
-        };
+        });
         // -1 and errno on failure, else the bytes written (never 0: at least one long).
         match ret {
             -1 => Err(Errno::last()),
@@ -67,14 +67,14 @@ fn affinity_with_growing_buffer(
 pub fn set_affinity(tid: i32, cpus: &CpuSet) -> Result<()> {
     let buf = cpus.to_kernel_bitmap(std::mem::size_of::<libc::c_ulong>());
     // SAFETY: buf is a valid readable buffer of buf.len() bytes for the duration of the call.
-    let ret = unsafe {
+    let ret = crate::cost::call(crate::cost::Call::SetAffinity, || unsafe {
         libc::syscall(
             libc::SYS_sched_setaffinity,
             tid as libc::pid_t,
             buf.len(),
             buf.as_ptr(),
         )
-    };
+    });
     if ret < 0 {
         return Err(Error::syscall(
             format!("sched_setaffinity(pid {tid}, CPUs {cpus})"),
@@ -217,7 +217,9 @@ pub fn set_scheduler(tid: i32, policy: SchedPolicy) -> Result<()> {
         sched_priority: policy.priority() as i32,
     };
     // SAFETY: param is a valid sched_param that lives across the call.
-    let ret = unsafe { libc::sched_setscheduler(tid, policy.policy_number(), &param) };
+    let ret = crate::cost::call(crate::cost::Call::SetScheduler, || unsafe {
+        libc::sched_setscheduler(tid, policy.policy_number(), &param)
+    });
     if ret == -1 {
         return Err(Error::syscall(
             format!("sched_setscheduler(pid {tid}, {policy})"),

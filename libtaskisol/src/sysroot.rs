@@ -9,6 +9,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::cost::{self, Call};
 use crate::error::{Error, Result};
 
 /// The root directory under which `/proc`, `/sys`, `/dev` and `/etc` are found.
@@ -68,24 +69,9 @@ impl SysRoot {
     /// 32 bytes first and doubles from there: six system calls for a task's `stat`. Reading
     /// into a page-sized buffer takes one (and one more to see the end).
     pub fn read_to_string(&self, abs: impl AsRef<Path>) -> Result<String> {
-        use std::io::Read;
         let path = self.path(abs);
         let read = || -> std::io::Result<String> {
-            let mut f = fs::File::open(&path)?;
-            let mut buf = vec![0u8; 4096];
-            let mut len = 0;
-            loop {
-                if len == buf.len() {
-                    buf.resize(buf.len() * 2, 0);
-                }
-                match f.read(&mut buf[len..]) {
-                    Ok(0) => break,
-                    Ok(n) => len += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            buf.truncate(len);
+            let buf = read_all(&path)?;
             String::from_utf8(buf)
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()))
         };
@@ -95,7 +81,7 @@ impl SysRoot {
     /// Read a whole file as bytes.
     pub fn read(&self, abs: impl AsRef<Path>) -> Result<Vec<u8>> {
         let path = self.path(abs);
-        fs::read(&path).map_err(|source| Error::Read { path, source })
+        read_all(&path).map_err(|source| Error::Read { path, source })
     }
 
     /// Read a one-value file (sysfs attribute, sysctl) with the trailing newline removed.
@@ -139,11 +125,17 @@ impl SysRoot {
         use std::io::Write;
         let path = self.path(abs);
         let data = data.as_ref();
-        let res = fs::OpenOptions::new()
-            .write(true)
-            .truncate(!self.is_host())
-            .open(&path)
-            .and_then(|mut f| f.write_all(data));
+        let res = cost::call(Call::Open, || {
+            fs::OpenOptions::new()
+                .write(true)
+                .truncate(!self.is_host())
+                .open(&path)
+        })
+        .and_then(|mut f| {
+            let w = cost::call(Call::Write, || f.write_all(data));
+            cost::call(Call::Close, || drop(f));
+            w
+        });
         res.map_err(|source| Error::Write {
             path,
             data: String::from_utf8_lossy(data).into_owned(),
@@ -180,20 +172,49 @@ impl SysRoot {
     /// The entry names of a directory (unsorted), e.g. the tids in `/proc/<pid>/task`.
     pub fn read_dir_names(&self, abs: impl AsRef<Path>) -> Result<Vec<String>> {
         let path = self.path(abs);
-        let rd = fs::read_dir(&path).map_err(|source| Error::Read {
+        cost::call(Call::ReadDir, || list(path))
+    }
+}
+
+/// The entry names of the directory at `path`.
+fn list(path: PathBuf) -> Result<Vec<String>> {
+    let rd = fs::read_dir(&path).map_err(|source| Error::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let mut names = Vec::new();
+    for ent in rd {
+        let ent = ent.map_err(|source| Error::Read {
             path: path.clone(),
             source,
         })?;
-        let mut names = Vec::new();
-        for ent in rd {
-            let ent = ent.map_err(|source| Error::Read {
-                path: path.clone(),
-                source,
-            })?;
-            names.push(ent.file_name().to_string_lossy().into_owned());
-        }
-        Ok(names)
+        names.push(ent.file_name().to_string_lossy().into_owned());
     }
+    Ok(names)
+}
+
+/// The whole content of the file at `path`: one open, reads into a buffer that doubles from
+/// 4 KiB (a /proc file has no size to ask for), one close.
+fn read_all(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut f = cost::call(Call::Open, || fs::File::open(path))?;
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    let res = loop {
+        if len == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        match cost::call(Call::Read, || f.read(&mut buf[len..])) {
+            Ok(0) => break Ok(()),
+            Ok(n) => len += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => break Err(e),
+        }
+    };
+    cost::call(Call::Close, || drop(f));
+    res?;
+    buf.truncate(len);
+    Ok(buf)
 }
 
 #[cfg(test)]

@@ -79,15 +79,23 @@ pub fn read_thread(root: &SysRoot, pid: i32, tid: i32) -> Result<Option<Thread>>
         Err(e) if gone(&e) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let list = procfs::status_field(&status, "Cpus_allowed_list").ok_or_else(|| Error::Parse {
+    let [list, voluntary, involuntary] = procfs::status_fields(
+        &status,
+        [
+            "Cpus_allowed_list",
+            "voluntary_ctxt_switches",
+            "nonvoluntary_ctxt_switches",
+        ],
+    );
+    let list = list.ok_or_else(|| Error::Parse {
         path: root.path(&status_path),
         input: "Cpus_allowed_list".into(),
         reason: "field not present".into(),
     })?;
     let affinity = CpuSet::parse_list(list)?;
-    let switches = ["voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"]
+    let switches = [voluntary, involuntary]
         .iter()
-        .filter_map(|k| procfs::status_field(&status, k)?.trim().parse::<u64>().ok())
+        .filter_map(|v| v.and_then(|v| v.parse::<u64>().ok()))
         .sum();
     Ok(Some(Thread {
         pid,
@@ -120,11 +128,16 @@ pub fn threads_of(root: &SysRoot, pid: i32) -> Result<Vec<Thread>> {
     Ok(out)
 }
 
-/// Every thread of every process.
+/// Every thread of every process, in the order of the process ids. On a host with thousands
+/// of processes the reads are spread over this process's CPUs ([`crate::par`]).
 pub fn all_threads(root: &SysRoot) -> Result<Vec<Thread>> {
+    let pids = pids(root)?;
     let mut out = Vec::new();
-    for pid in pids(root)? {
-        out.extend(threads_of(root, pid)?);
+    let read = crate::cost::stage("workers", "thread reads (wall)", || {
+        crate::par::map(&pids, 500, |pid| threads_of(root, *pid))
+    });
+    for threads in read {
+        out.extend(threads?);
     }
     Ok(out)
 }

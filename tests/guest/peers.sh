@@ -102,9 +102,11 @@ tool_apply() {
         echo "rss_kb=$(daemon_rss isold)"
         echo "rss_of=isold run daemon (VmRSS)"
         ;;
-    isold) timed_peak "isold apply" isold --config "$PEERS_CFG" apply ;;
+    # --timings: where apply's time went (stage and item, system calls), after the report.
+    isold) timed_peak "isold apply" isold --config "$PEERS_CFG" apply --timings ;;
     esac
-    tail -n 3 /tmp/cmd.out | sed 's/^/  /'
+    sed '/^timings:/,$d' /tmp/cmd.out | tail -n 3 | sed 's/^/  /'
+    sed -n '/^timings:/,$p' /tmp/cmd.out | sed 's/^/  /'
 }
 
 peers_audit() {

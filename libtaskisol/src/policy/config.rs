@@ -781,7 +781,32 @@ impl Config {
 /// most room for the rest, so no backtracking is needed). A recursive matcher tried every
 /// split of every star: `*?` sixteen times then `*Z` took 14 s over 130 thread names.
 pub fn glob_match(pattern: &str, name: &str) -> bool {
-    glob_steps(pattern, name).0
+    if pattern.contains(['?', '[']) {
+        glob_steps(pattern, name).0
+    } else {
+        star_match(pattern, name)
+    }
+}
+
+/// [`glob_match`] of a pattern whose only special character is `*` (the usual ones:
+/// `ksoftirqd/*`, `CPU */KVM`), on the text itself: no allocation, for every one of 50,000
+/// threads. The same leftmost placement of the parts between stars.
+fn star_match(pattern: &str, name: &str) -> bool {
+    let Some((first, tail)) = pattern.split_once('*') else {
+        return pattern == name;
+    };
+    let (middle, last) = tail.rsplit_once('*').unwrap_or(("", tail));
+    if first.len() + last.len() > name.len() || !name.starts_with(first) || !name.ends_with(last) {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    for part in middle.split('*').filter(|p| !p.is_empty()) {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 /// One element of a pattern.

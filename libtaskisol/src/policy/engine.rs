@@ -561,12 +561,14 @@ fn apply_targets(
     targets: Vec<Target>,
 ) -> Result<Report> {
     let mut rep = report("apply", Some(policy));
-    let mut ledger = Ledger::load(
-        files,
-        root,
-        policy.isolated.to_string(),
-        policy.config.file.display().to_string(),
-    )?;
+    let mut ledger = crate::cost::stage("state", "file read", || {
+        Ledger::load(
+            files,
+            root,
+            policy.isolated.to_string(),
+            policy.config.file.display().to_string(),
+        )
+    })?;
     if ledger.earlier_boot {
         // /run normally dies with the boot; a state file kept elsewhere holds runtime
         // originals that mean nothing now, but files on disk still need theirs.
@@ -629,7 +631,7 @@ fn apply_loaded(
     let mut statuses: Vec<Option<Status>> = Vec::with_capacity(targets.len());
     let mut new_ids = std::collections::HashSet::new();
     for (i, t) in targets.iter().enumerate() {
-        match evaluate(root, isolated, t) {
+        match crate::cost::stage("check", t.item, || evaluate(root, isolated, t)) {
             Eval::Done(s) => statuses.push(Some(s)),
             Eval::Change { original, from } => {
                 // A directory that is not isold's yet, and not empty: refused, untouched.
@@ -672,10 +674,10 @@ fn apply_loaded(
         }
     }
     // The originals are on disk before the first write.
-    ledger.persist()?;
+    crate::cost::stage("state", "file written", || ledger.persist())?;
     let mut unchanged = std::collections::HashSet::new();
-    for (i, original, from) in pending {
-        let (status, wrote) = change(root, isolated, &targets[i], &original, from);
+    let results = change_all(root, isolated, targets, &pending);
+    for ((i, _, _), (status, wrote)) in pending.into_iter().zip(results) {
         if !wrote {
             unchanged.insert(targets[i].id.clone());
         }
@@ -708,8 +710,54 @@ fn apply_loaded(
             .entries_mut()
             .retain(|e| !dropped.contains(e.id.as_str()));
     }
-    ledger.persist()?;
+    crate::cost::stage("state", "file written", || ledger.persist())?;
     Ok(statuses.into_iter().map(|s| s.expect("status")).collect())
+}
+
+/// Whether `op` changes one thread and nothing else: such changes are independent of each
+/// other, and a run of them is spread over this process's CPUs.
+fn per_thread(op: &Op) -> bool {
+    matches!(op, Op::Affinity { .. } | Op::Sched { .. })
+}
+
+/// Whether restoring `o` puts back one thread's value and nothing else (see [`per_thread`]).
+fn per_thread_original(o: &Original) -> bool {
+    matches!(o, Original::Affinity { .. } | Original::Sched { .. })
+}
+
+/// Threads changed or restored at once per worker, at least (a worker's start costs about
+/// as much as a few dozen changes).
+const THREADS_PER_WORKER: usize = 1000;
+
+/// [`change`] of each pending target (index in `targets`, recorded original, value before),
+/// in order: runs of thread changes on this process's CPUs ([`crate::par`]), every other
+/// change alone, in plan order.
+fn change_all(
+    root: &SysRoot,
+    isolated: &CpuSet,
+    targets: &[Target],
+    pending: &[(usize, Original, String)],
+) -> Vec<(Status, bool)> {
+    let one = |(i, original, from): &(usize, Original, String)| {
+        let t = &targets[*i];
+        crate::cost::stage("change", t.item, || {
+            change(root, isolated, t, original, from.clone())
+        })
+    };
+    let mut out = Vec::with_capacity(pending.len());
+    for run in pending.chunk_by(|a, b| per_thread(&targets[a.0].op) == per_thread(&targets[b.0].op))
+    {
+        if per_thread(&targets[run[0].0].op) {
+            out.extend(crate::cost::stage(
+                "workers",
+                "thread changes (wall)",
+                || crate::par::map(run, THREADS_PER_WORKER, one),
+            ));
+        } else {
+            out.extend(run.iter().map(one));
+        }
+    }
+    out
 }
 
 fn notes_after_apply(rep: &mut Report) {
@@ -743,21 +791,22 @@ pub fn verify(root: &SysRoot, policy: &Policy, files: &StateFiles) -> Result<Rep
     let unchangeable = State::unchangeable_of(&files.runtime)?;
     let mut rep = report("verify", Some(policy));
     for t in plan(policy, root)? {
-        let status = match evaluate(root, &policy.isolated, &t) {
-            Eval::Done(Status::AlreadyRight) if matches!(t.op, Op::File { .. }) => {
-                takes_effect(root, &t)
-            }
-            Eval::Done(s) => s,
-            Eval::Change { from, .. } => match unchangeable.get(&t.id) {
-                Some(reason) => Status::NotChangeable {
-                    reason: reason.clone(),
+        let status =
+            match crate::cost::stage("check", t.item, || evaluate(root, &policy.isolated, &t)) {
+                Eval::Done(Status::AlreadyRight) if matches!(t.op, Op::File { .. }) => {
+                    takes_effect(root, &t)
+                }
+                Eval::Done(s) => s,
+                Eval::Change { from, .. } => match unchangeable.get(&t.id) {
+                    Some(reason) => Status::NotChangeable {
+                        reason: reason.clone(),
+                    },
+                    None => Status::Deviates {
+                        current: from,
+                        want: want_shown(&t),
+                    },
                 },
-                None => Status::Deviates {
-                    current: from,
-                    want: want_shown(&t),
-                },
-            },
-        };
+            };
         rep.outcomes.push(outcome(&t, status));
     }
     if let Some(o) = grub_waiting(root) {
@@ -1057,6 +1106,28 @@ pub fn restore(root: &SysRoot, files: &StateFiles) -> Result<Report> {
     restore_where(root, files, |_| true)
 }
 
+/// [`restore_one`] of each entry, in order: runs of thread values on this process's CPUs
+/// ([`crate::par`]), every other value alone, in order.
+fn restore_all(root: &SysRoot, entries: &[&Entry]) -> Vec<Status> {
+    let one =
+        |e: &&Entry| crate::cost::stage("restore", &e.item, || restore_one(root, &e.original));
+    let mut out = Vec::with_capacity(entries.len());
+    for run in entries
+        .chunk_by(|a, b| per_thread_original(&a.original) == per_thread_original(&b.original))
+    {
+        if per_thread_original(&run[0].original) {
+            out.extend(crate::cost::stage(
+                "workers",
+                "thread restores (wall)",
+                || crate::par::map(run, THREADS_PER_WORKER, one),
+            ));
+        } else {
+            out.extend(run.iter().map(one));
+        }
+    }
+    out
+}
+
 /// Like [`restore`], for the recorded originals whose id `pick` accepts; the others stay in the
 /// state files. A daemon given a new policy puts back what the new one no longer covers.
 pub fn restore_where(
@@ -1066,7 +1137,9 @@ pub fn restore_where(
 ) -> Result<Report> {
     let _lock = lock(&files.runtime)?;
     let mut rep = report("restore", None);
-    let mut ledger = Ledger::load(files, root, String::new(), String::new())?;
+    let mut ledger = crate::cost::stage("state", "file read", || {
+        Ledger::load(files, root, String::new(), String::new())
+    })?;
     if ledger.is_empty_on_disk() {
         rep.notes.push(format!(
             "no state file ({}): nothing to restore",
@@ -1087,13 +1160,22 @@ pub fn restore_where(
     }
     let mut keep = Vec::new();
     let mut kept_back = 0usize;
+    // Newest first: a value changed twice goes back to the first original last.
+    let picked: Vec<&Entry> = ledger
+        .state
+        .entries()
+        .iter()
+        .rev()
+        .filter(|e| pick(&e.id))
+        .collect();
+    let mut statuses = restore_all(root, &picked).into_iter();
     for e in ledger.state.entries().iter().rev() {
         if !pick(&e.id) {
             keep.push(e.clone());
             kept_back += 1;
             continue;
         }
-        let status = restore_one(root, &e.original);
+        let status = statuses.next().expect("a status per picked entry");
         if matches!(status, Status::Failed { .. }) {
             keep.push(e.clone());
         }
@@ -1112,7 +1194,7 @@ pub fn restore_where(
     *state.entries_mut() = keep;
     state.unchangeable.retain(|id, _| !pick(id));
     let failed = state.entries().len() - kept_back;
-    ledger.persist()?;
+    crate::cost::stage("state", "file written", || ledger.persist())?;
     if failed > 0 {
         rep.notes.push(format!(
             "{failed} original(s) could not be restored and stay in {}",

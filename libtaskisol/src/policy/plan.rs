@@ -177,29 +177,39 @@ pub fn narrowed(current: &CpuSet, housekeeping: &CpuSet) -> CpuSet {
 
 /// Plan every target of `policy` on the kernel under `root`.
 pub fn plan(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {
+    use crate::cost::stage;
     let c = &policy.config;
     let mut out = Vec::new();
-    plan_sysctls(policy, &mut out)?;
-    plan_kernel_settings(policy, root, &mut out)?;
-    plan_workqueues(policy, root, &mut out)?;
-    plan_power(policy, root, &mut out)?;
+    stage("plan", "sysctl", || plan_sysctls(policy, &mut out))?;
+    stage("plan", "kernel settings", || {
+        plan_kernel_settings(policy, root, &mut out)
+    })?;
+    stage("plan", "workqueues", || {
+        plan_workqueues(policy, root, &mut out)
+    })?;
+    stage("plan", "power", || plan_power(policy, root, &mut out))?;
     if c.irq_affinity {
-        plan_irqs(policy, root, &mut out)?;
+        stage("plan", "irqs", || plan_irqs(policy, root, &mut out))?;
     }
     // One read of every thread for the items that need it (a /proc scan: thousands of files).
     let threads = if c.tasks || !c.kthread_priority.is_empty() || c.cgroup_partition.is_some() {
-        tasks::all_threads(root)?
+        stage("plan", "read every thread", || tasks::all_threads(root))?
     } else {
         Vec::new()
     };
     if c.tasks || !c.kthread_priority.is_empty() {
-        plan_threads(policy, root, &threads, &mut out);
+        stage("plan", "threads", || {
+            plan_threads(policy, root, &threads, &mut out)
+        });
     }
     if let Some(dir) = &c.cgroup_partition {
         // After the tasks: the workloads it moves in keep their CPUs, the rest already left.
-        out.push(plan_partition(policy, root, dir, &threads)?);
+        let p = stage("plan", "partition", || {
+            plan_partition(policy, root, dir, &threads)
+        })?;
+        out.push(p);
     }
-    out.extend(file_targets(policy, root)?);
+    out.extend(stage("plan", "files", || file_targets(policy, root))?);
     Ok(out)
 }
 
