@@ -961,7 +961,7 @@ impl Daemon {
     /// Every thread read from /proc and the thread items applied (start, lost events, no
     /// connector).
     fn full_task_scan(&mut self) {
-        let threads = match tasks::all_threads(&self.root) {
+        let threads = match tasks::all_threads_with(&self.root, tasks::Detail::NoSwitches) {
             Ok(t) => t,
             Err(e) => {
                 self.log.warn(&format!("tasks: {e}"));

@@ -1285,7 +1285,11 @@ fn timings_say_where_each_command_went() {
         })
     };
     assert!(err.starts_with("timings: "), "{err}");
-    assert_eq!(line(&err, "plan read every thread").map(|l| l.1), Some(1), "{err}");
+    assert_eq!(
+        line(&err, "plan read every thread").map(|l| l.1),
+        Some(1),
+        "{err}"
+    );
     assert_eq!(
         line(&err, "change tasks").map(|l| l.1),
         Some(changed_tasks as u64),

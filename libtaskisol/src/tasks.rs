@@ -65,14 +65,88 @@ pub fn pids(root: &SysRoot) -> Result<Vec<i32>> {
     root.read_dir_numbers("/proc")
 }
 
+/// What to read of each thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// Everything: `stat` and `status` (for the context switches) a thread.
+    Full,
+    /// Everything but the context switches ([`Thread::switches`] is 0): what applying and
+    /// checking a policy needs. On the running system, when every possible CPU is online, a
+    /// thread is its `stat` and one `sched_getaffinity` (the kernel's `cpus_mask`, as
+    /// `status` prints it, when no CPU is offline): `status` is the dearest file of a task
+    /// (the kernel takes its memory map's lock to print it), and under emulation it was
+    /// most of the time of an apply. Elsewhere, as [`Detail::Full`].
+    NoSwitches,
+}
+
+/// How a thread's affinity is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Affinity {
+    /// `Cpus_allowed_list` of `status`, with the context switches.
+    Status,
+    /// `sched_getaffinity`, and no `status` at all.
+    Syscall,
+}
+
+impl Detail {
+    fn affinity(self, root: &SysRoot) -> Affinity {
+        if self == Detail::NoSwitches && root.is_host() && every_possible_cpu_online(root) {
+            Affinity::Syscall
+        } else {
+            Affinity::Status
+        }
+    }
+}
+
+/// Whether every possible CPU is online: then `sched_getaffinity` (`cpus_mask` and the
+/// active CPUs) is `cpus_mask`, what `status` shows and what restore must put back.
+fn every_possible_cpu_online(root: &SysRoot) -> bool {
+    let read = |p| {
+        root.read_value(p)
+            .ok()
+            .and_then(|v| CpuSet::parse_list(&v).ok())
+    };
+    match (
+        read("/sys/devices/system/cpu/possible"),
+        read("/sys/devices/system/cpu/online"),
+    ) {
+        (Some(possible), Some(online)) => possible == online,
+        _ => false,
+    }
+}
+
 /// Read thread `tid` of process `pid`. `Ok(None)` when it exited meanwhile.
 pub fn read_thread(root: &SysRoot, pid: i32, tid: i32) -> Result<Option<Thread>> {
+    read_thread_as(root, pid, tid, Affinity::Status)
+}
+
+fn read_thread_as(root: &SysRoot, pid: i32, tid: i32, how: Affinity) -> Result<Option<Thread>> {
     let dir = format!("/proc/{pid}/task/{tid}");
     let stat = match TaskStat::read_path(root, &format!("{dir}/stat")) {
         Ok(s) => s,
         Err(e) if gone(&e) => return Ok(None),
         Err(e) => return Err(e),
     };
+    if how == Affinity::Syscall {
+        let affinity = match crate::sched::get_affinity(tid) {
+            Ok(a) => a,
+            Err(e) if gone(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        return Ok(Some(Thread {
+            pid,
+            tid,
+            comm: stat.comm,
+            flags: stat.flags,
+            starttime: stat.starttime,
+            affinity,
+            policy: stat.policy,
+            rt_priority: stat.rt_priority,
+            processor: stat.processor,
+            cpu_ticks: stat.cpu_ticks,
+            switches: 0,
+        }));
+    }
     let status_path = format!("{dir}/status");
     let status = match root.read_to_string(&status_path) {
         Ok(s) => s,
@@ -114,6 +188,10 @@ pub fn read_thread(root: &SysRoot, pid: i32, tid: i32) -> Result<Option<Thread>>
 
 /// Every thread of process `pid`; empty when the process exited meanwhile.
 pub fn threads_of(root: &SysRoot, pid: i32) -> Result<Vec<Thread>> {
+    threads_of_as(root, pid, Affinity::Status)
+}
+
+fn threads_of_as(root: &SysRoot, pid: i32, how: Affinity) -> Result<Vec<Thread>> {
     let tids = match procfs::thread_ids(root, pid) {
         Ok(t) => t,
         Err(e) if gone(&e) => return Ok(Vec::new()),
@@ -121,7 +199,7 @@ pub fn threads_of(root: &SysRoot, pid: i32) -> Result<Vec<Thread>> {
     };
     let mut out = Vec::with_capacity(tids.len());
     for tid in tids {
-        if let Some(t) = read_thread(root, pid, tid)? {
+        if let Some(t) = read_thread_as(root, pid, tid, how)? {
             out.push(t);
         }
     }
@@ -131,10 +209,16 @@ pub fn threads_of(root: &SysRoot, pid: i32) -> Result<Vec<Thread>> {
 /// Every thread of every process, in the order of the process ids. On a host with thousands
 /// of processes the reads are spread over this process's CPUs ([`crate::par`]).
 pub fn all_threads(root: &SysRoot) -> Result<Vec<Thread>> {
+    all_threads_with(root, Detail::Full)
+}
+
+/// Every thread of every process, read in `detail`, in the order of the process ids.
+pub fn all_threads_with(root: &SysRoot, detail: Detail) -> Result<Vec<Thread>> {
+    let how = detail.affinity(root);
     let pids = pids(root)?;
     let mut out = Vec::new();
     let read = crate::cost::stage("workers", "thread reads (wall)", || {
-        crate::par::map(&pids, 500, |pid| threads_of(root, *pid))
+        crate::par::map(&pids, 500, |pid| threads_of_as(root, *pid, how))
     });
     for threads in read {
         out.extend(threads?);
@@ -228,6 +312,75 @@ mod tests {
         assert!(!is_same_thread(&root, me, me, main.starttime + 1).unwrap());
         assert!(pids(&root).unwrap().contains(&me));
         handle.join().unwrap();
+    }
+
+    /// Without the context switches, the running system's threads come from stat and
+    /// sched_getaffinity: the same threads, the same affinities as status gives (every CPU
+    /// of this machine is online), switches 0. A tree has no system call: status, as Full.
+    #[test]
+    fn no_switches_reads_the_same_threads_with_one_file_less() {
+        let root = SysRoot::host();
+        let me = std::process::id() as i32;
+        assert!(
+            every_possible_cpu_online(&root),
+            "a test machine with an offline CPU"
+        );
+        assert_eq!(Detail::NoSwitches.affinity(&root), Affinity::Syscall);
+        assert_eq!(Detail::Full.affinity(&root), Affinity::Status);
+        // This test's own thread: the other tests' threads come and go meanwhile.
+        let tid = nix::unistd::gettid().as_raw();
+        std::thread::sleep(std::time::Duration::from_millis(2)); // a context switch
+        let f = read_thread_as(&root, me, tid, Affinity::Status)
+            .unwrap()
+            .unwrap();
+        let b = read_thread_as(&root, me, tid, Affinity::Syscall)
+            .unwrap()
+            .unwrap();
+        assert_eq!(b.switches, 0);
+        assert!(f.switches > 0, "{f:?}");
+        let same = Thread {
+            switches: 0,
+            cpu_ticks: b.cpu_ticks,
+            processor: b.processor,
+            ..f.clone()
+        };
+        assert_eq!(same, b);
+        let mine = |v: Vec<Thread>| v.into_iter().filter(|t| t.pid == me).count();
+        assert!(mine(all_threads_with(&root, Detail::NoSwitches).unwrap()) >= 1);
+
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let tree = SysRoot::new(d);
+        put(d, "proc/7/task/7/stat", STAT);
+        put(
+            d,
+            "proc/7/task/7/status",
+            "Cpus_allowed_list:\t0-3\nvoluntary_ctxt_switches:\t5\n",
+        );
+        put(d, "sys/devices/system/cpu/possible", "0-3\n");
+        put(d, "sys/devices/system/cpu/online", "0-3\n");
+        assert_eq!(Detail::NoSwitches.affinity(&tree), Affinity::Status);
+        let t = all_threads_with(&tree, Detail::NoSwitches).unwrap();
+        assert_eq!(
+            (t[0].affinity.to_string(), t[0].switches),
+            ("0-3".into(), 5)
+        );
+    }
+
+    /// With a CPU offline, sched_getaffinity leaves it out of the mask; the original must
+    /// keep it (restore puts back what status shows): status then.
+    #[test]
+    fn an_offline_cpu_means_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let tree = SysRoot::new(d);
+        put(d, "sys/devices/system/cpu/possible", "0-3\n");
+        put(d, "sys/devices/system/cpu/online", "0-2\n");
+        assert!(!every_possible_cpu_online(&tree));
+        put(d, "sys/devices/system/cpu/online", "0-3\n");
+        assert!(every_possible_cpu_online(&tree));
+        std::fs::remove_file(d.join("sys/devices/system/cpu/possible")).unwrap();
+        assert!(!every_possible_cpu_online(&tree), "unknown is not online");
     }
 
     #[test]

@@ -193,7 +193,9 @@ pub fn plan(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {
     }
     // One read of every thread for the items that need it (a /proc scan: thousands of files).
     let threads = if c.tasks || !c.kthread_priority.is_empty() || c.cgroup_partition.is_some() {
-        stage("plan", "read every thread", || tasks::all_threads(root))?
+        stage("plan", "read every thread", || {
+            tasks::all_threads_with(root, tasks::Detail::NoSwitches)
+        })?
     } else {
         Vec::new()
     };
