@@ -190,6 +190,8 @@ pub struct TaskStat {
     pub rt_priority: u32,
     /// Scheduling policy (field 41): 0 OTHER, 1 FIFO, 2 RR, 3 BATCH, 5 IDLE, 6 DEADLINE.
     pub policy: u32,
+    /// Threads of its process (field 20), in any thread's stat.
+    pub num_threads: i64,
 }
 
 /// `PF_KTHREAD`: the task is a kernel thread.
@@ -217,6 +219,7 @@ impl TaskStat {
             processor: st.processor.ok_or_else(|| missing("processor"))? as u32,
             rt_priority: st.rt_priority.ok_or_else(|| missing("rt_priority"))?,
             policy: st.policy.ok_or_else(|| missing("policy"))?,
+            num_threads: st.num_threads,
         })
     }
 

@@ -121,6 +121,16 @@ pub fn read_thread(root: &SysRoot, pid: i32, tid: i32) -> Result<Option<Thread>>
 }
 
 fn read_thread_as(root: &SysRoot, pid: i32, tid: i32, how: Affinity) -> Result<Option<Thread>> {
+    Ok(read_counted(root, pid, tid, how)?.map(|(t, _)| t))
+}
+
+/// [`read_thread_as`] with the number of threads of the process (stat's field 20).
+fn read_counted(
+    root: &SysRoot,
+    pid: i32,
+    tid: i32,
+    how: Affinity,
+) -> Result<Option<(Thread, i64)>> {
     let dir = format!("/proc/{pid}/task/{tid}");
     let stat = match TaskStat::read_path(root, &format!("{dir}/stat")) {
         Ok(s) => s,
@@ -133,19 +143,23 @@ fn read_thread_as(root: &SysRoot, pid: i32, tid: i32, how: Affinity) -> Result<O
             Err(e) if gone(&e) => return Ok(None),
             Err(e) => return Err(e),
         };
-        return Ok(Some(Thread {
-            pid,
-            tid,
-            comm: stat.comm,
-            flags: stat.flags,
-            starttime: stat.starttime,
-            affinity,
-            policy: stat.policy,
-            rt_priority: stat.rt_priority,
-            processor: stat.processor,
-            cpu_ticks: stat.cpu_ticks,
-            switches: 0,
-        }));
+        let n = stat.num_threads;
+        return Ok(Some((
+            Thread {
+                pid,
+                tid,
+                comm: stat.comm,
+                flags: stat.flags,
+                starttime: stat.starttime,
+                affinity,
+                policy: stat.policy,
+                rt_priority: stat.rt_priority,
+                processor: stat.processor,
+                cpu_ticks: stat.cpu_ticks,
+                switches: 0,
+            },
+            n,
+        )));
     }
     let status_path = format!("{dir}/status");
     let status = match root.read_to_string(&status_path) {
@@ -171,19 +185,23 @@ fn read_thread_as(root: &SysRoot, pid: i32, tid: i32, how: Affinity) -> Result<O
         .iter()
         .filter_map(|v| v.and_then(|v| v.parse::<u64>().ok()))
         .sum();
-    Ok(Some(Thread {
-        pid,
-        tid,
-        comm: stat.comm,
-        flags: stat.flags,
-        starttime: stat.starttime,
-        affinity,
-        policy: stat.policy,
-        rt_priority: stat.rt_priority,
-        processor: stat.processor,
-        cpu_ticks: stat.cpu_ticks,
-        switches,
-    }))
+    let n = stat.num_threads;
+    Ok(Some((
+        Thread {
+            pid,
+            tid,
+            comm: stat.comm,
+            flags: stat.flags,
+            starttime: stat.starttime,
+            affinity,
+            policy: stat.policy,
+            rt_priority: stat.rt_priority,
+            processor: stat.processor,
+            cpu_ticks: stat.cpu_ticks,
+            switches,
+        },
+        n,
+    )))
 }
 
 /// Every thread of process `pid`; empty when the process exited meanwhile.
@@ -192,6 +210,18 @@ pub fn threads_of(root: &SysRoot, pid: i32) -> Result<Vec<Thread>> {
 }
 
 fn threads_of_as(root: &SysRoot, pid: i32, how: Affinity) -> Result<Vec<Thread>> {
+    // On the running system the leader's stat says how many threads the process has: most
+    // have one, and listing its task directory costs as much as reading a file (in a TCG
+    // guest a quarter of an apply). The leader's directory lives as long as the process, a
+    // zombie's too. A tree's stat files need not count right: always listed there.
+    let mut leader = None;
+    if root.is_host() {
+        match read_counted(root, pid, pid, how)? {
+            None => return Ok(Vec::new()),
+            Some((t, 1)) => return Ok(vec![t]),
+            Some((t, _)) => leader = Some(t),
+        }
+    }
     let tids = match procfs::thread_ids(root, pid) {
         Ok(t) => t,
         Err(e) if gone(&e) => return Ok(Vec::new()),
@@ -199,6 +229,12 @@ fn threads_of_as(root: &SysRoot, pid: i32, how: Affinity) -> Result<Vec<Thread>>
     };
     let mut out = Vec::with_capacity(tids.len());
     for tid in tids {
+        if tid == pid {
+            if let Some(t) = leader.take() {
+                out.push(t);
+                continue;
+            }
+        }
         if let Some(t) = read_thread_as(root, pid, tid, how)? {
             out.push(t);
         }
@@ -311,7 +347,18 @@ mod tests {
         assert!(is_same_thread(&root, me, me, main.starttime).unwrap());
         assert!(!is_same_thread(&root, me, me, main.starttime + 1).unwrap());
         assert!(pids(&root).unwrap().contains(&me));
+        // Every thread the task directory lists (the leader's count said more than one).
+        let listed = procfs::thread_ids(&root, me).unwrap();
+        assert!(threads.iter().all(|t| listed.contains(&t.tid)));
         handle.join().unwrap();
+        // A process of one thread: the leader alone (its count said so; nothing listed).
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let pid = child.id() as i32;
+        let one = threads_of(&root, pid).unwrap();
+        assert_eq!(one.iter().map(|t| t.tid).collect::<Vec<_>>(), [pid]);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(threads_of(&root, pid).unwrap().is_empty(), "reaped: gone");
     }
 
     /// Without the context switches, the running system's threads come from stat and

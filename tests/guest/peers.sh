@@ -44,16 +44,6 @@ ms_since() {
     echo $(((_now - $1) / 1000000))
 }
 
-# peak_rss CMD...: runs CMD under busybox time -v; prints its maximum resident set in kB.
-# busybox converts ru_maxrss as if it counted pages (it is in kB already): divided back here.
-peak_rss() {
-    time -v -o /tmp/time.out "$@" >/tmp/cmd.out 2>&1
-    _rc=$?
-    _pages=$(sed -n 's/.*Maximum resident set size (kbytes): *//p' /tmp/time.out)
-    echo $((_pages * 1024 / $(getconf PAGESIZE)))
-    return $_rc
-}
-
 # daemon_rss UNIT: the resident memory of UNIT's main process, kB.
 daemon_rss() {
     sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\).*/\1/p' /proc/"$(systemctl show -p MainPID --value "$1")"/status
@@ -68,14 +58,18 @@ timed() {
     echo "apply_rc=$_rc"
 }
 
-# timed_peak LABEL CMD...: CMD timed, with its peak resident memory.
+# timed_peak LABEL CMD...: CMD timed, with its peak resident memory from busybox time -v (read
+# after the time is taken: each command run in a TCG guest costs a tenth of a second or more).
+# busybox converts ru_maxrss as if it counted pages (it is in kB already): divided back here.
 timed_peak() {
     _label=$1
     shift
     _t=$(now_ns)
-    _kb=$(peak_rss "$@")
+    time -v -o /tmp/time.out "$@" >/tmp/cmd.out 2>&1
     _rc=$?
     echo "apply_ms=$(ms_since "$_t")"
+    _pages=$(sed -n 's/.*Maximum resident set size (kbytes): *//p' /tmp/time.out)
+    _kb=$((_pages * 1024 / $(getconf PAGESIZE)))
     echo "apply_rc=$_rc"
     echo "rss_kb=$_kb"
     echo "rss_of=$_label (peak)"
@@ -103,7 +97,13 @@ tool_apply() {
         echo "rss_of=isold run daemon (VmRSS)"
         ;;
     # --timings: where apply's time went (stage and item, system calls), after the report.
-    isold) timed_peak "isold apply" isold --config "$PEERS_CFG" apply --timings ;;
+    isold)
+        # Start-up alone (exec, dynamic linking, page faults of the binary): in every apply.
+        _t=$(now_ns)
+        isold --version >/dev/null
+        echo "startup_ms=$(ms_since "$_t")"
+        timed_peak "isold apply" isold --config "$PEERS_CFG" apply --timings
+        ;;
     esac
     sed '/^timings:/,$d' /tmp/cmd.out | tail -n 3 | sed 's/^/  /'
     sed -n '/^timings:/,$p' /tmp/cmd.out | sed 's/^/  /'
