@@ -32,8 +32,10 @@ use std::fs;
 use std::io::Write;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use libtaskisol::audit::Scope;
 use libtaskisol::events::{ProcEvent, ProcEvents, Stamped, Uevents};
 use libtaskisol::policy::config::{glob_match, Config, OnStop};
 use libtaskisol::policy::fastpath::{Fix, TaskFixer};
@@ -322,11 +324,7 @@ impl Scanner {
                 // want the same CPU, and so does everything else (nice 19: at nice 0 the
                 // check, a few milliseconds under QEMU's emulation, cost the exec'd tasks of
                 // the service test a third of their reactions within 20 ms).
-                // SAFETY: setpriority on this thread's own id; lowering priority needs no
-                // privilege.
-                unsafe {
-                    libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
-                }
+                nice_this_thread();
                 let scan = scan_policy(&policy);
                 // One read per watched value each check; a drifted value's target applied
                 // alone; the full compare only when the set of IRQs changed, after a uevent,
@@ -449,6 +447,15 @@ impl Scanner {
     }
 }
 
+/// Nice 19 for the calling thread: background work (the scan, the metrics) never delays the
+/// main thread's answer to a process event.
+fn nice_this_thread() {
+    // SAFETY: setpriority on this thread's own id; lowering priority needs no privilege.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
+    }
+}
+
 /// Give the heap freed after a pass over every thread back to the system, the cached copy of
 /// the state file first. glibc keeps freed heap otherwise, and on a machine with tens of
 /// thousands of threads the daemon's resident memory would stay near the peak of its first
@@ -518,6 +525,9 @@ struct Daemon {
     /// many were measured in all.
     reactions: std::collections::VecDeque<u64>,
     reactions_count: u64,
+    /// `[metrics]`: what is published, with the scope its health samples use (renewed on a
+    /// reload).
+    metrics: Option<(Arc<crate::metrics::Metrics>, Arc<Mutex<Scope>>)>,
 }
 
 fn secs(s: f64) -> Duration {
@@ -586,6 +596,9 @@ impl Daemon {
                 continue;
             }
             n += 1;
+            if let Some((m, _)) = &self.metrics {
+                m.corrected(&o.item, (o.item != "tasks").then_some(o.id.as_str()));
+            }
             self.corrected(&o.item, &o.label, &o.status.to_string());
         }
         for note in &rep.notes {
@@ -701,6 +714,9 @@ impl Daemon {
                         (thread_cpu_ns().saturating_sub(cpu)) as f64 / 1e6
                     ));
                 }
+                if let Some((m, _)) = &self.metrics {
+                    m.corrected("tasks", None);
+                }
                 self.corrected("tasks", &label, &format!("changed: {from} -> {to}"));
                 false
             }
@@ -766,8 +782,11 @@ impl Daemon {
         if self.reactions.len() == REACTIONS_KEPT {
             self.reactions.pop_front();
         }
-        self.reactions
-            .push_back(monotonic_ns().saturating_sub(at_ns));
+        let ns = monotonic_ns().saturating_sub(at_ns);
+        self.reactions.push_back(ns);
+        if let Some((m, _)) = &self.metrics {
+            m.task_reaction(ns as f64 / 1e9);
+        }
         self.reactions_count += 1;
     }
 
@@ -1160,7 +1179,17 @@ impl Daemon {
             }
             Err(e) => self.log.warn(&format!("reload: restore: {e}")),
         }
+        if self.policy.config.metrics != new.config.metrics {
+            self.log.info(
+                "reload: [metrics] changed: the listener and the textfile change at the next restart",
+            );
+        }
         self.policy = new;
+        if let Some((m, scope)) = &self.metrics {
+            m.policy(&self.policy);
+            *scope.lock().unwrap_or_else(|e| e.into_inner()) =
+                crate::metrics::scope_of(&self.policy);
+        }
         self.last_word.clear();
         self.settled.clear();
         match engine::apply(&self.root, &self.policy, &self.files) {
@@ -1184,9 +1213,84 @@ impl Daemon {
     }
 
     /// The status's contested values: the scan thread's and the partition's.
+    /// Whether the policy holds, for the metrics: the last check's word, and nothing
+    /// contested.
+    fn holds(&self, checked_ok: bool) {
+        if let Some((m, _)) = &self.metrics {
+            m.holds(checked_ok && self.status.contested.is_empty());
+        }
+    }
+
+    /// `[metrics]`: the listener and the health sampler started (each on a thread of its
+    /// own, niced: they must never delay a correction), or said why not. A listener that
+    /// cannot bind is a warning: isolation does not wait for metrics.
+    fn start_metrics(&mut self) {
+        let Some(cfg) = self.policy.config.metrics.clone() else {
+            return;
+        };
+        let metrics = Arc::new(crate::metrics::Metrics::new(&self.policy));
+        metrics.holds(self.status.contested.is_empty());
+        let scope = Arc::new(Mutex::new(crate::metrics::scope_of(&self.policy)));
+        match crate::metrics::listen(&cfg) {
+            None => {}
+            Some(Ok(l)) => {
+                let m = metrics.clone();
+                let spawned =
+                    std::thread::Builder::new()
+                        .name("isold-http".into())
+                        .spawn(move || {
+                            nice_this_thread();
+                            crate::metrics::serve(l, m)
+                        });
+                match spawned {
+                    Ok(_) => self.log.info(&format!(
+                        "metrics on http://{}/metrics",
+                        cfg.listen.expect("listening")
+                    )),
+                    Err(e) => self.log.warn(&format!("metrics listener: {e}")),
+                }
+            }
+            Some(Err(e)) => self.log.warn(&format!(
+                "cannot listen on {} for metrics: {e}",
+                cfg.listen.expect("asked")
+            )),
+        }
+        let (m, sc, root, log) = (metrics.clone(), scope.clone(), self.root.clone(), self.log);
+        let spawned = std::thread::Builder::new()
+            .name("isold-health".into())
+            .spawn(move || {
+                nice_this_thread();
+                let mut failing = false;
+                loop {
+                    let scope = sc.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    match m.sample(&root, &scope) {
+                        Ok(()) => failing = false,
+                        Err(e) if !failing => {
+                            failing = true;
+                            log.warn(&format!("health sample: {e}"));
+                        }
+                        Err(_) => {}
+                    }
+                    if let Some(path) = &cfg.textfile {
+                        if let Err(e) = crate::metrics::write_textfile(path, &m) {
+                            log.warn(&format!("cannot write {}: {e}", path.display()));
+                        }
+                    }
+                    std::thread::sleep(cfg.interval);
+                }
+            });
+        if let Err(e) = spawned {
+            self.log.warn(&format!("metrics sampler: {e}"));
+        }
+        self.metrics = Some((metrics, scope));
+    }
+
     fn refresh_contested(&mut self) {
         let mut all = self.scan_contested.clone();
         all.extend(self.partition_contests.list());
+        if let Some((m, _)) = &self.metrics {
+            m.contested(all.len());
+        }
         if all != self.status.contested {
             self.status.contested = all;
             self.dirty = true;
@@ -1275,6 +1379,7 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
         return code;
     }
     d.ready();
+    d.start_metrics();
     let timers = Timers::new(args);
     match d.scanner(timers.interval) {
         Some(scanner) => serve(d, &signals, scanner, timers),
@@ -1365,6 +1470,7 @@ impl Daemon {
             tasks_last: String::new(),
             reactions: std::collections::VecDeque::with_capacity(REACTIONS_KEPT),
             reactions_count: 0,
+            metrics: None,
         };
         d.fill_status_policy();
         d
@@ -1708,8 +1814,12 @@ impl Daemon {
             match msg {
                 ScanMsg::Report(rep) => {
                     self.take_report(&rep, false);
+                    self.holds(rep.problems().count() == 0);
                 }
-                ScanMsg::Failed(e) => self.log.warn(&format!("scan: {e}")),
+                ScanMsg::Failed(e) => {
+                    self.holds(false);
+                    self.log.warn(&format!("scan: {e}"))
+                }
                 ScanMsg::Contest(change) => self.contest_changed(&change),
                 ScanMsg::Contested(list) => {
                     self.scan_contested = list;

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod contest;
 pub mod daemon;
 pub mod lifecycle;
+pub mod metrics;
 
 use std::io::Write;
 

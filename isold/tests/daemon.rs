@@ -532,3 +532,189 @@ fn a_value_changed_back_again_and_again_is_contested_not_fought() {
         "{log}"
     );
 }
+
+/// The samples of a text-format exposition: (name, labels, value).
+fn samples(text: &str) -> Vec<(String, std::collections::BTreeMap<String, String>, f64)> {
+    let mut out = Vec::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (series, value) = line.rsplit_once(' ').expect("a value");
+        let (name, labels) = match series.split_once('{') {
+            Some((n, rest)) => (n, rest.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        let labels = labels
+            .split("\",")
+            .filter(|l| !l.is_empty())
+            .map(|l| {
+                let (k, v) = l.split_once("=\"").expect("label=\"value\"");
+                (k.to_string(), v.trim_end_matches('"').to_string())
+            })
+            .collect();
+        out.push((name.to_string(), labels, value.parse().expect("a number")));
+    }
+    out
+}
+
+/// The value of the series `name` with (at least) these labels.
+fn value(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    samples(text).into_iter().find_map(|(n, l, v)| {
+        (n == name
+            && labels
+                .iter()
+                .all(|(k, want)| l.get(*k).map(String::as_str) == Some(want)))
+        .then_some(v)
+    })
+}
+
+fn http(port: u16, request: &str) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    c.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// `[metrics]`: the textfile and the loopback listener publish the same metrics; the
+/// isolated CPUs' interrupt and softirq counters equal the kernel's and follow them, the
+/// housekeeping CPUs have none; a drift repair is counted by item and value.
+#[test]
+fn metrics_follow_the_kernels_counters_and_count_repairs() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let prom = dir.path().join("isold.prom");
+    let t = tree(&format!(
+        "isolated_cpus = \"2-3\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\ntextfile = \"{}\"\ninterval = 1\n",
+        prom.display()
+    ));
+    write(
+        &t,
+        "/proc/softirqs",
+        "                    CPU0       CPU1       CPU2       CPU3\n          HI:          0          0          0          0\n       TIMER:         10         11         12         13\n",
+    );
+    let c = start(&t, &[]);
+    let text = || std::fs::read_to_string(&prom).unwrap_or_default();
+    eventually("the textfile", || {
+        text().contains("isold_cpu_interrupts_total")
+    });
+    let s = text();
+    assert_eq!(
+        value(
+            &s,
+            "isold_cpu_interrupts_total",
+            &[("cpu", "2"), ("source", "LOC")]
+        ),
+        Some(790.0),
+        "{s}"
+    );
+    assert_eq!(
+        value(
+            &s,
+            "isold_cpu_interrupts_total",
+            &[("cpu", "3"), ("source", "i8042")]
+        ),
+        Some(9.0),
+        "{s}"
+    );
+    assert_eq!(
+        value(
+            &s,
+            "isold_cpu_softirqs_total",
+            &[("cpu", "2"), ("kind", "TIMER")]
+        ),
+        Some(12.0),
+        "{s}"
+    );
+    assert_eq!(
+        value(&s, "isold_cpu_softirqs_total", &[("kind", "HI")]),
+        None,
+        "no series for a zero count: {s}"
+    );
+    assert!(
+        samples(&s).iter().all(
+            |(n, l, _)| !n.starts_with("isold_cpu_") || ["2", "3"].contains(&l["cpu"].as_str())
+        ),
+        "isolated CPUs only: {s}"
+    );
+    assert_eq!(
+        value(
+            &s,
+            "isold_info",
+            &[("isolated", "2-3"), ("preset", "realtime-virtual-host")]
+        ),
+        Some(1.0),
+        "{s}"
+    );
+    assert_eq!(value(&s, "isold_policy_holds", &[]), Some(1.0), "{s}");
+
+    // The kernel counts 100 more local timer interrupts on CPU 2.
+    let irqs = read(&t, "/proc/interrupts").replace(
+        "LOC:        980       1001        790",
+        "LOC:        980       1001        890",
+    );
+    write(&t, "/proc/interrupts", &irqs);
+    eventually("the counter follows", || {
+        value(
+            &text(),
+            "isold_cpu_interrupts_total",
+            &[("cpu", "2"), ("source", "LOC")],
+        ) == Some(890.0)
+    });
+    assert!(value(&text(), "isold_cpu_tick_rate_hertz", &[("cpu", "2")]).is_some_and(|r| r > 0.0));
+
+    // ksoftirqd/2 (a kernel thread, never the workload) switched 40 more times on CPU 2.
+    let st = read(&t, "/proc/43/task/43/status").replace(
+        "voluntary_ctxt_switches:\t2461",
+        "voluntary_ctxt_switches:\t2501",
+    );
+    write(&t, "/proc/43/task/43/status", &st);
+    eventually("foreign switches counted", || {
+        value(
+            &text(),
+            "isold_cpu_foreign_context_switches_total",
+            &[("cpu", "2")],
+        ) == Some(40.0)
+    });
+
+    write(&t, STAT_INTERVAL, "1\n");
+    eventually("the repair counted", || {
+        let s = text();
+        value(&s, "isold_corrections_total", &[("kind", "sysctl")]) == Some(1.0)
+            && value(
+                &s,
+                "isold_drift_repairs_total",
+                &[("item", "sysctl"), ("value", "sysctl:vm.stat_interval")],
+            ) == Some(1.0)
+    });
+
+    let got = http(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+    assert!(
+        got.contains("Content-Type: text/plain; version=0.0.4"),
+        "{got}"
+    );
+    let body = got.split_once("\r\n\r\n").unwrap().1;
+    assert_eq!(
+        value(body, "isold_corrections_total", &[("kind", "sysctl")]),
+        Some(1.0),
+        "{body}"
+    );
+    assert!(http(port, "GET / HTTP/1.1\r\n\r\n").starts_with("HTTP/1.1 404"));
+    assert!(
+        http(port, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+            .starts_with("HTTP/1.1 405")
+    );
+    let (code, log) = stop(c);
+    assert_eq!(code, 0, "{log}");
+    assert!(
+        log.contains(&format!("metrics on http://127.0.0.1:{port}/metrics")),
+        "{log}"
+    );
+}

@@ -87,3 +87,57 @@ fn the_example_configuration_is_valid() {
     let c = libtaskisol::policy::config::Config::load(path).unwrap();
     assert_eq!(c.preset.name(), "realtime-virtual-host");
 }
+
+#[test]
+fn man_page_lists_every_metric_and_no_other() {
+    let page = man("isold.8");
+    let listed: BTreeSet<String> = tagged(section(&page, "METRICS"))
+        .into_iter()
+        .filter(|w| w.starts_with("isold_"))
+        .collect();
+    let code: BTreeSet<String> = isold::metrics::NAMES
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(
+        listed, code,
+        "metrics of man/isold.8 vs isold::metrics::NAMES"
+    );
+    // And NAMES is what the daemon registers: every name appears in an encoding.
+    let policy = libtaskisol::policy::Policy::resolve(
+        libtaskisol::policy::config::Config::parse(
+            "isolated_cpus = \"2-3\"\n",
+            std::path::Path::new("isold.toml"),
+        )
+        .unwrap(),
+        &libtaskisol::SysRoot::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/debian-6.12-rt-isold"
+        )),
+    )
+    .unwrap();
+    let m = isold::metrics::Metrics::new(&policy);
+    m.corrected("sysctl", Some("sysctl:vm.stat_interval"));
+    m.task_reaction(0.01);
+    let text = String::from_utf8(m.encode()).unwrap();
+    let encoded: BTreeSet<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .collect();
+    let code_registered: BTreeSet<String> = encoded.intersection(&code).cloned().collect();
+    // Vectors without a series yet are not encoded: those of the health samples.
+    let sampled = [
+        "isold_cpu_interrupts_total",
+        "isold_cpu_softirqs_total",
+        "isold_cpu_foreign_context_switches_total",
+        "isold_cpu_tick_rate_hertz",
+    ];
+    let want: BTreeSet<String> = code
+        .iter()
+        .filter(|n| !sampled.contains(&n.as_str()))
+        .cloned()
+        .collect();
+    assert_eq!(code_registered, want, "{text}");
+    assert_eq!(encoded.difference(&code).count(), 0, "{text}");
+}

@@ -439,15 +439,19 @@ pub fn audit(
     })
 }
 
-/// Which threads are workloads: inside the audited CPUs, or allow-listed by name or cgroup.
-struct Workloads<'a> {
+/// Which threads are workloads (meant to run on the audited CPUs): user threads inside
+/// them, or allow-listed by name or cgroup; kernel threads never are. `isold run`'s metrics
+/// tell the context switches of the rest apart with it.
+#[derive(Debug)]
+pub struct Workloads<'a> {
     scope: &'a Scope,
     cgroups: std::cell::RefCell<HashMap<i32, Option<String>>>,
     root: &'a SysRoot,
 }
 
 impl<'a> Workloads<'a> {
-    fn new(root: &'a SysRoot, scope: &'a Scope) -> Self {
+    /// The workloads of `scope`, cgroups read under `root` when asked.
+    pub fn new(root: &'a SysRoot, scope: &'a Scope) -> Self {
         Workloads {
             scope,
             cgroups: Default::default(),
@@ -455,7 +459,8 @@ impl<'a> Workloads<'a> {
         }
     }
 
-    fn is(&self, t: &Thread) -> bool {
+    /// Whether `t` is a workload.
+    pub fn is(&self, t: &Thread) -> bool {
         if t.is_kthread() {
             return false;
         }

@@ -94,6 +94,7 @@ const TOP_KEYS: &[&str] = &[
     "kthread_priority",
     "kvm",
     "irqs",
+    "metrics",
 ];
 const TASK_KEYS: &[&str] = &["allow_comm", "allow_cgroup"];
 const IRQ_KEYS: &[&str] = &["allow"];
@@ -215,6 +216,87 @@ pub struct Config {
     pub cgroup_partition: Option<String>,
     /// systemd CPUAffinity drop-in.
     pub systemd_cpuaffinity: bool,
+    /// `[metrics]`: what `isold run` publishes; `None` without the table.
+    pub metrics: Option<MetricsConfig>,
+}
+
+/// `[metrics]` of the configuration: where `isold run` publishes its metrics (Prometheus's
+/// text format), and how often it samples the isolated CPUs' health.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// `listen`: the loopback address of the HTTP listener that serves `/metrics`.
+    pub listen: Option<std::net::SocketAddr>,
+    /// `textfile`: a `.prom` file for node_exporter's textfile collector, replaced by rename.
+    pub textfile: Option<PathBuf>,
+    /// `interval`: time between two health samples (and textfile writes).
+    pub interval: std::time::Duration,
+}
+
+/// The default `[metrics] interval`.
+pub const METRICS_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+const METRICS_KEYS: &[&str] = &["listen", "textfile", "interval"];
+
+impl MetricsConfig {
+    /// One `key = value` of the table.
+    fn set(&mut self, key: &str, v: &Value) -> Result<(), String> {
+        match key {
+            "listen" => {
+                let Value::String(s) = v else {
+                    return Err("metrics.listen must be a string (\"127.0.0.1:9645\")".into());
+                };
+                let addr: std::net::SocketAddr = s.value().trim().parse().map_err(|_| {
+                    format!(
+                        "metrics.listen: {:?} is not an address and port (\"127.0.0.1:9645\")",
+                        s.value()
+                    )
+                })?;
+                if !addr.ip().is_loopback() {
+                    return Err(format!(
+                        "metrics.listen: {addr} is not a loopback address: the listener has no authentication (put a proxy in front of it, or use textfile)"
+                    ));
+                }
+                if addr.port() == 0 {
+                    return Err("metrics.listen: give a port (0 picks a random one)".into());
+                }
+                self.listen = Some(addr);
+            }
+            "textfile" => {
+                let Value::String(s) = v else {
+                    return Err("metrics.textfile must be a string (a path)".into());
+                };
+                let p = Path::new(s.value());
+                if !p.is_absolute() || p.file_name().is_none() {
+                    return Err(format!(
+                        "metrics.textfile: {:?} is not an absolute file path",
+                        s.value()
+                    ));
+                }
+                if p.extension().and_then(|e| e.to_str()) != Some("prom") {
+                    return Err(format!(
+                        "metrics.textfile: {:?} does not end in .prom (node_exporter's textfile collector reads only those)",
+                        s.value()
+                    ));
+                }
+                self.textfile = Some(p.into());
+            }
+            "interval" => {
+                let secs = match v {
+                    Value::Integer(n) => *n.value() as f64,
+                    Value::Float(f) => *f.value(),
+                    _ => return Err("metrics.interval must be a number of seconds".into()),
+                };
+                if !(1.0..=3600.0).contains(&secs) {
+                    return Err(format!(
+                        "metrics.interval: {secs} is not a number of seconds from 1 to 3600"
+                    ));
+                }
+                self.interval = std::time::Duration::from_secs_f64(secs);
+            }
+            _ => return Err(unknown("key", key, METRICS_KEYS)),
+        }
+        Ok(())
+    }
 }
 
 fn line_of(text: &str, span: Option<std::ops::Range<usize>>) -> Option<usize> {
@@ -311,6 +393,7 @@ impl Config {
             printk: None,
             cgroup_partition: None,
             systemd_cpuaffinity: false,
+            metrics: None,
         };
         for s in preset::settings(preset) {
             let r = match s.key.split_once(':') {
@@ -709,6 +792,23 @@ impl Config {
                 Ok(())
             })?;
         }
+        if let Some(t) = table("metrics")? {
+            let mut m = MetricsConfig {
+                listen: None,
+                textfile: None,
+                interval: METRICS_INTERVAL,
+            };
+            walk(t, "metrics", &mut |k, v| m.set(k, v))?;
+            if m.listen.is_none() && m.textfile.is_none() {
+                let span = top.get("metrics").and_then(|i| i.span());
+                return Err(err(
+                    span,
+                    "[metrics] publishes nothing: give listen (\"127.0.0.1:9645\"), textfile, or both"
+                        .into(),
+                ));
+            }
+            c.metrics = Some(m);
+        }
         Ok(c)
     }
 
@@ -1044,6 +1144,72 @@ mod tests {
             !c.sysctl_lines.contains_key("vm.dirty_ratio"),
             "a preset's has no line"
         );
+    }
+
+    #[test]
+    fn metrics_take_a_loopback_listener_a_prom_file_and_an_interval() {
+        assert_eq!(parse("isolated_cpus = \"2-3\"\n").unwrap().metrics, None);
+        let m = parse("isolated_cpus = \"2-3\"\n[metrics]\nlisten = \"127.0.0.1:9645\"\n")
+            .unwrap()
+            .metrics
+            .unwrap();
+        assert_eq!(m.listen, Some("127.0.0.1:9645".parse().unwrap()));
+        assert_eq!((m.textfile, m.interval), (None, METRICS_INTERVAL));
+        let m = parse(
+            "isolated_cpus = \"2-3\"\n[metrics]\ntextfile = \"/var/lib/node_exporter/isold.prom\"\ninterval = 2.5\nlisten = \"[::1]:9645\"\n",
+        )
+        .unwrap()
+        .metrics
+        .unwrap();
+        assert_eq!(m.listen, Some("[::1]:9645".parse().unwrap()));
+        assert_eq!(
+            m.textfile.as_deref(),
+            Some(Path::new("/var/lib/node_exporter/isold.prom"))
+        );
+        assert_eq!(m.interval, std::time::Duration::from_millis(2500));
+        for (line, want) in [
+            (
+                "listen = \"0.0.0.0:9645\"",
+                "metrics.listen: 0.0.0.0:9645 is not a loopback address",
+            ),
+            (
+                "listen = \"localhost\"",
+                "metrics.listen: \"localhost\" is not an address and port",
+            ),
+            ("listen = 9645", "metrics.listen must be a string"),
+            ("listen = \"127.0.0.1:0\"", "metrics.listen: give a port"),
+            (
+                "textfile = \"isold.prom\"",
+                "metrics.textfile: \"isold.prom\" is not an absolute file path",
+            ),
+            (
+                "textfile = \"/tmp/isold.txt\"",
+                "metrics.textfile: \"/tmp/isold.txt\" does not end in .prom",
+            ),
+            ("textfile = true", "metrics.textfile must be a string"),
+            (
+                "interval = 0",
+                "metrics.interval: 0 is not a number of seconds from 1 to 3600",
+            ),
+            ("interval = 3601", "metrics.interval: 3601 is not"),
+            (
+                "interval = \"5\"",
+                "metrics.interval must be a number of seconds",
+            ),
+            ("port = 1", "unknown key 'port'"),
+        ] {
+            let e = parse(&format!("isolated_cpus = \"2-3\"\n[metrics]\n{line}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with(&format!("/etc/isold/isold.toml:3: {want}")),
+                "{line}: {e}"
+            );
+        }
+        let e = parse("isolated_cpus = \"2-3\"\n[metrics]\ninterval = 5\n").unwrap_err();
+        assert!(e.to_string().contains("[metrics] publishes nothing"), "{e}");
+        let e = parse("isolated_cpus = \"2-3\"\nmetrics = 1\n").unwrap_err();
+        assert!(e.to_string().contains("metrics must be a table"), "{e}");
     }
 
     #[test]

@@ -1,0 +1,462 @@
+//! `isold run`'s metrics (`[metrics]` in isold.toml), in Prometheus's text format (the
+//! `prometheus` crate's registry and encoder): the daemon's own work, and the health of each
+//! isolated CPU sampled every `interval` the way `isold audit` samples it
+//! ([`libtaskisol::audit::Sample`]). Published on a loopback HTTP listener (`GET /metrics`
+//! only; nothing it serves changes anything) and/or in a file for node_exporter's textfile
+//! collector, replaced by rename so that a reader never sees half of it.
+//!
+//! Series stay few: the per-CPU ones exist for the isolated CPUs only, and a source that
+//! never fired on a CPU has no series there.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use libtaskisol::audit::{Sample, Scope, Workloads};
+use libtaskisol::cpuset::CpuSet;
+use libtaskisol::irq::Interrupts;
+use libtaskisol::policy::config::MetricsConfig;
+use libtaskisol::policy::Policy;
+use libtaskisol::SysRoot;
+use prometheus::core::Collector;
+use prometheus::{
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Every metric name isold publishes (man/isold.8 lists the same; a test keeps them equal).
+pub const NAMES: &[&str] = &[
+    "isold_info",
+    "isold_corrections_total",
+    "isold_task_correction_seconds",
+    "isold_drift_repairs_total",
+    "isold_contested_values",
+    "isold_policy_holds",
+    "isold_cpu_interrupts_total",
+    "isold_cpu_softirqs_total",
+    "isold_cpu_foreign_context_switches_total",
+    "isold_cpu_tick_rate_hertz",
+    "isold_health_samples_total",
+    "isold_health_sample_duration_seconds",
+];
+
+/// The daemon's metrics. Cheap to update from any thread (atomics); encoded on demand.
+pub struct Metrics {
+    registry: Registry,
+    info: IntGaugeVec,
+    corrections: IntCounterVec,
+    task_reaction: Histogram,
+    drift_repairs: IntCounterVec,
+    contested: IntGauge,
+    holds: IntGauge,
+    cpu_interrupts: IntCounterVec,
+    cpu_softirqs: IntCounterVec,
+    cpu_foreign_switches: IntCounterVec,
+    cpu_tick_rate: GaugeVec,
+    samples: IntCounter,
+    sample_seconds: Gauge,
+    /// The last health sample, for the differences.
+    last: Mutex<Option<Last>>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// What the next health sample is compared with.
+struct Last {
+    at: Instant,
+    /// (cpu, source) -> the kernel's count, summed over rows of one source.
+    interrupts: HashMap<(usize, String), u64>,
+    softirqs: HashMap<(usize, String), u64>,
+    /// (tid, start time) -> context switches.
+    switches: HashMap<(i32, u64), u64>,
+}
+
+fn must<T>(r: prometheus::Result<T>) -> T {
+    // The names and labels are constants of this file: a failure is a bug, caught by the
+    // tests that build a Metrics.
+    r.expect("metric definition")
+}
+
+impl Metrics {
+    /// The metrics of a daemon keeping `policy`.
+    pub fn new(policy: &Policy) -> Metrics {
+        let registry = Registry::new();
+        let reg = |c: Box<dyn Collector>| must(registry.register(c));
+        let info = must(IntGaugeVec::new(
+            Opts::new("isold_info", "isold run's version and policy (always 1)"),
+            &["version", "preset", "isolated"],
+        ));
+        info.with_label_values(&[
+            env!("CARGO_PKG_VERSION"),
+            policy.config.preset.name(),
+            &policy.isolated.to_string(),
+        ])
+        .set(1);
+        let corrections = must(IntCounterVec::new(
+            Opts::new(
+                "isold_corrections_total",
+                "Values isold put right again after the first apply, by item (task, irq_affinity, sysctl, ...)",
+            ),
+            &["kind"],
+        ));
+        let task_reaction = must(Histogram::with_opts(
+            HistogramOpts::new(
+                "isold_task_correction_seconds",
+                "Time from the kernel's event of a wide task (fork, exec, rename) to its affinity read back narrowed",
+            )
+            .buckets(vec![
+                0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0,
+            ]),
+        ));
+        let drift_repairs = must(IntCounterVec::new(
+            Opts::new(
+                "isold_drift_repairs_total",
+                "Values without change events (sysctls, sysfs, IRQs, workqueues) put back after they drifted, by value",
+            ),
+            &["item", "value"],
+        ));
+        let contested = must(IntGauge::new(
+            "isold_contested_values",
+            "Values something else keeps changing back, left alone for a growing back-off",
+        ));
+        let holds = must(IntGauge::new(
+            "isold_policy_holds",
+            "1 when the last check found the policy in force, with nothing contested or failed; else 0",
+        ));
+        let per_cpu = |name: &str, help: &str, label: &str| {
+            must(IntCounterVec::new(Opts::new(name, help), &["cpu", label]))
+        };
+        let cpu_interrupts = per_cpu(
+            "isold_cpu_interrupts_total",
+            "Interrupts on an isolated CPU, by source (LOC, RES, CAL, TLB, ..., or a device IRQ's handler name), as /proc/interrupts counts them",
+            "source",
+        );
+        let cpu_softirqs = per_cpu(
+            "isold_cpu_softirqs_total",
+            "Softirqs on an isolated CPU, by kind, as /proc/softirqs counts them",
+            "kind",
+        );
+        let cpu_foreign_switches = must(IntCounterVec::new(
+            Opts::new(
+                "isold_cpu_foreign_context_switches_total",
+                "Context switches of threads that are not the workload's (kernel threads included) that last ran on an isolated CPU, counted between health samples",
+            ),
+            &["cpu"],
+        ));
+        let cpu_tick_rate = must(GaugeVec::new(
+            Opts::new(
+                "isold_cpu_tick_rate_hertz",
+                "Local timer interrupts per second on an isolated CPU over the last health interval (nohz_full: about 1 with one task, 0 idle)",
+            ),
+            &["cpu"],
+        ));
+        let samples = must(IntCounter::new(
+            "isold_health_samples_total",
+            "Health samples taken",
+        ));
+        let sample_seconds = must(Gauge::new(
+            "isold_health_sample_duration_seconds",
+            "Wall time of the last health sample (every thread and the interrupt tables read)",
+        ));
+        reg(Box::new(info.clone()));
+        reg(Box::new(corrections.clone()));
+        reg(Box::new(task_reaction.clone()));
+        reg(Box::new(drift_repairs.clone()));
+        reg(Box::new(contested.clone()));
+        reg(Box::new(holds.clone()));
+        reg(Box::new(cpu_interrupts.clone()));
+        reg(Box::new(cpu_softirqs.clone()));
+        reg(Box::new(cpu_foreign_switches.clone()));
+        reg(Box::new(cpu_tick_rate.clone()));
+        reg(Box::new(samples.clone()));
+        reg(Box::new(sample_seconds.clone()));
+        Metrics {
+            registry,
+            info,
+            corrections,
+            task_reaction,
+            drift_repairs,
+            contested,
+            holds,
+            cpu_interrupts,
+            cpu_softirqs,
+            cpu_foreign_switches,
+            cpu_tick_rate,
+            samples,
+            sample_seconds,
+            last: Mutex::new(None),
+        }
+    }
+
+    /// A new policy (reload): its info line.
+    pub fn policy(&self, policy: &Policy) {
+        self.info.reset();
+        self.info
+            .with_label_values(&[
+                env!("CARGO_PKG_VERSION"),
+                policy.config.preset.name(),
+                &policy.isolated.to_string(),
+            ])
+            .set(1);
+    }
+
+    /// A value of `item` put right again; `value` (the target's id) when it is a drift
+    /// repair (a value without change events), `None` for a task.
+    pub fn corrected(&self, item: &str, value: Option<&str>) {
+        self.corrections.with_label_values(&[item]).inc();
+        if let Some(v) = value {
+            self.drift_repairs.with_label_values(&[item, v]).inc();
+        }
+    }
+
+    /// A wide task narrowed `seconds` after its event.
+    pub fn task_reaction(&self, seconds: f64) {
+        self.task_reaction.observe(seconds);
+    }
+
+    /// The number of contested values now.
+    pub fn contested(&self, n: usize) {
+        self.contested.set(n as i64);
+    }
+
+    /// Whether the policy holds now.
+    pub fn holds(&self, yes: bool) {
+        self.holds.set(i64::from(yes));
+    }
+
+    /// The text format of every metric.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        // Encoding into a Vec cannot fail on I/O; a metric that cannot be encoded is a bug.
+        must(TextEncoder::new().encode(&self.registry.gather(), &mut out));
+        out
+    }
+
+    /// Take a health sample under `root` for the CPUs of `scope` and add what changed since
+    /// the last one.
+    pub fn sample(&self, root: &SysRoot, scope: &Scope) -> libtaskisol::Result<()> {
+        let t = Instant::now();
+        let s = Sample::read(root)?;
+        self.take(root, scope, &s, t);
+        self.samples.inc();
+        self.sample_seconds.set(t.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    /// Add sample `s` (taken at `at`) to the counters: the differences from the last sample
+    /// (the kernel's whole count the first time for the interrupt counters, which then equal
+    /// the kernel's).
+    fn take(&self, root: &SysRoot, scope: &Scope, s: &Sample, at: Instant) {
+        let cpus = &scope.cpus;
+        let interrupts = by_source(&s.interrupts, cpus, true);
+        let softirqs = s
+            .softirqs
+            .as_ref()
+            .map(|t| by_source(t, cpus, false))
+            .unwrap_or_default();
+        let workloads = Workloads::new(root, scope);
+        let switches: HashMap<(i32, u64), u64> = s
+            .threads
+            .iter()
+            .map(|t| ((t.tid, t.starttime), t.switches))
+            .collect();
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let add = |vec: &IntCounterVec,
+                   now: &HashMap<(usize, String), u64>,
+                   before: Option<&HashMap<(usize, String), u64>>| {
+            for ((cpu, source), n) in now {
+                let was = before.and_then(|b| b.get(&(*cpu, source.clone())).copied());
+                // A count that went down is a new one (an IRQ number given to another
+                // device): all of it is new.
+                let d = match was {
+                    Some(w) if w <= *n => n - w,
+                    _ => *n,
+                };
+                if d > 0 {
+                    vec.with_label_values(&[&cpu.to_string(), source]).inc_by(d);
+                }
+            }
+        };
+        add(
+            &self.cpu_interrupts,
+            &interrupts,
+            last.as_ref().map(|l| &l.interrupts),
+        );
+        add(
+            &self.cpu_softirqs,
+            &softirqs,
+            last.as_ref().map(|l| &l.softirqs),
+        );
+        if let Some(l) = last.as_ref() {
+            let me = std::process::id() as i32;
+            for t in &s.threads {
+                if !cpus.contains(t.processor as usize) || t.pid == me || workloads.is(t) {
+                    continue;
+                }
+                // A thread started since the last sample: every switch it made is new.
+                let d = t
+                    .switches
+                    .saturating_sub(l.switches.get(&(t.tid, t.starttime)).copied().unwrap_or(0));
+                if d > 0 {
+                    self.cpu_foreign_switches
+                        .with_label_values(&[&t.processor.to_string()])
+                        .inc_by(d);
+                }
+            }
+            let secs = at.duration_since(l.at).as_secs_f64();
+            if secs > 0.0 {
+                for cpu in cpus.iter() {
+                    let k = (cpu, "LOC".to_string());
+                    let now = interrupts.get(&k).copied().unwrap_or(0);
+                    let was = l.interrupts.get(&k).copied().unwrap_or(0);
+                    self.cpu_tick_rate
+                        .with_label_values(&[&cpu.to_string()])
+                        .set(now.saturating_sub(was) as f64 / secs);
+                }
+            }
+        }
+        *last = Some(Last {
+            at,
+            interrupts,
+            softirqs,
+            switches,
+        });
+    }
+}
+
+/// The counts of a `/proc/interrupts` or `/proc/softirqs` table on `cpus`, by source: a
+/// numbered IRQ by its handlers' names (`irqN` without one), any other row by its label
+/// (LOC, RES, TIMER, NET_RX, ...). Zero counts are left out.
+fn by_source(t: &Interrupts, cpus: &CpuSet, irqs: bool) -> HashMap<(usize, String), u64> {
+    let mut out: HashMap<(usize, String), u64> = HashMap::new();
+    for row in &t.rows {
+        let source = match row.irq() {
+            Some(n) if irqs => {
+                let a = row.action();
+                if a.is_empty() {
+                    format!("irq{n}")
+                } else {
+                    a
+                }
+            }
+            _ => row.label.clone(),
+        };
+        for (col, n) in row.counts.iter().enumerate() {
+            let Some(&cpu) = t.cpus.get(col) else {
+                continue;
+            };
+            if *n > 0 && cpus.contains(cpu) {
+                *out.entry((cpu, source.clone())).or_default() += n;
+            }
+        }
+    }
+    out
+}
+
+/// The workload scope of `policy` for the health samples: its isolated CPUs and allow-lists.
+pub fn scope_of(policy: &Policy) -> Scope {
+    let c = &policy.config;
+    Scope {
+        cpus: policy.isolated.clone(),
+        source: "isold run".into(),
+        preset: c.preset,
+        allow_comm: c.allow_comm.clone(),
+        allow_cgroup: c.allow_cgroup.clone(),
+        allow_irqs: c.irq_allow.clone(),
+        irq_movable: Default::default(),
+    }
+}
+
+/// The loopback HTTP listener: `GET /metrics` answered with the text format; anything else
+/// 404 (another path) or 405 (another method). One connection at a time, each with a 2 s
+/// limit to send its request, so a client that stalls holds nothing up for long.
+pub fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
+    for conn in listener.incoming() {
+        let Ok(mut c) = conn else { continue };
+        let _ = answer(&mut c, &metrics);
+    }
+}
+
+/// Bind the listener of `[metrics] listen`.
+pub fn listen(cfg: &MetricsConfig) -> Option<std::io::Result<TcpListener>> {
+    cfg.listen.map(TcpListener::bind)
+}
+
+fn answer(c: &mut TcpStream, metrics: &Metrics) -> std::io::Result<()> {
+    c.set_read_timeout(Some(Duration::from_secs(2)))?;
+    c.set_write_timeout(Some(Duration::from_secs(5)))?;
+    // The request head only (a GET has no body): up to 8 KiB, until the blank line.
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
+        let n = c.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+        if head.len() > 8192 {
+            return respond(c, "431 Request Header Fields Too Large", "text/plain", b"");
+        }
+    }
+    let line = String::from_utf8_lossy(&head);
+    let mut words = line.lines().next().unwrap_or("").split_whitespace();
+    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    match (method, path) {
+        ("GET", "/metrics") => respond(
+            c,
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            &metrics.encode(),
+        ),
+        ("GET", _) => respond(c, "404 Not Found", "text/plain", b"only /metrics\n"),
+        _ => respond(c, "405 Method Not Allowed", "text/plain", b"only GET\n"),
+    }
+}
+
+fn respond(c: &mut TcpStream, status: &str, kind: &str, body: &[u8]) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    c.write_all(head.as_bytes())?;
+    c.write_all(body)?;
+    c.flush()
+}
+
+/// Write the text format to `[metrics] textfile`: a temporary file renamed over it, 0644.
+pub fn write_textfile(path: &std::path::Path, metrics: &Metrics) -> std::io::Result<()> {
+    libtaskisol::policy::files::replace(path, &metrics.encode(), Some(0o644))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_are_handler_names_or_labels_on_the_isolated_cpus_only() {
+        let t = Interrupts::parse(
+            "  CPU0 CPU1 CPU2 CPU3\n  4:  1 0 5 0  IO-APIC 4-edge ttyS0\n 30:  0 0 2 3  PCI-MSI 1-edge\nLOC:  9 9 7 1  Local timer interrupts\nRES:  0 0 0 0  Rescheduling interrupts\n",
+        )
+        .unwrap();
+        let m = by_source(&t, &CpuSet::parse_list("2-3").unwrap(), true);
+        let mut v: Vec<_> = m.into_iter().collect();
+        v.sort();
+        assert_eq!(
+            v,
+            [
+                ((2, "LOC".into()), 7),
+                ((2, "irq30".into()), 2),
+                ((2, "ttyS0".into()), 5),
+                ((3, "LOC".into()), 1),
+                ((3, "irq30".into()), 3),
+            ]
+        );
+    }
+}
