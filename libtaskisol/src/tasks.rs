@@ -352,7 +352,10 @@ mod tests {
         assert!(threads.iter().all(|t| listed.contains(&t.tid)));
         handle.join().unwrap();
         // A process of one thread: the leader alone (its count said so; nothing listed).
-        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
         let pid = child.id() as i32;
         let one = threads_of(&root, pid).unwrap();
         assert_eq!(one.iter().map(|t| t.tid).collect::<Vec<_>>(), [pid]);
