@@ -114,7 +114,7 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs, state_path: &Path) -
     }
     // The observers stay out of what they observe: this process and the tracer's threads.
     let sample = || -> Result<audit::Sample, i32> {
-        let mut s = audit::Sample::read(root).map_err(fail)?;
+        let mut s = audit::Sample::read_for(root, &scope.cpus).map_err(fail)?;
         if root.is_host() {
             s.threads.retain(|t| t.pid != me);
         }

@@ -242,7 +242,7 @@ impl Metrics {
     /// the last one.
     pub fn sample(&self, root: &SysRoot, scope: &Scope) -> libtaskisol::Result<()> {
         let t = Instant::now();
-        let s = Sample::read(root)?;
+        let s = Sample::read_for(root, &scope.cpus)?;
         self.take(root, scope, &s, t);
         self.samples.inc();
         self.sample_seconds.set(t.elapsed().as_secs_f64());

@@ -85,8 +85,21 @@ pub struct Sample {
 }
 
 impl Sample {
-    /// Read the counters under `root`.
+    /// Read the counters under `root`, with every thread.
     pub fn read(root: &SysRoot) -> Result<Sample> {
+        Self::read_with(root, tasks::all_threads)
+    }
+
+    /// The counters under `root`, with only the threads that may run on `cpus` (an audit
+    /// of `cpus` looks at no other): see [`tasks::threads_on`].
+    pub fn read_for(root: &SysRoot, cpus: &CpuSet) -> Result<Sample> {
+        Self::read_with(root, |r| tasks::threads_on(r, cpus))
+    }
+
+    fn read_with(
+        root: &SysRoot,
+        threads: impl FnOnce(&SysRoot) -> Result<Vec<Thread>>,
+    ) -> Result<Sample> {
         let softirqs = match root.read_parsed("/proc/softirqs", Interrupts::parse) {
             Ok(s) => Some(s),
             Err(e) if e.errno() == Some(libc::ENOENT) => None,
@@ -95,7 +108,7 @@ impl Sample {
         Ok(Sample {
             interrupts: Interrupts::read(root)?,
             softirqs,
-            threads: tasks::all_threads(root)?,
+            threads: threads(root)?,
         })
     }
 }

@@ -63,6 +63,10 @@ mod tests {
         let seen = std::sync::Mutex::new(std::collections::HashSet::new());
         let out = map(&items, 1, |x| {
             seen.lock().unwrap().insert(std::thread::current().id());
+            // Slow enough that one worker cannot take every block before another starts.
+            if x % 100 == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
             x * 3
         });
         assert_eq!(out, items.iter().map(|x| x * 3).collect::<Vec<_>>());

@@ -137,30 +137,25 @@ fn read_counted(
         Err(e) if gone(&e) => return Ok(None),
         Err(e) => return Err(e),
     };
-    if how == Affinity::Syscall {
-        let affinity = match crate::sched::get_affinity(tid) {
-            Ok(a) => a,
+    let (affinity, switches) = if how == Affinity::Syscall {
+        match crate::sched::get_affinity(tid) {
+            Ok(a) => (a, 0),
             Err(e) if gone(&e) => return Ok(None),
             Err(e) => return Err(e),
-        };
-        let n = stat.num_threads;
-        return Ok(Some((
-            Thread {
-                pid,
-                tid,
-                comm: stat.comm,
-                flags: stat.flags,
-                starttime: stat.starttime,
-                affinity,
-                policy: stat.policy,
-                rt_priority: stat.rt_priority,
-                processor: stat.processor,
-                cpu_ticks: stat.cpu_ticks,
-                switches: 0,
-            },
-            n,
-        )));
-    }
+        }
+    } else {
+        match read_status(root, &dir)? {
+            Some(v) => v,
+            None => return Ok(None),
+        }
+    };
+    let n = stat.num_threads;
+    Ok(Some((thread_of(pid, tid, stat, affinity, switches), n)))
+}
+
+/// The affinity and the context switches of a thread's status file (in `dir`); `None`
+/// when the thread is gone.
+fn read_status(root: &SysRoot, dir: &str) -> Result<Option<(CpuSet, u64)>> {
     let status_path = format!("{dir}/status");
     let status = match root.read_to_string(&status_path) {
         Ok(s) => s,
@@ -185,23 +180,76 @@ fn read_counted(
         .iter()
         .filter_map(|v| v.and_then(|v| v.parse::<u64>().ok()))
         .sum();
-    let n = stat.num_threads;
-    Ok(Some((
-        Thread {
-            pid,
-            tid,
-            comm: stat.comm,
-            flags: stat.flags,
-            starttime: stat.starttime,
-            affinity,
-            policy: stat.policy,
-            rt_priority: stat.rt_priority,
-            processor: stat.processor,
-            cpu_ticks: stat.cpu_ticks,
-            switches,
-        },
-        n,
-    )))
+    Ok(Some((affinity, switches)))
+}
+
+fn thread_of(pid: i32, tid: i32, stat: TaskStat, affinity: CpuSet, switches: u64) -> Thread {
+    Thread {
+        pid,
+        tid,
+        comm: stat.comm,
+        flags: stat.flags,
+        starttime: stat.starttime,
+        affinity,
+        policy: stat.policy,
+        rt_priority: stat.rt_priority,
+        processor: stat.processor,
+        cpu_ticks: stat.cpu_ticks,
+        switches,
+    }
+}
+
+/// Thread `tid` of process `pid` with its context switches when its affinity meets `cpus`;
+/// `None` when it does not, or it is gone. Looked at no further than its affinity otherwise:
+/// on the running system one `sched_getaffinity`, elsewhere its status file.
+fn read_if_on(root: &SysRoot, pid: i32, tid: i32, cpus: &CpuSet) -> Result<Option<Thread>> {
+    let dir = format!("/proc/{pid}/task/{tid}");
+    if root.is_host() {
+        match crate::sched::get_affinity(tid) {
+            Ok(a) if a.is_disjoint(cpus) => return Ok(None),
+            Ok(_) => return read_thread(root, pid, tid),
+            Err(e) if gone(&e) => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    }
+    let Some((affinity, switches)) = read_status(root, &dir)? else {
+        return Ok(None);
+    };
+    if affinity.is_disjoint(cpus) {
+        return Ok(None);
+    }
+    match TaskStat::read_path(root, &format!("{dir}/stat")) {
+        Ok(stat) => Ok(Some(thread_of(pid, tid, stat, affinity, switches))),
+        Err(e) if gone(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Every thread that may run on one of `cpus` (its affinity meets them), with its context
+/// switches, in the order of the process ids: what an audit of `cpus` samples. The others
+/// are read no further than their affinity: after isolation, on a host with tens of
+/// thousands of threads, nearly all of them.
+pub fn threads_on(root: &SysRoot, cpus: &CpuSet) -> Result<Vec<Thread>> {
+    let pids = pids(root)?;
+    let read = crate::par::map(&pids, 500, |&pid| -> Result<Vec<Thread>> {
+        let tids = match procfs::thread_ids(root, pid) {
+            Ok(t) => t,
+            Err(e) if gone(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut out = Vec::new();
+        for tid in tids {
+            if let Some(t) = read_if_on(root, pid, tid, cpus)? {
+                out.push(t);
+            }
+        }
+        Ok(out)
+    });
+    let mut out = Vec::new();
+    for threads in read {
+        out.extend(threads?);
+    }
+    Ok(out)
 }
 
 /// Every thread of process `pid`; empty when the process exited meanwhile.
@@ -415,6 +463,62 @@ mod tests {
             (t[0].affinity.to_string(), t[0].switches),
             ("0-3".into(), 5)
         );
+    }
+
+    /// An audit's threads: those whose affinity meets its CPUs, with their switches; the
+    /// others read no further than their affinity, on a tree and on the running system.
+    #[test]
+    fn threads_on_some_cpus_are_those_that_may_run_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let tree = SysRoot::new(d);
+        put(d, "proc/7/task/7/stat", STAT);
+        put(
+            d,
+            "proc/7/task/7/status",
+            "Cpus_allowed_list:\t2\nvoluntary_ctxt_switches:\t5\n",
+        );
+        put(
+            d,
+            "proc/8/task/8/stat",
+            &STAT.replacen("7 (sh)", "8 (sh)", 1),
+        );
+        put(d, "proc/8/task/8/status", "Cpus_allowed_list:\t0-1\n");
+        // Gone before its stat was read: no thread.
+        put(d, "proc/9/task/9/status", "Cpus_allowed_list:\t0-3\n");
+        let on = |cpus: &str| {
+            threads_on(&tree, &CpuSet::parse_list(cpus).unwrap())
+                .unwrap()
+                .iter()
+                .map(|t| (t.tid, t.switches))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(on("2-3"), [(7, 5)]);
+        assert_eq!(on("1"), [(8, 0)]);
+        assert_eq!(on("0-3"), [(7, 5), (8, 0)]);
+        put(d, "proc/8/task/8/status", "no affinity\n");
+        assert!(threads_on(&tree, &CpuSet::parse_list("2").unwrap()).is_err());
+
+        // The running system: a child pinned to CPU 0 is on 0 and not on 1.
+        let root = SysRoot::host();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        crate::sched::set_affinity(pid, &CpuSet::parse_list("0").unwrap()).unwrap();
+        let has = |cpus: &str| {
+            threads_on(&root, &CpuSet::parse_list(cpus).unwrap())
+                .unwrap()
+                .iter()
+                .any(|t| t.tid == pid)
+        };
+        assert!(has("0"));
+        if crate::topology::online_cpus(&root).unwrap().contains(1) {
+            assert!(!has("1"));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     /// With a CPU offline, sched_getaffinity leaves it out of the mask; the original must
