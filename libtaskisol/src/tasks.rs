@@ -231,23 +231,82 @@ fn read_if_on(root: &SysRoot, pid: i32, tid: i32, cpus: &CpuSet) -> Result<Optio
 /// thousands of threads, nearly all of them.
 pub fn threads_on(root: &SysRoot, cpus: &CpuSet) -> Result<Vec<Thread>> {
     let pids = pids(root)?;
-    let read = crate::par::map(&pids, 500, |&pid| -> Result<Vec<Thread>> {
-        let tids = match procfs::thread_ids(root, pid) {
-            Ok(t) => t,
-            Err(e) if gone(&e) => return Ok(Vec::new()),
-            Err(e) => return Err(e),
-        };
-        let mut out = Vec::new();
-        for tid in tids {
-            if let Some(t) = read_if_on(root, pid, tid, cpus)? {
-                out.push(t);
+    read_all(
+        &pids,
+        |pid| {
+            Ok(match listed_tids(root, pid)? {
+                Some(tids) => Listed::ToRead { leader: None, tids },
+                None => Listed::Read(Vec::new()),
+            })
+        },
+        |pid, tid| read_if_on(root, pid, tid, cpus),
+    )
+}
+
+/// The thread ids of process `pid`, ascending; `None` when it exited meanwhile.
+fn listed_tids(root: &SysRoot, pid: i32) -> Result<Option<Vec<i32>>> {
+    match procfs::thread_ids(root, pid) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if gone(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A process as the first pass of [`read_all`] finds it.
+enum Listed {
+    /// Its threads, read already (none when it exited; its leader alone when the leader's
+    /// count said one).
+    Read(Vec<Thread>),
+    /// Its thread ids, to read in the second pass, but the leader's when read already.
+    ToRead {
+        leader: Option<Thread>,
+        tids: Vec<i32>,
+    },
+}
+
+/// The threads of `pids` in two passes spread over this process's CPUs ([`crate::par`]):
+/// each process `list`ed, then every thread still to read `read`: a pass over the threads,
+/// not the processes, so that one process of thousands of threads (a JVM, a QEMU with its
+/// vCPUs, a DPDK application) is read by every worker. In the order of the process ids, then
+/// of the thread ids; the first error in that order.
+fn read_all(
+    pids: &[i32],
+    list: impl Fn(i32) -> Result<Listed> + Sync,
+    read: impl Fn(i32, i32) -> Result<Option<Thread>> + Sync,
+) -> Result<Vec<Thread>> {
+    let listed = crate::par::map(pids, 500, |&pid| list(pid))
+        .into_iter()
+        .collect::<Result<Vec<Listed>>>()?;
+    let todo: Vec<(i32, i32)> = pids
+        .iter()
+        .zip(&listed)
+        .flat_map(|(&pid, l)| match l {
+            Listed::Read(_) => Vec::new(),
+            Listed::ToRead { leader, tids } => tids
+                .iter()
+                .filter(|&&tid| !(tid == pid && leader.is_some()))
+                .map(|&tid| (pid, tid))
+                .collect(),
+        })
+        .collect();
+    let mut read = crate::par::map(&todo, 500, |&(pid, tid)| read(pid, tid))
+        .into_iter()
+        .collect::<Result<Vec<Option<Thread>>>>()?
+        .into_iter();
+    let mut out = Vec::new();
+    for (&pid, l) in pids.iter().zip(listed) {
+        match l {
+            Listed::Read(v) => out.extend(v),
+            Listed::ToRead { mut leader, tids } => {
+                for tid in tids {
+                    let t = match leader.take_if(|_| tid == pid) {
+                        Some(t) => Some(t),
+                        None => read.next().expect("a result for each thread to read"),
+                    };
+                    out.extend(t);
+                }
             }
         }
-        Ok(out)
-    });
-    let mut out = Vec::new();
-    for threads in read {
-        out.extend(threads?);
     }
     Ok(out)
 }
@@ -270,10 +329,8 @@ fn threads_of_as(root: &SysRoot, pid: i32, how: Affinity) -> Result<Vec<Thread>>
             Some((t, _)) => leader = Some(t),
         }
     }
-    let tids = match procfs::thread_ids(root, pid) {
-        Ok(t) => t,
-        Err(e) if gone(&e) => return Ok(Vec::new()),
-        Err(e) => return Err(e),
+    let Some(tids) = listed_tids(root, pid)? else {
+        return Ok(Vec::new());
     };
     let mut out = Vec::with_capacity(tids.len());
     for tid in tids {
@@ -300,14 +357,27 @@ pub fn all_threads(root: &SysRoot) -> Result<Vec<Thread>> {
 pub fn all_threads_with(root: &SysRoot, detail: Detail) -> Result<Vec<Thread>> {
     let how = detail.affinity(root);
     let pids = pids(root)?;
-    let mut out = Vec::new();
-    let read = crate::cost::stage("workers", "thread reads (wall)", || {
-        crate::par::map(&pids, 500, |pid| threads_of_as(root, *pid, how))
-    });
-    for threads in read {
-        out.extend(threads?);
-    }
-    Ok(out)
+    crate::cost::stage("workers", "thread reads (wall)", || {
+        read_all(
+            &pids,
+            |pid| {
+                // The leader first on the running system: see threads_of_as.
+                let mut leader = None;
+                if root.is_host() {
+                    match read_counted(root, pid, pid, how)? {
+                        None => return Ok(Listed::Read(Vec::new())),
+                        Some((t, 1)) => return Ok(Listed::Read(vec![t])),
+                        Some((t, _)) => leader = Some(t),
+                    }
+                }
+                Ok(match listed_tids(root, pid)? {
+                    Some(tids) => Listed::ToRead { leader, tids },
+                    None => Listed::Read(Vec::new()),
+                })
+            },
+            |pid, tid| read_thread_as(root, pid, tid, how),
+        )
+    })
 }
 
 /// The cgroup v2 path of process `pid` (`/machine.slice/vm.scope`), from the `0::` line of

@@ -80,6 +80,17 @@ fn main() {
                 );
                 return;
             }
+            "--hold" => {
+                let n = args.next().expect("--hold N CPU");
+                let cpu = args.next().expect("--hold N CPU");
+                hold(n.parse().expect("N"), cpu.parse().expect("CPU"));
+                return;
+            }
+            "--host-threads" => {
+                let n = args.next().expect("--host-threads N");
+                host_threads(n.parse().expect("--host-threads N: a number"));
+                return;
+            }
             s => sizes.push(parse_size(s)),
         }
     }
@@ -119,6 +130,134 @@ fn main() {
     }
     print_table(&rows);
     host_figures();
+}
+
+/// The running kernel with `n` more threads (this process's, sleeping, pinned to the first
+/// online CPU): one audit sample of the last CPU (`Sample::read_for`: an affinity system
+/// call a thread, the files of those that may run there), a sample of every thread, and
+/// verify of a policy isolating the last CPU. Nothing but this process's own threads is
+/// touched; they end with it.
+fn host_threads(n: usize) {
+    let host = SysRoot::host();
+    let online = libtaskisol::topology::online_cpus(&host).expect("online CPUs");
+    let (Some(first), Some(last)) = (online.first(), online.last().filter(|&l| l > 0)) else {
+        println!("host: one CPU, nothing to audit apart");
+        return;
+    };
+    // Processes of 10,000 threads each: a thread takes four memory maps (stack, guard,
+    // signal stack and its guard), and a process may have 65,530 (vm.max_map_count).
+    let t0 = Instant::now();
+    let mut holders = Vec::new();
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(10_000);
+        left -= k;
+        let mut c = Command::new(std::env::current_exe().unwrap())
+            .args(["--hold", &k.to_string(), &first.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(c.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(line.trim(), "ready", "a holder of {k} threads");
+        holders.push(c);
+    }
+    eprintln!("{n} threads started in {:.1} s", t0.elapsed().as_secs_f64());
+    let cpus: libtaskisol::CpuSet = [last].into_iter().collect();
+    let mut on = 0;
+    let audit = median(
+        || {
+            let t = Instant::now();
+            on = Sample::read_for(&host, &cpus)
+                .expect("sample")
+                .threads
+                .len();
+            t.elapsed().as_secs_f64()
+        },
+        5,
+    );
+    libtaskisol::cost::start();
+    Sample::read_for(&host, &cpus).expect("sample");
+    let calls = libtaskisol::cost::stop().calls;
+    let calls: Vec<String> = calls
+        .iter()
+        .map(|l| format!("{} {} ({:.1} ms)", l.count, l.name, l.seconds * 1e3))
+        .collect();
+    eprintln!("   the audit sample's system calls: {}", calls.join(", "));
+    let mut all = 0;
+    let full = median(
+        || {
+            let t = Instant::now();
+            all = Sample::read(&host).expect("sample").threads.len();
+            t.elapsed().as_secs_f64()
+        },
+        3,
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("isold.toml");
+    std::fs::write(&config, format!("isolated_cpus = \"{last}\"\n")).unwrap();
+    let policy = libtaskisol::policy::load(&config, &host).expect("policy");
+    let files = libtaskisol::policy::state::StateFiles::new(
+        tmp.path().join("run/state.json"),
+        tmp.path().join("lib/state.json"),
+    );
+    let verify = median(
+        || {
+            let t = Instant::now();
+            engine::verify(&host, &policy, &files).expect("verify");
+            t.elapsed().as_secs_f64()
+        },
+        3,
+    );
+    assert!(!files.runtime.exists(), "verify wrote a state file");
+    for mut c in holders {
+        drop(c.stdin.take());
+        c.wait().unwrap();
+    }
+    println!(
+        "This machine's kernel with {n} more threads ({all} in all, pinned to CPU {first}; the audit of CPU {last}): one audit sample {:.1} ms ({on} threads may run there), a sample of every thread {:.1} ms, verify {:.1} ms",
+        audit * 1e3,
+        full * 1e3,
+        verify * 1e3
+    );
+}
+
+/// `--hold N CPU`: N sleeping threads pinned to CPU; "ready" on stdout once all are up;
+/// gone when stdin closes.
+fn hold(n: usize, cpu: usize) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Barrier};
+    let stop = Arc::new(AtomicBool::new(false));
+    let ready = Arc::new(Barrier::new(n + 1));
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let (stop, ready) = (stop.clone(), ready.clone());
+            std::thread::Builder::new()
+                .stack_size(64 << 10)
+                .spawn(move || {
+                    let one: libtaskisol::CpuSet = [cpu].into_iter().collect();
+                    libtaskisol::sched::set_affinity(0, &one).expect("pin the thread");
+                    ready.wait();
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::park();
+                    }
+                })
+                .expect("a thread (threads-max, pid_max?)")
+        })
+        .collect();
+    ready.wait();
+    println!("ready");
+    let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut Vec::new());
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.thread().unpark();
+        h.join().unwrap();
+    }
 }
 
 /// verify and one audit sample on this machine's own /proc and /sys, read only: a policy
