@@ -744,17 +744,31 @@ fn change_all(
             change(root, isolated, t, original, from.clone())
         })
     };
-    let mut out = Vec::with_capacity(pending.len());
-    for run in pending.chunk_by(|a, b| per_thread(&targets[a.0].op) == per_thread(&targets[b.0].op))
-    {
-        if per_thread(&targets[run[0].0].op) {
-            out.extend(crate::cost::stage(
-                "workers",
-                "thread changes (wall)",
-                || crate::par::map(run, THREADS_PER_WORKER, one),
-            ));
+    in_runs(
+        pending,
+        |(i, _, _)| per_thread(&targets[*i].op),
+        "thread changes (wall)",
+        one,
+    )
+}
+
+/// `one` of each item, in order: runs of items that `independent` says touch one thread
+/// each on this process's CPUs ([`crate::par`], timed as `workers what`), every other item
+/// alone, in order.
+fn in_runs<T: Sync, R: Send>(
+    items: &[T],
+    independent: impl Fn(&T) -> bool,
+    what: &str,
+    one: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let mut out = Vec::with_capacity(items.len());
+    for run in items.chunk_by(|a, b| independent(a) == independent(b)) {
+        if independent(&run[0]) {
+            out.extend(crate::cost::stage("workers", what, || {
+                crate::par::map(run, THREADS_PER_WORKER, &one)
+            }));
         } else {
-            out.extend(run.iter().map(one));
+            out.extend(run.iter().map(&one));
         }
     }
     out
@@ -1111,21 +1125,12 @@ pub fn restore(root: &SysRoot, files: &StateFiles) -> Result<Report> {
 fn restore_all(root: &SysRoot, entries: &[&Entry]) -> Vec<Status> {
     let one =
         |e: &&Entry| crate::cost::stage("restore", &e.item, || restore_one(root, &e.original));
-    let mut out = Vec::with_capacity(entries.len());
-    for run in entries
-        .chunk_by(|a, b| per_thread_original(&a.original) == per_thread_original(&b.original))
-    {
-        if per_thread_original(&run[0].original) {
-            out.extend(crate::cost::stage(
-                "workers",
-                "thread restores (wall)",
-                || crate::par::map(run, THREADS_PER_WORKER, one),
-            ));
-        } else {
-            out.extend(run.iter().map(one));
-        }
-    }
-    out
+    in_runs(
+        entries,
+        |e| per_thread_original(&e.original),
+        "thread restores (wall)",
+        one,
+    )
 }
 
 /// Like [`restore`], for the recorded originals whose id `pick` accepts; the others stay in the

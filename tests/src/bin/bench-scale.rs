@@ -198,23 +198,7 @@ fn host_threads(n: usize) {
         },
         3,
     );
-    let tmp = tempfile::tempdir().unwrap();
-    let config = tmp.path().join("isold.toml");
-    std::fs::write(&config, format!("isolated_cpus = \"{last}\"\n")).unwrap();
-    let policy = libtaskisol::policy::load(&config, &host).expect("policy");
-    let files = libtaskisol::policy::state::StateFiles::new(
-        tmp.path().join("run/state.json"),
-        tmp.path().join("lib/state.json"),
-    );
-    let verify = median(
-        || {
-            let t = Instant::now();
-            engine::verify(&host, &policy, &files).expect("verify");
-            t.elapsed().as_secs_f64()
-        },
-        3,
-    );
-    assert!(!files.runtime.exists(), "verify wrote a state file");
+    let (verify, _) = host_verify(&host, last, 3);
     for mut c in holders {
         drop(c.stdin.take());
         c.wait().unwrap();
@@ -260,6 +244,29 @@ fn hold(n: usize, cpu: usize) {
     }
 }
 
+/// The median of `runs` verifies, on the running system, of a policy isolating CPU `last`
+/// (state files in a temporary directory: verify writes none), with the policy.
+fn host_verify(host: &SysRoot, last: usize, runs: usize) -> (f64, libtaskisol::policy::Policy) {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("isold.toml");
+    std::fs::write(&config, format!("isolated_cpus = \"{last}\"\n")).unwrap();
+    let policy = libtaskisol::policy::load(&config, host).expect("policy");
+    let files = libtaskisol::policy::state::StateFiles::new(
+        tmp.path().join("run/state.json"),
+        tmp.path().join("lib/state.json"),
+    );
+    let verify = median(
+        || {
+            let t = Instant::now();
+            engine::verify(host, &policy, &files).expect("verify");
+            t.elapsed().as_secs_f64()
+        },
+        runs,
+    );
+    assert!(!files.runtime.exists(), "verify wrote a state file");
+    (verify, policy)
+}
+
 /// verify and one audit sample on this machine's own /proc and /sys, read only: a policy
 /// isolating the last online CPU, state files in a temporary directory (nothing is written).
 fn host_figures() {
@@ -269,23 +276,8 @@ fn host_figures() {
         println!("\nhost: one CPU, no policy to verify");
         return;
     };
-    let tmp = tempfile::tempdir().unwrap();
-    let config = tmp.path().join("isold.toml");
-    std::fs::write(&config, format!("isolated_cpus = \"{last}\"\n")).unwrap();
-    let policy = libtaskisol::policy::load(&config, &host).expect("policy");
-    let files = libtaskisol::policy::state::StateFiles::new(
-        tmp.path().join("run/state.json"),
-        tmp.path().join("lib/state.json"),
-    );
     let threads = tasks::all_threads(&host).map(|t| t.len()).unwrap_or(0);
-    let verify = median(
-        || {
-            let t = Instant::now();
-            engine::verify(&host, &policy, &files).expect("verify");
-            t.elapsed().as_secs_f64()
-        },
-        5,
-    );
+    let (verify, policy) = host_verify(&host, last, 5);
     let audit = median(
         || {
             let t = Instant::now();
@@ -294,7 +286,6 @@ fn host_figures() {
         },
         5,
     );
-    assert!(!files.runtime.exists(), "verify wrote a state file");
     println!(
         "\nThis machine's own /proc ({} CPUs, {threads} threads; isolated_cpus = \"{last}\"): verify {:.1} ms, one audit sample {:.1} ms",
         online.len(),
