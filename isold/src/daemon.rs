@@ -456,6 +456,20 @@ fn nice_this_thread() {
     }
 }
 
+/// One malloc arena for the whole daemon. glibc gives each thread that allocates its own
+/// (the scan thread, the metrics, the workers of a pass over every thread), and each keeps
+/// freed memory of its own: on the 448-CPU tree the daemon rested at 23 MiB with them and
+/// 12.6 MiB with one. The threads allocate little between their system calls, so they
+/// hardly wait for each other.
+fn one_heap() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only sets a parameter of the allocator; called before this process
+    // starts any thread of its own.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
 /// Give the heap freed after a pass over every thread back to the system, the cached copy of
 /// the state file first. glibc keeps freed heap otherwise, and on a machine with tens of
 /// thousands of threads the daemon's resident memory would stay near the peak of its first
@@ -1344,6 +1358,7 @@ impl Daemon {
 
 /// `isold run`: returns the exit code.
 pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArgs) -> i32 {
+    one_heap();
     let log = Log {
         verbose: args.verbose,
         journal: std::env::var_os("JOURNAL_STREAM").is_some(),

@@ -48,6 +48,7 @@ struct Row {
     scan: f64,
     fix: f64,
     daemon_rss: u64,
+    daemon_scan_rss: u64,
     daemon_peak: u64,
 }
 
@@ -469,28 +470,41 @@ fn measure(isold: &Path, root_dir: &Path, size: Grown) -> Row {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Settled: its status file written (after the first apply), then a second more.
+    // After its first apply (the status file written): its resident memory every 100 ms for
+    // 3 s, at rest and during the task scans (every --task-interval on a tree, where no
+    // process events come; on a running system only at the start and after lost events).
     let status = root_dir.join("run/isold/status.json");
     let t0 = Instant::now();
     while !status.exists() && t0.elapsed() < Duration::from_secs(60) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    std::thread::sleep(Duration::from_secs(1));
-    let daemon_rss = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
-        .ok()
-        .and_then(|st| {
-            libtaskisol::procfs::status_field(&st, "VmRSS")?
-                .trim_end_matches(" kB")
-                .trim()
-                .parse()
-                .ok()
+    let rss = || -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+            .ok()
+            .and_then(|st| {
+                libtaskisol::procfs::status_field(&st, "VmRSS")?
+                    .trim_end_matches(" kB")
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0)
+    };
+    let seen: Vec<u64> = (0..30)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            rss()
         })
-        .unwrap_or(0);
+        .collect();
+    let daemon_rss = seen.iter().copied().min().unwrap_or(0);
+    let daemon_scan_rss = seen.iter().copied().max().unwrap_or(0);
     // SAFETY: our own child.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let (st, daemon_peak) = wait4(child.id() as i32);
     assert!(st.success(), "isold run: {st:?}");
-    eprintln!("   isold run resident {daemon_rss} KiB, peak {daemon_peak} KiB");
+    eprintln!(
+        "   isold run resident {daemon_rss} KiB at rest, {daemon_scan_rss} KiB in its scans, peak {daemon_peak} KiB"
+    );
 
     let restore = isold_cmd(isold, root_dir, &config, &["restore"], &[0]);
     eprintln!("   restore {:.2} s, {} KiB", restore.0, restore.1);
@@ -503,16 +517,17 @@ fn measure(isold: &Path, root_dir: &Path, size: Grown) -> Row {
         scan,
         fix,
         daemon_rss,
+        daemon_scan_rss,
         daemon_peak,
     }
 }
 
 fn print_table(rows: &[Row]) {
-    println!("| CPUs / threads / IRQs | apply | verify | restore | audit sample | daemon scan | `TaskFixer::fix` | peak RSS apply | `isold run` resident settled / peak |");
+    println!("| CPUs / threads / IRQs | apply | verify | restore | audit sample | daemon scan | `TaskFixer::fix` | peak RSS apply | `isold run` resident at rest / in task scans / peak |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for r in rows {
         println!(
-            "| {} / {} / {} | {:.2} s | {:.2} s | {:.2} s | {:.0} ms | {:.0} ms | {:.0} µs | {:.1} MiB | {:.1} / {:.1} MiB |",
+            "| {} / {} / {} | {:.2} s | {:.2} s | {:.2} s | {:.0} ms | {:.0} ms | {:.0} µs | {:.1} MiB | {:.1} / {:.1} / {:.1} MiB |",
             r.size.cpus,
             r.size.threads,
             r.size.irqs,
@@ -524,6 +539,7 @@ fn print_table(rows: &[Row]) {
             r.fix * 1e6,
             r.apply.1 as f64 / 1024.0,
             r.daemon_rss as f64 / 1024.0,
+            r.daemon_scan_rss as f64 / 1024.0,
             r.daemon_peak as f64 / 1024.0,
         );
     }
