@@ -132,16 +132,13 @@ fn read_counted(
     how: Affinity,
 ) -> Result<Option<(Thread, i64)>> {
     let dir = format!("/proc/{pid}/task/{tid}");
-    let stat = match TaskStat::read_path(root, &format!("{dir}/stat")) {
-        Ok(s) => s,
-        Err(e) if gone(&e) => return Ok(None),
-        Err(e) => return Err(e),
+    let Some(stat) = gone_is_none(TaskStat::read_path(root, &format!("{dir}/stat")))? else {
+        return Ok(None);
     };
     let (affinity, switches) = if how == Affinity::Syscall {
-        match crate::sched::get_affinity(tid) {
-            Ok(a) => (a, 0),
-            Err(e) if gone(&e) => return Ok(None),
-            Err(e) => return Err(e),
+        match gone_is_none(crate::sched::get_affinity(tid))? {
+            Some(a) => (a, 0),
+            None => return Ok(None),
         }
     } else {
         match read_status(root, &dir)? {
@@ -157,10 +154,8 @@ fn read_counted(
 /// when the thread is gone.
 fn read_status(root: &SysRoot, dir: &str) -> Result<Option<(CpuSet, u64)>> {
     let status_path = format!("{dir}/status");
-    let status = match root.read_to_string(&status_path) {
-        Ok(s) => s,
-        Err(e) if gone(&e) => return Ok(None),
-        Err(e) => return Err(e),
+    let Some(status) = gone_is_none(root.read_to_string(&status_path))? else {
+        return Ok(None);
     };
     let [list, voluntary, involuntary] = procfs::status_fields(
         &status,
@@ -205,12 +200,10 @@ fn thread_of(pid: i32, tid: i32, stat: TaskStat, affinity: CpuSet, switches: u64
 fn read_if_on(root: &SysRoot, pid: i32, tid: i32, cpus: &CpuSet) -> Result<Option<Thread>> {
     let dir = format!("/proc/{pid}/task/{tid}");
     if root.is_host() {
-        match crate::sched::get_affinity(tid) {
-            Ok(a) if a.is_disjoint(cpus) => return Ok(None),
-            Ok(_) => return read_thread(root, pid, tid),
-            Err(e) if gone(&e) => return Ok(None),
-            Err(e) => return Err(e),
-        }
+        return match gone_is_none(crate::sched::get_affinity(tid))? {
+            Some(a) if !a.is_disjoint(cpus) => read_thread(root, pid, tid),
+            _ => Ok(None),
+        };
     }
     let Some((affinity, switches)) = read_status(root, &dir)? else {
         return Ok(None);
@@ -218,11 +211,10 @@ fn read_if_on(root: &SysRoot, pid: i32, tid: i32, cpus: &CpuSet) -> Result<Optio
     if affinity.is_disjoint(cpus) {
         return Ok(None);
     }
-    match TaskStat::read_path(root, &format!("{dir}/stat")) {
-        Ok(stat) => Ok(Some(thread_of(pid, tid, stat, affinity, switches))),
-        Err(e) if gone(&e) => Ok(None),
-        Err(e) => Err(e),
-    }
+    Ok(
+        gone_is_none(TaskStat::read_path(root, &format!("{dir}/stat")))?
+            .map(|stat| thread_of(pid, tid, stat, affinity, switches)),
+    )
 }
 
 /// Every thread that may run on one of `cpus` (its affinity meets them), with its context
@@ -245,8 +237,14 @@ pub fn threads_on(root: &SysRoot, cpus: &CpuSet) -> Result<Vec<Thread>> {
 
 /// The thread ids of process `pid`, ascending; `None` when it exited meanwhile.
 fn listed_tids(root: &SysRoot, pid: i32) -> Result<Option<Vec<i32>>> {
-    match procfs::thread_ids(root, pid) {
-        Ok(t) => Ok(Some(t)),
+    gone_is_none(procfs::thread_ids(root, pid))
+}
+
+/// `r`, with an error that says the thread or process is gone (ENOENT, ESRCH) as `None`:
+/// tasks come and go while they are read, and one that went is no error.
+fn gone_is_none<T>(r: Result<T>) -> Result<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
         Err(e) if gone(&e) => Ok(None),
         Err(e) => Err(e),
     }
@@ -566,6 +564,13 @@ mod tests {
         assert_eq!(on("2-3"), [(7, 5)]);
         assert_eq!(on("1"), [(8, 0)]);
         assert_eq!(on("0-3"), [(7, 5), (8, 0)]);
+        // A stat that cannot be read (a directory: EISDIR) is an error, not a thread gone.
+        std::fs::remove_file(d.join("proc/7/task/7/stat")).unwrap();
+        std::fs::create_dir(d.join("proc/7/task/7/stat")).unwrap();
+        let e = threads_on(&tree, &CpuSet::parse_list("2").unwrap()).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EISDIR), "{e}");
+        std::fs::remove_dir(d.join("proc/7/task/7/stat")).unwrap();
+        put(d, "proc/7/task/7/stat", STAT);
         put(d, "proc/8/task/8/status", "no affinity\n");
         assert!(threads_on(&tree, &CpuSet::parse_list("2").unwrap()).is_err());
 
@@ -589,6 +594,69 @@ mod tests {
         }
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_task_that_went_is_none_any_other_error_an_error() {
+        let e = |n| Error::syscall("sched_getaffinity(pid 7)", nix::errno::Errno::from_raw(n));
+        assert_eq!(gone_is_none(Ok(3)).unwrap(), Some(3));
+        assert_eq!(gone_is_none::<u8>(Err(e(libc::ESRCH))).unwrap(), None);
+        assert_eq!(gone_is_none::<u8>(Err(e(libc::ENOENT))).unwrap(), None);
+        let err = gone_is_none::<u8>(Err(e(libc::EPERM))).unwrap_err();
+        assert_eq!(err.errno(), Some(libc::EPERM));
+        // The running system's answer for a thread that does not exist.
+        assert_eq!(
+            gone_is_none(crate::sched::get_affinity(i32::MAX)).unwrap(),
+            None
+        );
+    }
+
+    /// The pass over threads gives each thread of a process of several once, the leader
+    /// (read first, for its count) in its place among them.
+    #[test]
+    fn every_thread_of_a_process_of_several_once_and_in_order() {
+        let me = std::process::id() as i32;
+        let ready = std::sync::Arc::new(std::sync::Barrier::new(4));
+        let done = std::sync::Arc::new(std::sync::Barrier::new(4));
+        let tids = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                let (ready, done, tids) = (ready.clone(), done.clone(), tids.clone());
+                std::thread::spawn(move || {
+                    tids.lock().unwrap().push(nix::unistd::gettid().as_raw());
+                    ready.wait();
+                    done.wait();
+                })
+            })
+            .collect();
+        ready.wait();
+        let root = SysRoot::host();
+        let mine: Vec<i32> = tids.lock().unwrap().clone();
+        for threads in [
+            all_threads_with(&root, Detail::NoSwitches).unwrap(),
+            all_threads(&root).unwrap(),
+            threads_of(&root, me).unwrap(),
+        ] {
+            let of_me: Vec<i32> = threads
+                .iter()
+                .filter(|t| t.pid == me)
+                .map(|t| t.tid)
+                .collect();
+            assert!(
+                of_me.windows(2).all(|w| w[0] < w[1]),
+                "once each, ascending: {of_me:?}"
+            );
+            assert!(of_me.contains(&me), "{of_me:?}");
+            for t in &mine {
+                assert!(of_me.contains(t), "{t} in {of_me:?}");
+            }
+            let leader = threads.iter().find(|t| t.tid == me).unwrap();
+            assert_eq!(leader.pid, me);
+        }
+        done.wait();
+        for h in handles {
+            h.join().unwrap();
+        }
     }
 
     /// With a CPU offline, sched_getaffinity leaves it out of the mask; the original must

@@ -1640,6 +1640,48 @@ mod tests {
         assert!(dir.path().join(".isold.lock").exists());
     }
 
+    /// Runs of independent items on the workers, every other item alone on the caller's
+    /// thread and in order; results in the items' order either way.
+    #[test]
+    fn runs_of_thread_items_go_to_the_workers_the_rest_stays_in_order() {
+        // 3,000 thread items, one other item, 3,000 more.
+        let items: Vec<(usize, bool)> = (0..6001).map(|i| (i, i != 3000)).collect();
+        let me = std::thread::current().id();
+        let seen = std::sync::Mutex::new(Vec::new());
+        let out = in_runs(
+            &items,
+            |(_, independent)| *independent,
+            "test",
+            |(i, _)| {
+                seen.lock().unwrap().push((*i, std::thread::current().id()));
+                if i % 100 == 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                i * 2
+            },
+        );
+        assert_eq!(out, (0..6001).map(|i| i * 2).collect::<Vec<_>>());
+        let seen = seen.into_inner().unwrap();
+        let at = |i: usize| seen.iter().position(|(j, _)| *j == i).unwrap();
+        let t = at(3000);
+        assert_eq!(seen[t].1, me, "the other item on the caller's thread");
+        assert!(
+            (0..3000).all(|i| at(i) < t) && (3001..6001).all(|i| at(i) > t),
+            "in order"
+        );
+        if crate::par::workers(3000, THREADS_PER_WORKER) > 1 {
+            let threads: std::collections::HashSet<_> = seen
+                .iter()
+                .filter(|(i, _)| *i < 3000)
+                .map(|(_, t)| *t)
+                .collect();
+            assert!(
+                threads.len() > 1,
+                "a run of thread items on several workers"
+            );
+        }
+    }
+
     #[test]
     fn what_an_irq_write_can_meet() {
         let want: CpuSet = "0-1".parse().unwrap();
