@@ -236,8 +236,12 @@ isold_snapshot() {
                    # IRQ threads follow the effective CPU of their IRQ, set by the kernel when
                    # the IRQ next fires: not a value isold owns.
                    if (c ~ /^irq\//) next
-                   sub(/.*\) /, ""); st[tid] = $20; pol[tid] = $39 ":" $38 }
-                 END { for (t in st) if (t in aff) print "task:" t ":" st[t] " " aff[t] ":" pol[t] }'
+                   sub(/.*\) /, ""); st[tid] = $20; pol[tid] = $39 ":" $38
+                   # PF_NO_SETAFFINITY (0x04000000 in the flags, field 9): the kernel manages
+                   # the affinity (a workqueue rescuer binds itself to the CPU it rescues);
+                   # isold never writes it, only the policy.
+                   if (int($7 / 67108864) % 2 == 1) kernel[tid] = 1 }
+                 END { for (t in st) if (t in aff) print "task:" t ":" st[t] " " (t in kernel ? "kernel" : aff[t]) ":" pol[t] }'
     } >"$1"
 }
 
