@@ -315,34 +315,31 @@ pub fn threads_of(root: &SysRoot, pid: i32) -> Result<Vec<Thread>> {
 }
 
 fn threads_of_as(root: &SysRoot, pid: i32, how: Affinity) -> Result<Vec<Thread>> {
-    // On the running system the leader's stat says how many threads the process has: most
-    // have one, and listing its task directory costs as much as reading a file (in a TCG
-    // guest a quarter of an apply). The leader's directory lives as long as the process, a
-    // zombie's too. A tree's stat files need not count right: always listed there.
+    read_all(
+        &[pid],
+        |pid| list_process(root, pid, how),
+        |pid, tid| read_thread_as(root, pid, tid, how),
+    )
+}
+
+/// Process `pid` as the first pass of [`read_all`] finds it. On the running system the
+/// leader's stat says how many threads the process has: most have one, and listing its task
+/// directory costs as much as reading a file (in a TCG guest a quarter of an apply). The
+/// leader's directory lives as long as the process, a zombie's too. A tree's stat files need
+/// not count right: always listed there.
+fn list_process(root: &SysRoot, pid: i32, how: Affinity) -> Result<Listed> {
     let mut leader = None;
     if root.is_host() {
         match read_counted(root, pid, pid, how)? {
-            None => return Ok(Vec::new()),
-            Some((t, 1)) => return Ok(vec![t]),
+            None => return Ok(Listed::Read(Vec::new())),
+            Some((t, 1)) => return Ok(Listed::Read(vec![t])),
             Some((t, _)) => leader = Some(t),
         }
     }
-    let Some(tids) = listed_tids(root, pid)? else {
-        return Ok(Vec::new());
-    };
-    let mut out = Vec::with_capacity(tids.len());
-    for tid in tids {
-        if tid == pid {
-            if let Some(t) = leader.take() {
-                out.push(t);
-                continue;
-            }
-        }
-        if let Some(t) = read_thread_as(root, pid, tid, how)? {
-            out.push(t);
-        }
-    }
-    Ok(out)
+    Ok(match listed_tids(root, pid)? {
+        Some(tids) => Listed::ToRead { leader, tids },
+        None => Listed::Read(Vec::new()),
+    })
 }
 
 /// Every thread of every process, in the order of the process ids. On a host with thousands
@@ -358,21 +355,7 @@ pub fn all_threads_with(root: &SysRoot, detail: Detail) -> Result<Vec<Thread>> {
     crate::cost::stage("workers", "thread reads (wall)", || {
         read_all(
             &pids,
-            |pid| {
-                // The leader first on the running system: see threads_of_as.
-                let mut leader = None;
-                if root.is_host() {
-                    match read_counted(root, pid, pid, how)? {
-                        None => return Ok(Listed::Read(Vec::new())),
-                        Some((t, 1)) => return Ok(Listed::Read(vec![t])),
-                        Some((t, _)) => leader = Some(t),
-                    }
-                }
-                Ok(match listed_tids(root, pid)? {
-                    Some(tids) => Listed::ToRead { leader, tids },
-                    None => Listed::Read(Vec::new()),
-                })
-            },
+            |pid| list_process(root, pid, how),
             |pid, tid| read_thread_as(root, pid, tid, how),
         )
     })
