@@ -17,6 +17,8 @@ BINDIR ?= $(PREFIX)/bin
 MANDIR ?= $(PREFIX)/share/man
 SYSCONFDIR ?= /etc
 UNITDIR ?= $(PREFIX)/lib/systemd/system
+# Where podman and CRI-O read OCI hook definitions (oci-hooks(5)): a fixed path, not below PREFIX.
+HOOKSDIR ?= /usr/share/containers/oci/hooks.d
 CARGO ?= cargo
 RELEASE_DIR ?= target/release
 INSTALL ?= install
@@ -41,6 +43,9 @@ install-files:
 		dist/isold.service >$(DESTDIR)$(UNITDIR)/isold.service
 	chmod 644 $(DESTDIR)$(UNITDIR)/isold.service
 	$(INSTALL) -Dm644 dist/isold.toml $(DESTDIR)$(SYSCONFDIR)/isold/isold.toml.example
+	$(INSTALL) -d $(DESTDIR)$(HOOKSDIR)
+	sed 's|"path": "/usr/bin/isold"|"path": "$(BINDIR)/isold"|' dist/oci/isold.json >$(DESTDIR)$(HOOKSDIR)/isold.json
+	chmod 644 $(DESTDIR)$(HOOKSDIR)/isold.json
 	# systemd's drop-in directory, where the systemd_cpuaffinity item writes: isold.service can
 	# make an existing directory writable, not create one.
 	$(INSTALL) -d $(DESTDIR)/etc/systemd/system.conf.d
@@ -49,4 +54,4 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/isold $(DESTDIR)$(BINDIR)/chisol \
 		$(DESTDIR)$(MANDIR)/man8/isold.8 $(DESTDIR)$(MANDIR)/man5/isold.toml.5 \
 		$(DESTDIR)$(MANDIR)/man1/chisol.1 $(DESTDIR)$(UNITDIR)/isold.service \
-		$(DESTDIR)$(SYSCONFDIR)/isold/isold.toml.example
+		$(DESTDIR)$(SYSCONFDIR)/isold/isold.toml.example $(DESTDIR)$(HOOKSDIR)/isold.json

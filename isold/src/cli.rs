@@ -74,6 +74,36 @@ pub enum Command {
     Run(RunArgs),
     /// Whether `isold run` is running, its policy and the corrections it made.
     Status(StatusArgs),
+    /// The OCI hook: claim a starting container's CPUs from `isold run`, release them when it stops (the container's state on standard input).
+    Hook(HookArgs),
+    /// The containers' claims `isold run` holds.
+    Claims(StatusArgs),
+}
+
+/// Options of `isold hook`.
+#[derive(Debug, Args)]
+pub struct HookArgs {
+    /// What the container does when `isold run` is not running: start without isolated CPUs, or fail to start.
+    #[arg(
+        long = "if-down",
+        value_name = "WHAT",
+        value_enum,
+        default_value = "start"
+    )]
+    pub if_down: IfDown,
+
+    /// The hook stage (poststop releases; any other claims) [default: from the state's status].
+    #[arg(long = "stage", value_name = "STAGE", value_parser = ["prestart", "createRuntime", "createContainer", "poststop"])]
+    pub stage: Option<String>,
+}
+
+/// `isold hook --if-down`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum IfDown {
+    /// The container starts, without isolated CPUs (said on standard error).
+    Start,
+    /// The container does not start.
+    Fail,
 }
 
 /// Options of `isold run`.

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use libtaskisol::audit::Scope;
 use libtaskisol::events::{ProcEvent, ProcEvents, Stamped, Uevents};
+use libtaskisol::policy::claims::{Claim, ClaimsFile, Message, Reply};
 use libtaskisol::policy::config::{glob_match, Config, OnStop};
 use libtaskisol::policy::fastpath::{Fix, TaskFixer};
 use libtaskisol::policy::state::StateFiles;
@@ -542,6 +543,11 @@ struct Daemon {
     /// `[metrics]`: what is published, with the scope its health samples use (renewed on a
     /// reload).
     metrics: Option<(Arc<crate::metrics::Metrics>, Arc<Mutex<Scope>>)>,
+    /// The socket `isold hook` talks to (`None` when it could not be bound: said once).
+    server: Option<crate::claims::Server>,
+    /// Where the claims are kept, and the boot they belong to.
+    claims_path: PathBuf,
+    boot_id: String,
 }
 
 fn secs(s: f64) -> Duration {
@@ -1156,7 +1162,7 @@ impl Daemon {
     /// SIGHUP: the new file resolved; what it no longer covers restored; the rest applied.
     fn reload(&mut self) {
         let new = match crate::load_policy(&self.config_path, &self.root) {
-            Ok(p) => p,
+            Ok(p) => p.with_claims(&self.policy.claims),
             Err(msg) => {
                 self.log
                     .warn(&format!("reload: {msg}; keeping the policy in force"));
@@ -1169,34 +1175,70 @@ impl Daemon {
             self.save_status();
             return;
         }
+        if self.policy.config.metrics != new.config.metrics {
+            self.log.info(
+                "reload: [metrics] changed: the listener and the textfile change at the next restart",
+            );
+        }
+        self.change_policy(new, "reload");
+        self.status.reloads += 1;
+        self.save_status();
+    }
+
+    /// Put policy `new` in force in place of the current one (a reload, a container's claim
+    /// made or released), the scan thread stopped by the caller: what the new policy no
+    /// longer covers is restored, CPUs it no longer isolates are given back to the IRQs,
+    /// threads and masks that had them ([`engine::give_back`]: a narrowed thread is never
+    /// widened onto a CPU that stays isolated on the way), then the new policy is applied.
+    /// `Some(report of the apply)`, `None` when the new policy cannot be planned (the current
+    /// one stays).
+    fn change_policy(&mut self, new: Policy, why: &str) -> Option<Report> {
         let ids: HashSet<String> = match plan::plan(&new, &self.root) {
             Ok(t) => t.into_iter().map(|t| t.id).collect(),
             Err(e) => {
                 self.log
-                    .warn(&format!("reload: {e}; keeping the policy in force"));
-                return;
+                    .warn(&format!("{why}: {e}; keeping the policy in force"));
+                return None;
             }
         };
-        match engine::restore_where(&self.root, &self.files, |id| !ids.contains(id)) {
+        // A narrowed thread the new plan does not list (it is off the isolated CPUs now) keeps
+        // its narrowing while the item is on: give_back widens it by the freed CPUs only.
+        let tasks_kept = new.config.tasks;
+        let covered = |id: &str| ids.contains(id) || (tasks_kept && id.starts_with("task:"));
+        match engine::restore_where(&self.root, &self.files, |id| !covered(id)) {
             Ok(rep) => {
                 let n = rep
                     .outcomes
                     .iter()
                     .filter(|o| matches!(o.status, Status::Restored { .. }))
                     .count();
-                self.log.info(&format!(
-                    "reload: {n} value(s) the new policy no longer covers restored"
-                ));
+                if n > 0 {
+                    self.log.info(&format!(
+                        "{why}: {n} value(s) the new policy no longer covers restored"
+                    ));
+                }
                 for o in rep.problems() {
-                    self.log.warn(&format!("reload: {}: {}", o.label, o.status));
+                    self.log.warn(&format!("{why}: {}: {}", o.label, o.status));
                 }
             }
-            Err(e) => self.log.warn(&format!("reload: restore: {e}")),
+            Err(e) => self.log.warn(&format!("{why}: restore: {e}")),
         }
-        if self.policy.config.metrics != new.config.metrics {
-            self.log.info(
-                "reload: [metrics] changed: the listener and the textfile change at the next restart",
-            );
+        let freed = self.policy.isolated.difference(&new.isolated);
+        match engine::give_back(&self.root, &self.files, &freed) {
+            Ok(rep) => {
+                if !rep.outcomes.is_empty() {
+                    self.log.info(&format!(
+                        "{why}: CPUs {freed} given back to {} value(s)",
+                        rep.outcomes.len()
+                    ));
+                }
+                for o in rep.problems() {
+                    self.log.warn(&format!("{why}: {}: {}", o.label, o.status));
+                }
+            }
+            Err(e) => self
+                .log
+                .warn(&format!("{why}: giving CPUs {freed} back: {e}")),
         }
         self.policy = new;
         if let Some((m, scope)) = &self.metrics {
@@ -1206,13 +1248,17 @@ impl Daemon {
         }
         self.last_word.clear();
         self.settled.clear();
-        match engine::apply(&self.root, &self.policy, &self.files) {
+        let rep = match engine::apply(&self.root, &self.policy, &self.files) {
             Ok(rep) => {
-                self.log.info(&format!("reload: apply: {}", rep.summary()));
+                self.log.info(&format!("{why}: apply: {}", rep.summary()));
                 self.take_report(&rep, true);
+                Some(rep)
             }
-            Err(e) => self.log.warn(&format!("reload: apply: {e}")),
-        }
+            Err(e) => {
+                self.log.warn(&format!("{why}: apply: {e}"));
+                None
+            }
+        };
         if let Err(e) = self.fixer.resync() {
             self.log.warn(&format!("state file: {e}"));
         }
@@ -1222,8 +1268,8 @@ impl Daemon {
         self.fill_status_policy();
         self.status.on_stop = self.policy.config.on_stop.name().into();
         self.refresh_waiting();
-        self.status.reloads += 1;
         self.save_status();
+        rep
     }
 
     /// The status's contested values: the scan thread's and the partition's.
@@ -1367,6 +1413,10 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
         Ok(p) => p,
         Err(msg) => return not_configured(&log, &msg),
     };
+    // The claims of containers made before a restart are in force until found released:
+    // the first apply keeps their CPUs quiet, then the dead ones are given back.
+    let claims = load_claims(root, files, &log);
+    let policy = policy.with_claims(&claims);
     let _run_lock = match lifecycle::lock_run(&files.runtime) {
         Ok(l) => l,
         Err(msg) => {
@@ -1390,15 +1440,39 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
     let mut d = Daemon::new(root, config_path, files, policy, log, args);
     // Subscribe before the first apply: a task started meanwhile is seen either way.
     d.open_events(args);
+    // A hook that connects during the first apply waits for its answer.
+    d.open_socket();
     if let Err(code) = d.first_apply() {
         return code;
     }
+    d.release_dead_claims();
     d.ready();
     d.start_metrics();
     let timers = Timers::new(args);
     match d.scanner(timers.interval) {
         Some(scanner) => serve(d, &signals, scanner, timers),
         None => stop(&mut d, Signal::SIGTERM).max(crate::EXIT_FAILURE),
+    }
+}
+
+/// The claims file of this boot; one that cannot be read is said and left (the claims in it
+/// are lost: their CPUs stay as they are until `isold restore`).
+fn load_claims(root: &SysRoot, files: &StateFiles, log: &Log) -> Vec<Claim> {
+    let boot = libtaskisol::policy::state::boot_id(root).unwrap_or_default();
+    match ClaimsFile::load(&ClaimsFile::path_for(&files.runtime), &boot) {
+        Ok(c) => {
+            if !c.is_empty() {
+                log.info(&format!(
+                    "{} container claim(s) from before the start",
+                    c.len()
+                ));
+            }
+            c
+        }
+        Err(e) => {
+            log.warn(&format!("{e}; starting without the containers' claims"));
+            Vec::new()
+        }
     }
 }
 
@@ -1486,6 +1560,9 @@ impl Daemon {
             reactions: std::collections::VecDeque::with_capacity(REACTIONS_KEPT),
             reactions_count: 0,
             metrics: None,
+            server: None,
+            claims_path: ClaimsFile::path_for(&files.runtime),
+            boot_id: libtaskisol::policy::state::boot_id(root).unwrap_or_default(),
         };
         d.fill_status_policy();
         d
@@ -1589,6 +1666,178 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// Listen for `isold hook` (said once when the socket cannot be bound: containers then
+    /// start as `--if-down` says).
+    fn open_socket(&mut self) {
+        let path = crate::claims::socket_path(&self.files.runtime);
+        match crate::claims::Server::bind(&path) {
+            Ok(s) => self.server = Some(s),
+            Err(e) => self.log.warn(&format!(
+                "cannot listen on {}: {e}: containers cannot claim CPUs",
+                path.display()
+            )),
+        }
+    }
+
+    /// Keep the claims in their file (before a claim is applied, after a release is).
+    fn save_claims(&self, claims: &[Claim]) -> Result<(), String> {
+        ClaimsFile::save(&self.claims_path, &self.boot_id, claims)
+            .map_err(|e| format!("cannot write {}: {e}", self.claims_path.display()))
+    }
+
+    /// The claims whose container is gone.
+    fn dead_claims(&self) -> Vec<Claim> {
+        self.policy
+            .claims
+            .iter()
+            .filter(|c| !c.alive(&self.root))
+            .cloned()
+            .collect()
+    }
+
+    /// Release the claims whose container's process is gone (killed, its poststop hook never
+    /// run): `true` when there were any.
+    fn release_dead_claims(&mut self) -> bool {
+        let dead = self.dead_claims();
+        if dead.is_empty() {
+            return false;
+        }
+        for c in &dead {
+            self.log.info(&format!(
+                "{}: its process {} is gone: releasing CPUs {}",
+                c.who(),
+                c.pid,
+                c.cpus
+            ));
+        }
+        let left: Vec<Claim> = self
+            .policy
+            .claims
+            .iter()
+            .filter(|c| !dead.contains(c))
+            .cloned()
+            .collect();
+        self.set_claims(left, "release");
+        true
+    }
+
+    /// Put `claims` in force: the policy changed, then the file written.
+    fn set_claims(&mut self, claims: Vec<Claim>, why: &str) -> Option<Report> {
+        let new = self.policy.with_claims(&claims);
+        let rep = self.change_policy(new, why);
+        if let Err(e) = self.save_claims(&self.policy.claims) {
+            self.log.warn(&e);
+        }
+        rep
+    }
+
+    /// What a request on the socket asks, carried out: the reply.
+    fn on_request(&mut self, msg: Message) -> Reply {
+        let reply = |ok: bool, message: String| Reply {
+            ok,
+            message,
+            claims: Vec::new(),
+        };
+        match msg {
+            Message::List {} => Reply {
+                ok: true,
+                message: format!("{} claim(s)", self.policy.claims.len()),
+                claims: self.policy.claims.clone(),
+            },
+            Message::Release { container } => {
+                let Some(c) = self
+                    .policy
+                    .claims
+                    .iter()
+                    .find(|c| c.container == container)
+                    .cloned()
+                else {
+                    return reply(
+                        true,
+                        format!(
+                            "container {} holds no claim",
+                            libtaskisol::policy::claims::short(&container)
+                        ),
+                    );
+                };
+                let left: Vec<Claim> = self
+                    .policy
+                    .claims
+                    .iter()
+                    .filter(|o| o.container != container)
+                    .cloned()
+                    .collect();
+                self.set_claims(left, "release");
+                let msg = format!("{}: CPUs {} released", c.who(), c.cpus);
+                self.log.info(&msg);
+                reply(true, msg)
+            }
+            Message::Claim(req) => {
+                let others: Vec<Claim> = self
+                    .policy
+                    .claims
+                    .iter()
+                    .filter(|o| o.container != req.container)
+                    .cloned()
+                    .collect();
+                let claim = match Claim::resolve(
+                    &self.root,
+                    &req,
+                    &self.policy.online,
+                    &self.policy.static_isolated(),
+                    &others,
+                ) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        self.log.warn(&format!("claim refused: {e}"));
+                        return reply(false, format!("claim refused: {e}"));
+                    }
+                };
+                let mut claims = others;
+                claims.push(claim.clone());
+                // Kept before it is applied: a daemon killed in the middle finds it at its
+                // next start.
+                if let Err(e) = self.save_claims(&claims) {
+                    self.log.warn(&format!("claim refused: {e}"));
+                    return reply(false, format!("claim refused: {e}"));
+                }
+                let isolated = claim.isolated_set();
+                let rep = self.set_claims(claims, "claim");
+                let problems = rep.as_ref().map_or(0, |r| r.problems().count());
+                let mut what = Vec::new();
+                if !isolated.is_empty() {
+                    what.push(format!("CPUs {isolated} isolated"));
+                }
+                if let Some(q) = &claim.pm_qos {
+                    what.push(format!("PM QoS {q}"));
+                }
+                if let Some(g) = &claim.governor {
+                    what.push(format!("governor {g}"));
+                }
+                let msg = format!(
+                    "{}: {} on CPUs {} ({} value(s) changed{})",
+                    claim.who(),
+                    what.join(", "),
+                    claim.cpus,
+                    rep.as_ref().map_or(0, |r| r
+                        .outcomes
+                        .iter()
+                        .filter(|o| matches!(o.status, Status::Changed { .. }))
+                        .count()),
+                    if problems > 0 {
+                        format!(", {problems} problem(s): see isold's log")
+                    } else {
+                        String::new()
+                    }
+                );
+                self.log.info(&msg);
+                reply(true, msg)
+            }
+        }
+    }
+}
+
 /// The main thread's timed work: the task sweep, the partition check without inotify, the
 /// status file (at most every 200 ms) and the task log (every 10 s).
 struct Timers {
@@ -1599,6 +1848,8 @@ struct Timers {
     next_partition: Instant,
     last_status: Instant,
     last_task_log: Instant,
+    /// The claims' containers are looked for every interval.
+    next_claims: Instant,
 }
 
 impl Timers {
@@ -1612,6 +1863,7 @@ impl Timers {
             next_partition: now + interval,
             last_status: now,
             last_task_log: now,
+            next_claims: now + interval,
         }
     }
 
@@ -1635,6 +1887,9 @@ impl Timers {
         }
         if let Some(at) = d.partition_retry {
             deadline = deadline.min(at);
+        }
+        if !d.policy.claims.is_empty() {
+            deadline = deadline.min(self.next_claims);
         }
         let wait = deadline.saturating_duration_since(Instant::now());
         PollTimeout::try_from(wait.as_millis().min(60_000) as i32).unwrap_or(PollTimeout::NONE)
@@ -1688,6 +1943,7 @@ struct Ready {
     uevents: bool,
     inotify: bool,
     scanner: bool,
+    socket: bool,
 }
 
 /// Sleep in poll(2) on every source until one is readable or `timeout` passes; `None` when
@@ -1714,6 +1970,10 @@ fn wait_for(
         fds.push(PollFd::new(i.as_fd(), PollFlags::POLLIN));
         fds.len() - 1
     });
+    let sock_i = d.server.as_ref().map(|s| {
+        fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
+        fds.len() - 1
+    });
     if let Err(e) = nix::poll::poll(&mut fds, timeout) {
         if e != nix::errno::Errno::EINTR {
             d.log.warn(&format!("poll: {e}"));
@@ -1729,6 +1989,7 @@ fn wait_for(
         procs: ready(proc_i),
         uevents: ready(uev_i),
         inotify: ready(ino_i),
+        socket: ready(sock_i),
     })
 }
 
@@ -1760,11 +2021,59 @@ fn serve(mut d: Daemon, signals: &SignalFd, mut scanner: Scanner, mut timers: Ti
         if ready.scanner {
             d.on_scan_messages(&scanner);
         }
+        if ready.socket {
+            if let Some(code) = d.on_socket(&mut scanner, timers.interval) {
+                return code;
+            }
+        }
+        if Instant::now() >= timers.next_claims {
+            timers.next_claims = Instant::now() + timers.interval;
+            if !d.dead_claims().is_empty() {
+                scanner.stop();
+                d.release_dead_claims();
+                scanner = match d.scanner(timers.interval) {
+                    Some(s) => s,
+                    None => return stop(&mut d, Signal::SIGTERM).max(crate::EXIT_FAILURE),
+                };
+            }
+        }
         timers.run_due(&mut d);
     }
 }
 
 impl Daemon {
+    /// The requests waiting on the socket, each answered; a claim or release changes the
+    /// policy with the scan thread stopped (`Some(exit code)` if it cannot be started again).
+    fn on_socket(&mut self, scanner: &mut Scanner, interval: Duration) -> Option<i32> {
+        loop {
+            let (stream, msg) = self.server.as_ref()?.next()?;
+            let reply = match msg {
+                Err(e) => {
+                    self.log.warn(&format!("socket: {e}"));
+                    Reply {
+                        ok: false,
+                        message: e,
+                        claims: Vec::new(),
+                    }
+                }
+                Ok(m @ Message::List {}) => self.on_request(m),
+                Ok(m) => {
+                    scanner.stop();
+                    let r = self.on_request(m);
+                    *scanner = match self.scanner(interval) {
+                        Some(s) => s,
+                        None => {
+                            crate::claims::answer(stream, &r);
+                            return Some(stop(self, Signal::SIGTERM).max(crate::EXIT_FAILURE));
+                        }
+                    };
+                    r
+                }
+            };
+            crate::claims::answer(stream, &reply);
+        }
+    }
+
     /// The partition is configured but not watched by inotify.
     fn partition_unwatched_now(&self) -> bool {
         self.inotify.is_none() && self.policy.config.cgroup_partition.is_some()

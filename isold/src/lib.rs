@@ -2,6 +2,7 @@
 //! libtaskisol (`policy`); this crate parses options, prints, and picks exit codes.
 
 pub mod audit;
+pub mod claims;
 pub mod cli;
 pub mod contest;
 pub mod daemon;
@@ -150,6 +151,8 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
         },
         Command::Run(args) => daemon::run(&root, &config_path, &files, args),
         Command::Status(args) => daemon::status(&state_path, args.json),
+        Command::Hook(args) => claims::hook(&claims::socket_path(&state_path), args),
+        Command::Claims(args) => claims::list(&claims::socket_path(&state_path), args.json),
     };
     if let Some(t) = started {
         eprint!(

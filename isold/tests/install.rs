@@ -40,6 +40,7 @@ fn make_install_puts_binaries_man_pages_unit_and_example_in_their_places() {
         ("usr/share/man/man1/chisol.1", 0o644),
         ("usr/lib/systemd/system/isold.service", 0o644),
         ("etc/isold/isold.toml.example", 0o644),
+        ("usr/share/containers/oci/hooks.d/isold.json", 0o644),
     ] {
         let m = std::fs::metadata(root.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
         use std::os::unix::fs::PermissionsExt;
@@ -60,6 +61,13 @@ fn make_install_puts_binaries_man_pages_unit_and_example_in_their_places() {
     assert!(
         unit.contains("\nType=notify\n") && unit.contains("\nExecReload=/bin/kill -HUP $MAINPID\n")
     );
+    // The OCI hook runs the installed binary.
+    let hook: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(root.join("usr/share/containers/oci/hooks.d/isold.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(hook["hook"]["path"], "/usr/bin/isold");
+    assert_eq!(hook["stages"], serde_json::json!(["prestart", "poststop"]));
     // The example is a valid configuration.
     let example = root.join("etc/isold/isold.toml.example");
     libtaskisol::policy::config::Config::load(&example).unwrap();
@@ -84,6 +92,12 @@ fn a_local_prefix_and_sysconfdir_reach_the_unit() {
         "\nExecStart=/opt/taskisol/bin/isold --config /opt/taskisol/etc/isold/isold.toml run\n"
     ));
     assert!(unit.contains("\nConditionPathExists=/opt/taskisol/etc/isold/isold.toml\n"));
+    let hook =
+        std::fs::read_to_string(root.join("usr/share/containers/oci/hooks.d/isold.json")).unwrap();
+    assert!(
+        hook.contains(r#""path": "/opt/taskisol/bin/isold""#),
+        "{hook}"
+    );
     assert!(root
         .join("opt/taskisol/etc/isold/isold.toml.example")
         .is_file());

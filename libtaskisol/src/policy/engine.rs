@@ -1209,6 +1209,136 @@ pub fn restore_where(
     Ok(rep)
 }
 
+/// A recorded CPU set the policy narrows: where it is, and its original.
+enum Narrowed {
+    Irq(u32),
+    Mask(String),
+    Thread { pid: i32, tid: i32, starttime: u64 },
+}
+
+/// The CPU set `e` records, if it is one the policy narrows (an IRQ's affinity,
+/// `default_smp_affinity`, a workqueue mask, a thread's affinity), with its original.
+fn narrowed_original(e: &Entry) -> Option<(Narrowed, CpuSet)> {
+    match &e.original {
+        Original::Affinity {
+            pid,
+            tid,
+            starttime,
+            cpus,
+            ..
+        } => Some((
+            Narrowed::Thread {
+                pid: *pid,
+                tid: *tid,
+                starttime: *starttime,
+            },
+            CpuSet::parse_list(cpus).ok()?,
+        )),
+        Original::Attr { path, content, .. } if e.item == "workqueue" || e.id == "irq:default" => {
+            Some((
+                Narrowed::Mask(path.clone()),
+                CpuSet::parse_mask(content.trim()).ok()?,
+            ))
+        }
+        Original::Attr { content, .. } if e.item == "irq_affinity" => {
+            let n = e.id.strip_prefix("irq:")?.parse().ok()?;
+            Some((Narrowed::Irq(n), CpuSet::parse_list(content.trim()).ok()?))
+        }
+        _ => None,
+    }
+}
+
+/// After CPUs stopped being isolated (a container's claim released, a reload isolating
+/// fewer), give each recorded CPU set the policy narrowed (IRQ affinities, thread affinities,
+/// `default_smp_affinity`, workqueue masks) back the freed CPUs its original had: it becomes
+/// `current ∪ (original ∩ freed)`. Nothing else moves: a value is never taken off a CPU, and a
+/// CPU it never had is never added. One that is its original again is put back byte for byte
+/// and leaves the state file; the others keep their original there for `isold restore`.
+pub fn give_back(root: &SysRoot, files: &StateFiles, freed: &CpuSet) -> Result<Report> {
+    let _lock = lock(&files.runtime)?;
+    let mut rep = report("give back", None);
+    if freed.is_empty() {
+        return Ok(rep);
+    }
+    let mut ledger = Ledger::load(files, root, String::new(), String::new())?;
+    if ledger.is_empty_on_disk() || ledger.earlier_boot {
+        return Ok(rep);
+    }
+    let mut done = std::collections::HashSet::new();
+    for e in ledger.state.entries() {
+        let Some((what, orig)) = narrowed_original(e) else {
+            continue;
+        };
+        if orig.is_disjoint(freed) {
+            continue;
+        }
+        let current = match &what {
+            Narrowed::Irq(n) => irq::affinity(root, *n).map(Some),
+            Narrowed::Mask(path) => crate::topology::read_cpu_mask(root, path).map(Some),
+            Narrowed::Thread {
+                pid,
+                tid,
+                starttime,
+            } => match tasks::is_same_thread(root, *pid, *tid, *starttime) {
+                Ok(true) => tasks::read_thread(root, *pid, *tid).map(|t| t.map(|t| t.affinity)),
+                Ok(false) => Ok(None),
+                Err(e) => Err(e),
+            },
+        };
+        let current = match current {
+            Ok(Some(c)) => c,
+            Ok(None) => continue,
+            Err(err) if err.errno() == Some(libc::ENOENT) => continue,
+            Err(err) => {
+                rep.outcomes.push(Outcome {
+                    item: e.item.clone(),
+                    id: e.id.clone(),
+                    label: e.label.clone(),
+                    status: failed(err),
+                });
+                continue;
+            }
+        };
+        let want = current.union(&orig.intersection(freed));
+        if want == current {
+            continue;
+        }
+        let status = if want == orig {
+            // The original again: written as recorded, and no longer owed.
+            let s = restore_one(root, &e.original);
+            if matches!(s, Status::Restored { .. } | Status::Gone) {
+                done.insert(e.id.clone());
+            }
+            s
+        } else {
+            let written = match &what {
+                Narrowed::Irq(n) => irq::set_affinity(root, *n, &want),
+                Narrowed::Mask(path) => root.write_attr(path, &want.to_mask_string()),
+                Narrowed::Thread { pid, tid, .. } => set_thread_affinity(root, *pid, *tid, &want),
+            };
+            match written {
+                Ok(()) => Status::Changed {
+                    from: current.to_string(),
+                    to: want.to_string(),
+                },
+                Err(err) if err.errno() == Some(libc::ESRCH) => Status::Gone,
+                Err(err) => failed(err),
+            }
+        };
+        rep.outcomes.push(Outcome {
+            item: e.item.clone(),
+            id: e.id.clone(),
+            label: e.label.clone(),
+            status,
+        });
+    }
+    if !done.is_empty() {
+        ledger.state.entries_mut().retain(|e| !done.contains(&e.id));
+        ledger.persist()?;
+    }
+    Ok(rep)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1223,6 +1353,8 @@ mod tests {
             online: "0-3".parse().unwrap(),
             isolated: iso,
             housekeeping: "0-1".parse().unwrap(),
+            claimed: CpuSet::new(),
+            claims: Vec::new(),
         }
     }
 

@@ -25,6 +25,7 @@
 //! ```
 
 pub mod bootargs;
+pub mod claims;
 pub mod config;
 pub mod engine;
 pub mod fastpath;
@@ -59,6 +60,11 @@ pub struct Policy {
     pub isolated: CpuSet,
     /// Online CPUs that are not isolated: where everything else runs.
     pub housekeeping: CpuSet,
+    /// The CPUs isolated for containers' claims only: a part of `isolated` the configuration
+    /// does not isolate, quiet while their containers run ([`Policy::with_claims`]).
+    pub claimed: CpuSet,
+    /// The containers' claims in force.
+    pub claims: Vec<claims::Claim>,
 }
 
 /// Why a configuration cannot be applied to this machine.
@@ -134,7 +140,41 @@ impl Policy {
             online,
             isolated,
             housekeeping,
+            claimed: CpuSet::new(),
+            claims: Vec::new(),
         })
+    }
+
+    /// The CPUs the configuration isolates, without the containers' claims: the partition,
+    /// irqbalance's banned CPUs and the boot-time files follow these only.
+    pub fn static_isolated(&self) -> CpuSet {
+        self.isolated.difference(&self.claimed)
+    }
+
+    /// This policy with `claims` in force instead of its own: their isolated CPUs join the
+    /// configuration's for IRQs, tasks, kthreads and workqueues, and their CPUs get the power
+    /// settings they asked for. Claims that would leave no housekeeping CPU are refused
+    /// before ([`claims::Claim::resolve`]); if one got here anyway, the claimed CPUs are
+    /// left out.
+    pub fn with_claims(&self, claims: &[claims::Claim]) -> Policy {
+        let stat = self.static_isolated();
+        let wanted = claims
+            .iter()
+            .fold(CpuSet::new(), |a, c| a.union(&c.isolated_set()))
+            .intersection(&self.online);
+        let mut claimed = wanted.difference(&stat);
+        if self.online.difference(&stat.union(&claimed)).is_empty() {
+            claimed = CpuSet::new();
+        }
+        let isolated = stat.union(&claimed);
+        Policy {
+            config: self.config.clone(),
+            online: self.online.clone(),
+            housekeeping: self.online.difference(&isolated),
+            isolated,
+            claimed,
+            claims: claims.to_vec(),
+        }
     }
 }
 

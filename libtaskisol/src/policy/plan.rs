@@ -307,42 +307,53 @@ fn plan_workqueues(policy: &Policy, root: &SysRoot, out: &mut Vec<Target>) -> Re
     Ok(())
 }
 
-/// The PM QoS resume latency and the cpufreq governor of each isolated CPU.
+/// The PM QoS resume latency and the cpufreq governor of each isolated CPU, and of each CPU
+/// of a container that asked for them (its claim's values win on its CPUs).
 fn plan_power(policy: &Policy, root: &SysRoot, out: &mut Vec<Target>) -> Result<()> {
     let c = &policy.config;
-    let iso = &policy.isolated;
-    if let Some(us) = c.pm_qos {
-        for cpu in iso.iter() {
+    let stat = policy.static_isolated();
+    let claimed = super::claims::power_of(&policy.claims);
+    let cpus = stat.union(&claimed.keys().copied().collect());
+    let want = |cpu: usize| claimed.get(&cpu);
+    for cpu in cpus.iter() {
+        let us = want(cpu).and_then(|w| w.pm_qos.clone()).or_else(|| {
+            c.pm_qos
+                .filter(|_| stat.contains(cpu))
+                .map(power::resume_latency_text)
+        });
+        if let Some(text) = us {
             out.push(attr(
                 "pm_qos",
                 format!("pm_qos:cpu{cpu}"),
                 format!("CPU {cpu} PM QoS resume latency"),
                 power::resume_latency_path(cpu),
-                Want::Text(power::resume_latency_text(us)),
+                Want::Text(text),
             ));
         }
     }
-    if let Some(gov) = &c.cpufreq {
-        for cpu in iso.iter() {
-            let id = format!("cpufreq:cpu{cpu}");
-            let label = format!("CPU {cpu} cpufreq governor");
-            match power::available_governors(root, cpu)? {
-                Some(av) if !av.contains(gov) => out.push(known(
-                    "cpufreq",
-                    id,
-                    label,
-                    Status::NotChangeable {
-                        reason: format!("governor {gov} not offered (available: {})", av.join(" ")),
-                    },
-                )),
-                _ => out.push(attr(
-                    "cpufreq",
-                    id,
-                    label,
-                    power::governor_path(cpu),
-                    Want::Text(gov.clone()),
-                )),
-            }
+    for cpu in cpus.iter() {
+        let gov = want(cpu)
+            .and_then(|w| w.governor.clone())
+            .or_else(|| c.cpufreq.clone().filter(|_| stat.contains(cpu)));
+        let Some(gov) = gov else { continue };
+        let id = format!("cpufreq:cpu{cpu}");
+        let label = format!("CPU {cpu} cpufreq governor");
+        match power::available_governors(root, cpu)? {
+            Some(av) if !av.contains(&gov) => out.push(known(
+                "cpufreq",
+                id,
+                label,
+                Status::NotChangeable {
+                    reason: format!("governor {gov} not offered (available: {})", av.join(" ")),
+                },
+            )),
+            _ => out.push(attr(
+                "cpufreq",
+                id,
+                label,
+                power::governor_path(cpu),
+                Want::Text(gov),
+            )),
         }
     }
     Ok(())
@@ -404,7 +415,7 @@ fn plan_partition(
     threads: &[tasks::Thread],
 ) -> Result<Target> {
     let c = &policy.config;
-    let p = super::partition::plan(root, dir, &policy.isolated, threads)?;
+    let p = super::partition::plan(root, dir, &policy.static_isolated(), threads)?;
     let (id, label) = partition_names(dir);
     let kept: Vec<String> = p
         .workloads
@@ -464,7 +475,7 @@ pub fn partition_repair_target(policy: &Policy) -> Option<Target> {
         label,
         op: Op::Partition(super::partition::PartitionPlan {
             dir: dir.clone(),
-            cpus: policy.isolated.clone(),
+            cpus: policy.static_isolated(),
             workloads: Vec::new(),
         }),
     })
@@ -642,7 +653,7 @@ fn config_files(policy: &Policy, root: &SysRoot) -> Result<Vec<(&'static str, St
             out.push((
                 "irqbalance",
                 path.into(),
-                with_banned_cpus(&text, &policy.isolated),
+                with_banned_cpus(&text, &policy.static_isolated()),
             ));
         }
     }
@@ -652,7 +663,7 @@ fn config_files(policy: &Policy, root: &SysRoot) -> Result<Vec<(&'static str, St
             CPUAFFINITY_CONF.into(),
             format!(
                 "# Written by isold: systemd and its services on the housekeeping CPUs.\n[Manager]\nCPUAffinity={}\n",
-                policy.housekeeping
+                policy.online.difference(&policy.static_isolated())
             ),
         ));
     }

@@ -1,0 +1,315 @@
+//! Isolation that follows containers: `isold hook` (the OCI hook podman and CRI-O run at a
+//! container's start and stop) and the daemon's end of its socket.
+//!
+//! The hook reads the container's state on standard input and its bundle's `config.json`,
+//! turns the annotations into a request ([`libtaskisol::policy::claims::Request`]) and sends
+//! it to `isold run` over a root-only socket next to the runtime state file
+//! (`/run/isold/isold.sock`). The daemon owns the claims: it applies them, keeps them in
+//! `/run/isold/claims.json`, and releases them when the container's poststop hook says so or
+//! when it finds the container's process gone.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use libtaskisol::policy::claims::{
+    Bundle, ClaimRequest, HookState, Message, Reply, Request, CONTAINER_NAME, MAX_INPUT,
+};
+
+use crate::cli::{HookArgs, IfDown};
+
+/// The daemon's socket next to the runtime state file.
+pub fn socket_path(runtime_state: &Path) -> PathBuf {
+    runtime_state.with_file_name("isold.sock")
+}
+
+/// How long the hook waits for the daemon's answer (an apply on a big host takes seconds).
+const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The daemon's listening socket: mode 0600 in isold's 0700 runtime directory, and a peer
+/// that is not root is refused anyway.
+#[derive(Debug)]
+pub struct Server {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+impl Server {
+    /// Bind `path` (a socket left by a daemon that died is replaced: the run lock says no
+    /// other daemon runs).
+    pub fn bind(path: &Path) -> std::io::Result<Server> {
+        if let Some(dir) = path.parent() {
+            libtaskisol::policy::files::private_dir(dir)?;
+        }
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let listener = UnixListener::bind(path)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        listener.set_nonblocking(true)?;
+        Ok(Server {
+            listener,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The fd to poll.
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.listener.as_fd()
+    }
+
+    /// The next waiting connection with its message, or `None` when there is none. A peer
+    /// that is not root, or a message that cannot be read, is answered here.
+    pub fn next(&self) -> Option<(UnixStream, Result<Message, String>)> {
+        loop {
+            let (stream, _) = match self.listener.accept() {
+                Ok(s) => s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
+                Err(_) => return None,
+            };
+            let _ = stream.set_nonblocking(false);
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+            match peer_uid(&stream) {
+                Some(0) => {}
+                uid => {
+                    answer(
+                        stream,
+                        &Reply {
+                            ok: false,
+                            message: format!(
+                                "refused: only root may talk to isold (peer uid {})",
+                                uid.map_or("unknown".into(), |u| u.to_string())
+                            ),
+                            claims: Vec::new(),
+                        },
+                    );
+                    continue;
+                }
+            }
+            let msg = read_line(&stream).and_then(|l| Message::parse(&l));
+            return Some((stream, msg));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn peer_uid(s: &UnixStream) -> Option<u32> {
+    nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::PeerCredentials)
+        .ok()
+        .map(|c| c.uid())
+}
+
+/// One line of at most [`MAX_INPUT`] bytes.
+fn read_line(s: &UnixStream) -> Result<Vec<u8>, String> {
+    let mut line = Vec::new();
+    BufReader::new(s.take(MAX_INPUT as u64 + 1))
+        .read_until(b'\n', &mut line)
+        .map_err(|e| format!("reading the request: {e}"))?;
+    if line.len() > MAX_INPUT {
+        return Err(format!("request over {MAX_INPUT} bytes"));
+    }
+    Ok(line)
+}
+
+/// Write `reply` as one line and close.
+pub fn answer(mut stream: UnixStream, reply: &Reply) {
+    let mut bytes = serde_json::to_vec(reply).expect("reply serializes");
+    bytes.push(b'\n');
+    let _ = stream.write_all(&bytes);
+}
+
+/// Send `msg` to the daemon at `socket` and wait for its answer. `Err(None)` when no daemon
+/// listens there.
+pub fn send(socket: &Path, msg: &Message) -> Result<Reply, Option<String>> {
+    let mut s = match UnixStream::connect(socket) {
+        Ok(s) => s,
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            return Err(None)
+        }
+        Err(e) => return Err(Some(format!("cannot connect to {}: {e}", socket.display()))),
+    };
+    let _ = s.set_read_timeout(Some(REPLY_TIMEOUT));
+    let mut bytes = serde_json::to_vec(msg).expect("message serializes");
+    bytes.push(b'\n');
+    s.write_all(&bytes)
+        .map_err(|e| Some(format!("sending to {}: {e}", socket.display())))?;
+    let line = read_line(&s).map_err(Some)?;
+    if line.is_empty() {
+        return Err(Some(format!(
+            "{} closed without an answer",
+            socket.display()
+        )));
+    }
+    serde_json::from_slice(&line)
+        .map_err(|e| Some(format!("{} answered something else: {e}", socket.display())))
+}
+
+/// `isold hook`: read the container's state on standard input, then ask the daemon to claim
+/// (at creation) or release (at poststop) its CPUs. Exit 0 lets the container go on; 1 stops
+/// its start (a refused claim, a bad annotation, and a daemon not running with `--if-down
+/// fail`).
+pub fn hook(socket: &Path, args: &HookArgs) -> i32 {
+    let mut input = Vec::new();
+    if let Err(e) = std::io::stdin()
+        .take(MAX_INPUT as u64 + 1)
+        .read_to_end(&mut input)
+    {
+        return hook_fail(&format!(
+            "cannot read the container state on standard input: {e}"
+        ));
+    }
+    let state = match HookState::parse(&input) {
+        Ok(s) => s,
+        Err(e) => return hook_fail(&e),
+    };
+    if state.status == "stopped" || args.stage.as_deref() == Some("poststop") {
+        return release(socket, &state.id);
+    }
+    let bundle = match Bundle::read(&state.bundle) {
+        Ok(b) => b,
+        Err(e) => return hook_fail(&format!("container {}: {e}", short(&state.id))),
+    };
+    // The bundle's annotations are the container's; the state's are the same when the
+    // runtime passes them.
+    let mut ann = state.annotations.clone();
+    ann.extend(bundle.annotations.clone());
+    let name = ann.get(CONTAINER_NAME).cloned();
+    let request = match Request::from_annotations(&ann, name.as_deref()) {
+        Ok(Some(r)) => r,
+        Ok(None) => return 0,
+        Err(e) => return hook_fail(&format!("container {}: {e}", short(&state.id))),
+    };
+    if state.pid <= 0 {
+        return hook_fail(&format!(
+            "container {}: the state has no pid (status '{}'): isold's hook belongs to the prestart or createRuntime stage",
+            short(&state.id),
+            state.status
+        ));
+    }
+    let Some(cpus) = bundle.cpus else {
+        return hook_fail(&format!(
+            "container {}: it asks for isolated CPUs but has no cpuset (linux.resources.cpu.cpus): give it CPUs (podman --cpuset-cpus, a Guaranteed pod with whole CPUs)",
+            short(&state.id)
+        ));
+    };
+    let msg = Message::Claim(ClaimRequest {
+        container: state.id.clone(),
+        name,
+        pid: state.pid,
+        cpus: cpus.to_string(),
+        request,
+    });
+    match send(socket, &msg) {
+        Ok(r) if r.ok => {
+            eprintln!("isold: {}", r.message);
+            0
+        }
+        Ok(r) => hook_fail(&r.message),
+        Err(None) => {
+            let what = format!(
+                "isold run is not running (no daemon at {}): container {} asked for isolated CPUs {cpus}",
+                socket.display(),
+                short(&state.id)
+            );
+            match args.if_down {
+                IfDown::Start => {
+                    eprintln!("isold: {what}; it starts without them (--if-down start)");
+                    0
+                }
+                IfDown::Fail => hook_fail(&format!("{what}; not started (--if-down fail)")),
+            }
+        }
+        Err(Some(e)) => hook_fail(&e),
+    }
+}
+
+fn release(socket: &Path, id: &str) -> i32 {
+    let msg = Message::Release {
+        container: id.to_string(),
+    };
+    match send(socket, &msg) {
+        Ok(r) if r.ok => 0,
+        Ok(r) => {
+            eprintln!("isold: {}", r.message);
+            0
+        }
+        // The daemon releases it when it finds the container's process gone.
+        Err(None) => 0,
+        Err(Some(e)) => {
+            eprintln!("isold: {e}; the daemon releases the claim when it finds the container gone");
+            0
+        }
+    }
+}
+
+fn hook_fail(msg: &str) -> i32 {
+    eprintln!("isold: {msg}");
+    crate::EXIT_FAILURE
+}
+
+fn short(id: &str) -> &str {
+    libtaskisol::policy::claims::short(id)
+}
+
+/// `isold claims`: the claims the running daemon holds; exit 4 when it is not running.
+pub fn list(socket: &Path, json: bool) -> i32 {
+    let reply = match send(socket, &Message::List {}) {
+        Ok(r) => r,
+        Err(None) => {
+            eprintln!(
+                "isold: isold run is not running (no daemon at {})",
+                socket.display()
+            );
+            return crate::EXIT_NOT_RUNNING;
+        }
+        Err(Some(e)) => {
+            eprintln!("isold: {e}");
+            return crate::EXIT_STATUS_UNKNOWN;
+        }
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(&reply.claims).expect("claims serialize")
+        );
+        return crate::EXIT_OK;
+    }
+    if reply.claims.is_empty() {
+        println!("no container claims CPUs");
+    }
+    for c in &reply.claims {
+        let mut what = Vec::new();
+        if !c.isolated.is_empty() {
+            what.push(format!("isolated {}", c.isolated));
+        }
+        if let Some(q) = &c.pm_qos {
+            what.push(format!("PM QoS {q}"));
+        }
+        if let Some(g) = &c.governor {
+            what.push(format!("governor {g}"));
+        }
+        println!(
+            "{}: CPUs {}, pid {}: {}",
+            c.who(),
+            c.cpus,
+            c.pid,
+            what.join(", ")
+        );
+    }
+    crate::EXIT_OK
+}
