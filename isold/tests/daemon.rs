@@ -1020,3 +1020,26 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
     }
     assert!(diffs.is_empty(), "not restored: {diffs:?}");
 }
+
+/// On a CPU the configuration isolates, a container adds only its power settings, and its
+/// release puts the configuration's back (not the kernel's original).
+#[test]
+fn a_claim_on_configured_cpus_adds_its_power_settings_and_gives_the_configurations_back() {
+    let t = tree("isolated_cpus = \"2\"\n[items]\npm_qos = 3\n");
+    add_container_process(&t);
+    let pm2 = "/sys/devices/system/cpu/cpu2/power/pm_qos_resume_latency_us";
+    let b = bundle(&t, "b", r#""cpu-c-states.crio.io":"max_latency:7""#, Some("2-3"));
+    let c = start(&t, &[]);
+    eventually("applied", || read(&t, pm2).trim() == "3");
+    let (code, err) = hook(&t, &[], &state("pw1", "created", CONTAINER_PID, &b));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains(": PM QoS 7 on CPUs 2-3"), "{err}");
+    assert_eq!((read(&t, pm2).trim(), read(&t, PM_QOS3).trim()), ("7", "7"));
+    // No isolation asked: CPU 3 keeps its IRQs.
+    assert_eq!(read(&t, IRQ4).trim(), "0-1,3");
+    let (code, err) = hook(&t, &[], &state("pw1", "stopped", "0", &b));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!((read(&t, pm2).trim(), read(&t, PM_QOS3).trim()), ("3", "0"));
+    let (code, log) = stop(c);
+    assert_eq!(code, 0, "{log}");
+}
