@@ -437,7 +437,10 @@ mod tests {
         let me = std::process::id() as i32;
         let handle =
             std::thread::spawn(|| std::thread::sleep(std::time::Duration::from_millis(300)));
+        // Other tests' threads come and go meanwhile: each thread read is listed before or after.
+        let mut listed = procfs::thread_ids(&root, me).unwrap();
         let threads = threads_of(&root, me).unwrap();
+        listed.extend(procfs::thread_ids(&root, me).unwrap());
         assert!(threads.len() >= 2, "{threads:?}");
         let main = threads.iter().find(|t| t.tid == me).unwrap();
         assert_eq!(main.pid, me);
@@ -447,7 +450,6 @@ mod tests {
         assert!(!is_same_thread(&root, me, me, main.starttime + 1).unwrap());
         assert!(pids(&root).unwrap().contains(&me));
         // Every thread the task directory lists (the leader's count said more than one).
-        let listed = procfs::thread_ids(&root, me).unwrap();
         assert!(threads.iter().all(|t| listed.contains(&t.tid)));
         handle.join().unwrap();
         // A process of one thread: the leader alone (its count said so; nothing listed).
