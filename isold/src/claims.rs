@@ -43,10 +43,8 @@ impl Server {
         if let Some(dir) = path.parent() {
             libtaskisol::policy::files::private_dir(dir)?;
         }
-        match std::fs::remove_file(path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
+        // Whatever is in the way and cannot be removed makes the bind fail, with its reason.
+        let _ = std::fs::remove_file(path);
         let listener = UnixListener::bind(path)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
         listener.set_nonblocking(true)?;
@@ -66,10 +64,9 @@ impl Server {
     /// that is not root, or a message that cannot be read, is answered here.
     pub fn next(&self) -> Option<(UnixStream, Result<Message, String>)> {
         loop {
-            let (stream, _) = match self.listener.accept() {
-                Ok(s) => s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
-                Err(_) => return None,
+            // WouldBlock: no more waiting; any other error: tried again at the next poll.
+            let Ok((stream, _)) = self.listener.accept() else {
+                return None;
             };
             let _ = stream.set_nonblocking(false);
             let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
@@ -146,9 +143,13 @@ pub fn send(socket: &Path, msg: &Message) -> Result<Reply, Option<String>> {
     let _ = s.set_read_timeout(Some(REPLY_TIMEOUT));
     let mut bytes = serde_json::to_vec(msg).expect("message serializes");
     bytes.push(b'\n');
-    s.write_all(&bytes)
-        .map_err(|e| Some(format!("sending to {}: {e}", socket.display())))?;
+    // A refusal (a peer that is not root) may come before the request is read: the answer
+    // is there to read even when the write found the socket closed.
+    let sent = s.write_all(&bytes);
     let line = read_line(&s).map_err(Some)?;
+    if let (Err(e), true) = (&sent, line.is_empty()) {
+        return Err(Some(format!("sending to {}: {e}", socket.display())));
+    }
     if line.is_empty() {
         return Err(Some(format!(
             "{} closed without an answer",
@@ -194,6 +195,14 @@ pub fn hook(socket: &Path, args: &HookArgs) -> i32 {
         Ok(None) => return 0,
         Err(e) => return hook_fail(&format!("container {}: {e}", short(&state.id))),
     };
+    if let Some(qos) = bundle.shared_pool_qos() {
+        // As CRI-O's hooks: only a Guaranteed pod has CPUs of its own to isolate.
+        eprintln!(
+            "isold: container {} asks for isolated CPUs, but its pod is {qos} (not Guaranteed): its cpuset is the shared pool, left as it is",
+            short(&state.id)
+        );
+        return 0;
+    }
     if state.pid <= 0 {
         return hook_fail(&format!(
             "container {}: the state has no pid (status '{}'): isold's hook belongs to the prestart or createRuntime stage",
@@ -269,6 +278,10 @@ fn short(id: &str) -> &str {
 /// `isold claims`: the claims the running daemon holds; exit 4 when it is not running.
 pub fn list(socket: &Path, json: bool) -> i32 {
     let reply = match send(socket, &Message::List {}) {
+        Ok(r) if !r.ok => {
+            eprintln!("isold: {}", r.message);
+            return crate::EXIT_STATUS_UNKNOWN;
+        }
         Ok(r) => r,
         Err(None) => {
             eprintln!(

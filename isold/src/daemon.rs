@@ -247,6 +247,47 @@ pub fn scan_policy(policy: &Policy) -> Policy {
     p
 }
 
+/// Why the policy in force changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// SIGHUP: a new configuration file.
+    Reload,
+    /// A container's claim made.
+    Claim,
+    /// A container's claim released.
+    Release,
+}
+
+impl Change {
+    /// The word that starts its log lines.
+    fn word(self) -> &'static str {
+        match self {
+            Change::Reload => "reload",
+            Change::Claim => "claim",
+            Change::Release => "release",
+        }
+    }
+}
+
+/// The items a container's claim changes: IRQs, workqueues, tasks (with their allow-lists)
+/// and the power settings. The rest does not depend on the claims, and the scan thread keeps
+/// it; leaving it out keeps a container's start from waiting for it.
+fn claims_policy(policy: &Policy) -> Policy {
+    let mut p = policy.clone();
+    let c = &mut p.config;
+    c.sysctl.clear();
+    c.thp = None;
+    c.machinecheck = false;
+    c.ksm = None;
+    c.kthread_priority.clear();
+    c.kvm.clear();
+    c.irqbalance = false;
+    c.printk = None;
+    c.systemd_cpuaffinity = false;
+    c.cgroup_partition = None;
+    p
+}
+
 /// Only the partition item of `policy`.
 fn partition_policy(policy: &Policy) -> Option<Policy> {
     policy.config.cgroup_partition.as_ref()?;
@@ -1180,7 +1221,7 @@ impl Daemon {
                 "reload: [metrics] changed: the listener and the textfile change at the next restart",
             );
         }
-        self.change_policy(new, "reload");
+        self.change_policy(new, Change::Reload);
         self.status.reloads += 1;
         self.save_status();
     }
@@ -1192,8 +1233,17 @@ impl Daemon {
     /// widened onto a CPU that stays isolated on the way), then the new policy is applied.
     /// `Some(report of the apply)`, `None` when the new policy cannot be planned (the current
     /// one stays).
-    fn change_policy(&mut self, new: Policy, why: &str) -> Option<Report> {
-        let ids: HashSet<String> = match plan::plan(&new, &self.root) {
+    fn change_policy(&mut self, new: Policy, change: Change) -> Option<Report> {
+        let why = change.word();
+        // A claim changes the isolated CPUs and the power settings only: what it touches is
+        // planned and applied, and only power values can stop being covered.
+        let claims_only = change != Change::Reload;
+        let scoped = if claims_only {
+            claims_policy(&new)
+        } else {
+            new.clone()
+        };
+        let ids: HashSet<String> = match plan::plan(&scoped, &self.root) {
             Ok(t) => t.into_iter().map(|t| t.id).collect(),
             Err(e) => {
                 self.log
@@ -1204,7 +1254,11 @@ impl Daemon {
         // A narrowed thread the new plan does not list (it is off the isolated CPUs now) keeps
         // its narrowing while the item is on: give_back widens it by the freed CPUs only.
         let tasks_kept = new.config.tasks;
-        let covered = |id: &str| ids.contains(id) || (tasks_kept && id.starts_with("task:"));
+        let covered = |id: &str| {
+            ids.contains(id)
+                || (tasks_kept && id.starts_with("task:"))
+                || (claims_only && !id.starts_with("pm_qos:") && !id.starts_with("cpufreq:"))
+        };
         match engine::restore_where(&self.root, &self.files, |id| !covered(id)) {
             Ok(rep) => {
                 let n = rep
@@ -1248,7 +1302,7 @@ impl Daemon {
         }
         self.last_word.clear();
         self.settled.clear();
-        let rep = match engine::apply(&self.root, &self.policy, &self.files) {
+        let rep = match engine::apply(&self.root, &scoped, &self.files) {
             Ok(rep) => {
                 self.log.info(&format!("{why}: apply: {}", rep.summary()));
                 self.take_report(&rep, true);
@@ -1718,14 +1772,14 @@ impl Daemon {
             .filter(|c| !dead.contains(c))
             .cloned()
             .collect();
-        self.set_claims(left, "release");
+        self.set_claims(left, Change::Release);
         true
     }
 
     /// Put `claims` in force: the policy changed, then the file written.
-    fn set_claims(&mut self, claims: Vec<Claim>, why: &str) -> Option<Report> {
+    fn set_claims(&mut self, claims: Vec<Claim>, change: Change) -> Option<Report> {
         let new = self.policy.with_claims(&claims);
-        let rep = self.change_policy(new, why);
+        let rep = self.change_policy(new, change);
         if let Err(e) = self.save_claims(&self.policy.claims) {
             self.log.warn(&e);
         }
@@ -1768,7 +1822,7 @@ impl Daemon {
                     .filter(|o| o.container != container)
                     .cloned()
                     .collect();
-                self.set_claims(left, "release");
+                self.set_claims(left, Change::Release);
                 let msg = format!("{}: CPUs {} released", c.who(), c.cpus);
                 self.log.info(&msg);
                 reply(true, msg)
@@ -1803,7 +1857,7 @@ impl Daemon {
                     return reply(false, format!("claim refused: {e}"));
                 }
                 let isolated = claim.isolated_set();
-                let rep = self.set_claims(claims, "claim");
+                let rep = self.set_claims(claims, Change::Claim);
                 let problems = rep.as_ref().map_or(0, |r| r.problems().count());
                 let mut what = Vec::new();
                 if !isolated.is_empty() {

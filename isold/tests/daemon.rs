@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -867,6 +868,19 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
         err.contains("annotation cpu-c-states.crio.io: 'max_latency:x' is not max_latency:N"),
         "{err}"
     );
+    let pool = t._dir.path().join("burstable");
+    std::fs::create_dir_all(&pool).unwrap();
+    std::fs::write(
+        pool.join("config.json"),
+        r#"{"annotations":{"isold.io/isolate":"true"},"linux":{"cgroupsPath":"kubepods-burstable-pod1.slice:crio:b1","resources":{"cpu":{"cpus":"1-3"}}}}"#,
+    )
+    .unwrap();
+    let (code, err) = hook(&t, &[], &state("b1", "created", CONTAINER_PID, &pool));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("its pod is burstable (not Guaranteed)"),
+        "{err}"
+    );
     let nocpus = bundle(&t, "nocpus", r#""isold.io/isolate":"true""#, None);
     let (code, err) = hook(
         &t,
@@ -918,7 +932,55 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
         assert_eq!(r["ok"], false, "{line}: {answer}");
         assert!(r["message"].as_str().unwrap().contains(why), "{line}: {answer}");
     }
+    // A request of exactly MAX_INPUT bytes is read; one byte more is refused as too big.
+    let max = libtaskisol::policy::claims::MAX_INPUT;
+    let ask = |bytes: &[u8]| -> serde_json::Value {
+        use std::io::{BufRead, Write};
+        let mut s =
+            std::os::unix::net::UnixStream::connect(t.root.join("run/isold/isold.sock")).unwrap();
+        s.write_all(bytes).unwrap();
+        let mut answer = String::new();
+        std::io::BufReader::new(&s).read_line(&mut answer).unwrap();
+        serde_json::from_str(&answer).unwrap()
+    };
+    let mut exact = vec![b' '; max - 12];
+    exact.extend_from_slice(b"{\"list\":{}}\n");
+    assert_eq!(exact.len(), max);
+    assert_eq!(ask(&exact)["ok"], true);
+    let mut over = vec![b' '; max];
+    over.extend_from_slice(b"\n");
+    let r = ask(&over);
+    assert!(r["message"].as_str().unwrap().contains("over"), "{r}");
+    // Only root is answered, even when the socket's modes would let another user in.
     use std::os::unix::fs::PermissionsExt;
+    let open_up = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    for p in [
+        t._dir.path(),
+        &t.root,
+        &t.root.join("run"),
+        &t.root.join("run/isold"),
+    ] {
+        open_up(p, 0o755);
+    }
+    open_up(&t.root.join("run/isold/isold.sock"), 0o666);
+    let out = Command::new(env!("CARGO_BIN_EXE_isold"))
+        .arg("--root")
+        .arg(&t.root)
+        .arg("claims")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("refused: only root may talk to isold (peer uid 65534)"),
+        "{err}"
+    );
+    open_up(&t.root.join("run/isold"), 0o700);
+    open_up(&t.root.join("run/isold/isold.sock"), 0o600);
     let mode = |p: &str| {
         std::fs::metadata(t.root.join(p))
             .unwrap()
@@ -1006,6 +1068,10 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
         log.contains("its process 4242 is gone: releasing CPUs 3"),
         "{log}"
     );
+    assert!(
+        !t.root.join("run/isold/isold.sock").exists(),
+        "the socket is removed at the stop"
+    );
     let (code, out, err) = common::isold_at(Some(&t.root), &["restore"]);
     assert_eq!(code, 0, "{out}{err}");
     add_container_process(&t);
@@ -1028,7 +1094,12 @@ fn a_claim_on_configured_cpus_adds_its_power_settings_and_gives_the_configuratio
     let t = tree("isolated_cpus = \"2\"\n[items]\npm_qos = 3\n");
     add_container_process(&t);
     let pm2 = "/sys/devices/system/cpu/cpu2/power/pm_qos_resume_latency_us";
-    let b = bundle(&t, "b", r#""cpu-c-states.crio.io":"max_latency:7""#, Some("2-3"));
+    let b = bundle(
+        &t,
+        "b",
+        r#""cpu-c-states.crio.io":"max_latency:7""#,
+        Some("2-3"),
+    );
     let c = start(&t, &[]);
     eventually("applied", || read(&t, pm2).trim() == "3");
     let (code, err) = hook(&t, &[], &state("pw1", "created", CONTAINER_PID, &b));

@@ -286,6 +286,21 @@ pub struct Bundle {
     pub annotations: BTreeMap<String, String>,
     /// `linux.resources.cpu.cpus`: the container's cpuset, when it has one.
     pub cpus: Option<CpuSet>,
+    /// `linux.cgroupsPath`.
+    pub cgroups_path: Option<String>,
+}
+
+impl Bundle {
+    /// The Kubernetes QoS class that is not Guaranteed, when the cgroup path says so
+    /// (`kubepods-burstable-...` with the systemd driver, `/kubepods/besteffort/...` with
+    /// cgroupfs): such a pod's cpuset is the shared pool, never its own CPUs, and CRI-O's
+    /// hooks leave it alone too.
+    pub fn shared_pool_qos(&self) -> Option<&'static str> {
+        let p = self.cgroups_path.as_deref()?;
+        ["burstable", "besteffort"].into_iter().find(|q| {
+            p.contains(&format!("kubepods-{q}")) || p.contains(&format!("/kubepods/{q}/"))
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -299,6 +314,8 @@ struct RawConfig {
 struct RawLinux {
     #[serde(default)]
     resources: Option<RawResources>,
+    #[serde(default, rename = "cgroupsPath")]
+    cgroups_path: Option<String>,
 }
 #[derive(Deserialize)]
 struct RawResources {
@@ -332,6 +349,7 @@ impl Bundle {
         }
         let raw: RawConfig = serde_json::from_slice(bytes)
             .map_err(|e| format!("not an OCI runtime configuration (JSON): {e}"))?;
+        let cgroups_path = raw.linux.as_ref().and_then(|l| l.cgroups_path.clone());
         let cpus = match raw
             .linux
             .and_then(|l| l.resources)
@@ -350,6 +368,7 @@ impl Bundle {
         Ok(Bundle {
             annotations: raw.annotations,
             cpus,
+            cgroups_path,
         })
     }
 }
@@ -864,6 +883,21 @@ mod tests {
         assert_eq!(b.cpus, Some("3".parse().unwrap()));
         assert_eq!(b.annotations.get("a").map(String::as_str), Some("b"));
         assert_eq!(Bundle::parse(br#"{"linux":{}}"#).unwrap().cpus, None);
+        assert_eq!(b.shared_pool_qos(), None);
+        for (path, qos) in [
+            ("kubepods-burstable-pod1.slice:crio:abc", Some("burstable")),
+            ("/kubepods/besteffort/pod1/abc", Some("besteffort")),
+            ("kubepods-pod1.slice:crio:abc", None),
+            ("/kubepods/pod1/abc", None),
+            ("machine.slice:libpod:abc", None),
+        ] {
+            let json = format!(r#"{{"linux":{{"cgroupsPath":"{path}"}}}}"#);
+            assert_eq!(
+                Bundle::parse(json.as_bytes()).unwrap().shared_pool_qos(),
+                qos,
+                "{path}"
+            );
+        }
         assert_eq!(Bundle::parse(br#"{}"#).unwrap().cpus, None);
         let e = Bundle::parse(br#"{"linux":{"resources":{"cpu":{"cpus":"3-x"}}}}"#).unwrap_err();
         assert!(
@@ -908,6 +942,284 @@ mod tests {
             let e = Message::parse(input).unwrap_err();
             assert!(e.contains(why), "{}: {e}", String::from_utf8_lossy(input));
         }
+    }
+
+    fn claim(cpus: &str, isolated: &str) -> Claim {
+        Claim {
+            container: format!("c{cpus}"),
+            name: None,
+            pid: 1,
+            starttime: 1,
+            cpus: cpus.into(),
+            isolated: isolated.into(),
+            pm_qos: None,
+            governor: None,
+        }
+    }
+
+    fn policy(isolated: &str) -> super::super::Policy {
+        use super::super::config::{Config, CpuSpec};
+        let iso: CpuSet = isolated.parse().unwrap();
+        let online: CpuSet = "0-7".parse().unwrap();
+        super::super::Policy {
+            config: Config::defaults(
+                super::super::preset::Preset::RealtimeVirtualHost,
+                CpuSpec::List(iso.clone()),
+            ),
+            housekeeping: online.difference(&iso),
+            online,
+            isolated: iso,
+            claimed: CpuSet::new(),
+            claims: Vec::new(),
+        }
+    }
+
+    /// Claims add their isolated CPUs to the configuration's, never take the configuration's
+    /// away, and a policy with other claims starts from the configuration's CPUs again.
+    #[test]
+    fn claims_add_cpus_to_the_configurations_and_are_replaced_whole() {
+        let p = policy("2");
+        let with = p.with_claims(&[claim("3", "3"), claim("2,5", "2,5"), claim("6", "")]);
+        assert_eq!(with.isolated.to_string(), "2-3,5");
+        assert_eq!(with.claimed.to_string(), "3,5");
+        assert_eq!(with.housekeeping.to_string(), "0-1,4,6-7");
+        assert_eq!(with.static_isolated().to_string(), "2");
+        assert_eq!(with.claims.len(), 3);
+        let fewer = with.with_claims(&[claim("5", "5")]);
+        assert_eq!(fewer.isolated.to_string(), "2,5");
+        assert_eq!(fewer.housekeeping.to_string(), "0-1,3-4,6-7");
+        let none = fewer.with_claims(&[]);
+        assert_eq!(none, p);
+        // Claims that would leave no housekeeping CPU are left out (refused before).
+        let all = p.with_claims(&[claim("0-1,3-7", "0-1,3-7")]);
+        assert_eq!(all.isolated.to_string(), "2");
+        assert!(all.claimed.is_empty());
+        // Offline CPUs are no claim's.
+        let off = p.with_claims(&[claim("9", "9")]);
+        assert_eq!(off.isolated.to_string(), "2");
+    }
+
+    /// What a claim is checked for against the machine: its process read, its CPUs online,
+    /// a housekeeping CPU left with the others' claims, no power setting another holds
+    /// differently, CRI-O's housekeeping keeping the first core's siblings.
+    #[test]
+    fn a_claim_is_resolved_against_the_machine_and_the_other_claims() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = SysRoot::new(dir.path());
+        let put = |p: &str, v: &str| {
+            let f = dir.path().join(p.trim_start_matches('/'));
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, v).unwrap();
+        };
+        put("/proc/7/task/7/stat", "7 (rt) S 1 7 7 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 99 2314240 379 18446744073709551615 4198400 5785993 140721731535456 0 0 0 0 4 65538 1 0 0 17 3 0 0 0 0 0 6141704 6178576 911699968 140721731538890 140721731538912 140721731538912 140721731538930 0\n");
+        put(
+            "/sys/devices/system/cpu/cpu4/topology/thread_siblings_list",
+            "4,6\n",
+        );
+        let online: CpuSet = "0-7".parse().unwrap();
+        let stat: CpuSet = "2".parse().unwrap();
+        let req = |cpus: &str, isolate: Isolate, q: Option<&str>| ClaimRequest {
+            container: "abc".into(),
+            name: Some("rt".into()),
+            pid: 7,
+            cpus: cpus.into(),
+            request: Request {
+                isolate,
+                pm_qos: q.map(Into::into),
+                governor: None,
+            },
+        };
+        let c = Claim::resolve(
+            &root,
+            &req("3", Isolate::All, Some("n/a")),
+            &online,
+            &stat,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            (c.starttime, c.cpus.as_str(), c.isolated.as_str()),
+            (99, "3", "3")
+        );
+        assert_eq!(c.who(), "container rt (abc)");
+        let c = Claim::resolve(
+            &root,
+            &req("4-7", Isolate::Housekeeping, None),
+            &online,
+            &stat,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.isolated, "5,7");
+        let c = Claim::resolve(
+            &root,
+            &req("3", Isolate::No, Some("5")),
+            &online,
+            &stat,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.isolated, "");
+        put(
+            "/sys/devices/system/cpu/cpu3/cpufreq/scaling_available_governors",
+            "performance powersave\n",
+        );
+        let mut g = req("3", Isolate::No, None);
+        g.request.governor = Some("performance".into());
+        let c = Claim::resolve(&root, &g, &online, &stat, &[]).unwrap();
+        assert_eq!(c.governor.as_deref(), Some("performance"));
+        g.request.governor = Some("schedutil".into());
+        let e = Claim::resolve(&root, &g, &online, &stat, &[]).unwrap_err();
+        assert!(
+            e.contains("CPU 3 offers no governor schedutil (available: performance powersave)"),
+            "{e}"
+        );
+        g.request.governor = Some("Bad".into());
+        let e = Claim::resolve(&root, &g, &online, &stat, &[]).unwrap_err();
+        assert!(
+            e.contains("governor 'Bad' is not a cpufreq governor name"),
+            "{e}"
+        );
+        let mut other = claim("3-4", "0-1,3-7");
+        other.pm_qos = Some("n/a".into());
+        other.name = Some("db".into());
+        for (r, others, why) in [
+            (
+                req("3", Isolate::All, Some("5")),
+                vec![other.clone()],
+                "CPUs 3 have PM QoS n/a for container db (c3-4), not 5",
+            ),
+            (
+                req("0-1,3-7", Isolate::All, None),
+                vec![],
+                "leaves no housekeeping CPU",
+            ),
+            (
+                req("3,8", Isolate::All, None),
+                vec![],
+                "CPUs 8 are not online",
+            ),
+            (req("", Isolate::All, None), vec![], "no cpuset"),
+            (
+                req("x", Isolate::All, None),
+                vec![],
+                "cpus 'x' is not a CPU list",
+            ),
+        ] {
+            let e = Claim::resolve(&root, &r, &online, &stat, &others).unwrap_err();
+            assert!(
+                e.contains(why) && e.starts_with("container rt (abc): "),
+                "{e}"
+            );
+        }
+        // The same PM QoS is no conflict; another container's isolated CPUs count.
+        let mut same = other.clone();
+        same.isolated = "3".into();
+        assert!(Claim::resolve(
+            &root,
+            &req("3", Isolate::All, Some("n/a")),
+            &online,
+            &stat,
+            &[same]
+        )
+        .is_ok());
+        let mut wide = claim("0-1,4-7", "0-1,4-7");
+        wide.container = "wide".into();
+        let e = Claim::resolve(
+            &root,
+            &req("3", Isolate::All, None),
+            &online,
+            &stat,
+            &[wide.clone()],
+        )
+        .unwrap_err();
+        assert!(e.contains("leaves no housekeeping CPU"), "{e}");
+        // A claim replacing its own earlier one does not conflict with it.
+        let mut mine = wide;
+        mine.container = "abc".into();
+        assert!(Claim::resolve(
+            &root,
+            &req("3", Isolate::All, None),
+            &online,
+            &stat,
+            &[mine]
+        )
+        .is_ok());
+        let mut gone = req("3", Isolate::All, None);
+        gone.pid = 8;
+        let e = Claim::resolve(&root, &gone, &online, &stat, &[]).unwrap_err();
+        assert!(e.contains("its process 8 cannot be read"), "{e}");
+        // Alive while the same process; gone when it is not (or reused).
+        let mut c =
+            Claim::resolve(&root, &req("3", Isolate::All, None), &online, &stat, &[]).unwrap();
+        assert!(c.alive(&root));
+        c.starttime = 98;
+        assert!(!c.alive(&root));
+        c.pid = 8;
+        assert!(!c.alive(&root));
+    }
+
+    #[test]
+    fn names_and_values_are_checked_character_by_character() {
+        for ok in ["performance", "gov_2", "a"] {
+            assert!(valid_governor(ok), "{ok}");
+        }
+        for bad in ["", "Gov", "a-b", "sixteen_letters_", "a b"] {
+            assert!(!valid_governor(bad), "{bad}");
+        }
+        for ok in ["n/a", "0", "7", "2147483647"] {
+            assert!(valid_pm_qos(ok), "{ok}");
+        }
+        for bad in ["", "N/A", "1x", "-1", "2147483648", "99999999999", " 1"] {
+            assert!(!valid_pm_qos(bad), "{bad}");
+        }
+        for ok in ["a", "a.b-c_D9", &"f".repeat(128)] {
+            assert!(valid_container_id(ok), "{ok}");
+        }
+        for bad in ["", ".a", "a/b", "a b", "a\n", &"f".repeat(129)] {
+            assert!(!valid_container_id(bad), "{bad}");
+        }
+        // What is shown of a value: 64 characters, then "...".
+        let v64 = "v".repeat(64);
+        assert_eq!(shown(&v64), v64);
+        assert_eq!(shown(&format!("{v64}w")), format!("{v64}..."));
+    }
+
+    /// Inputs up to MAX_INPUT bytes are read whole; one byte more is refused as too big.
+    #[test]
+    fn inputs_are_bounded_at_exactly_max_input() {
+        let pad = |json: &str, len: usize| {
+            let mut v = json.as_bytes().to_vec();
+            v.resize(len, b' ');
+            v
+        };
+        let state = r#"{"id":"a","bundle":"/b"}"#;
+        assert!(HookState::parse(&pad(state, MAX_INPUT)).is_ok());
+        assert!(HookState::parse(&pad(state, MAX_INPUT + 1))
+            .unwrap_err()
+            .contains("over"));
+        let config = r#"{"linux":{"resources":{"cpu":{"cpus":"3"}}}}"#;
+        assert!(Bundle::parse(&pad(config, MAX_INPUT)).is_ok());
+        assert!(Bundle::parse(&pad(config, MAX_INPUT + 1))
+            .unwrap_err()
+            .contains("over"));
+        let list = r#"{"list":{}}"#;
+        assert!(Message::parse(&pad(list, MAX_INPUT)).is_ok());
+        assert!(Message::parse(&pad(list, MAX_INPUT + 1))
+            .unwrap_err()
+            .contains("over"));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.json"), pad(config, MAX_INPUT)).unwrap();
+        assert_eq!(
+            Bundle::read(dir.path()).unwrap().cpus,
+            Some("3".parse().unwrap())
+        );
+        std::fs::write(dir.path().join("config.json"), pad(config, MAX_INPUT + 1)).unwrap();
+        let e = Bundle::read(dir.path()).unwrap_err();
+        assert!(e.contains("config.json: over"), "{e}");
+        // An empty cpuset is none.
+        let b = Bundle::parse(br#"{"linux":{"resources":{"cpu":{"cpus":" "}}}}"#).unwrap();
+        assert_eq!(b.cpus, None);
     }
 
     #[test]
@@ -975,5 +1287,58 @@ mod tests {
         std::fs::write(&path, serde_json::to_vec(&f).unwrap()).unwrap();
         let e = ClaimsFile::load(&path, "b").unwrap_err();
         assert!(e.contains("claim of 'abc' is not one isold writes"), "{e}");
+        // Each field is checked on its own.
+        let good = Claim {
+            container: "abc".into(),
+            name: None,
+            pid: 5,
+            starttime: 7,
+            cpus: "3".into(),
+            isolated: "3".into(),
+            pm_qos: None,
+            governor: None,
+        };
+        let bads: [fn(&mut Claim); 5] = [
+            |c| c.container = "a/b".into(),
+            |c| c.cpus = "x".into(),
+            |c| c.isolated = "x".into(),
+            |c| c.pm_qos = Some("x".into()),
+            |c| c.governor = Some("X".into()),
+        ];
+        for (i, bad) in bads.iter().enumerate() {
+            let mut c = good.clone();
+            bad(&mut c);
+            let f = ClaimsFile {
+                version: 1,
+                boot_id: "b".into(),
+                claims: vec![good.clone(), c],
+            };
+            std::fs::write(&path, serde_json::to_vec(&f).unwrap()).unwrap();
+            assert!(
+                ClaimsFile::load(&path, "b")
+                    .unwrap_err()
+                    .contains("is not one isold writes"),
+                "{i}"
+            );
+        }
+        let f = ClaimsFile {
+            version: 2,
+            boot_id: "b".into(),
+            claims: vec![],
+        };
+        std::fs::write(&path, serde_json::to_vec(&f).unwrap()).unwrap();
+        assert!(ClaimsFile::load(&path, "b")
+            .unwrap_err()
+            .contains("claims file version 2"));
+        // A path that cannot be read is an error, not "no claim"; nor can it be saved over.
+        let e = ClaimsFile::load(dir.path(), "b").unwrap_err();
+        assert!(e.contains("cannot read"), "{e}");
+        assert!(ClaimsFile::save(dir.path(), "b", &[]).is_err());
+        std::fs::remove_file(&path).unwrap();
+        ClaimsFile::save(&path, "b", &[]).unwrap();
+        assert_eq!(
+            ClaimsFile::path_for(Path::new("/run/isold/state.json")),
+            Path::new("/run/isold/claims.json")
+        );
     }
 }
