@@ -24,6 +24,7 @@ const BUSYBOX: &str = "/bin/busybox";
 const DEBIAN_RUNNER: &str = include_str!("../../guest/debian-runner");
 const DEBIAN_UNIT: &str = include_str!("../../guest/taskisol-steps.service");
 const PERSIST_INIT: &str = include_str!("../../guest/persist-init");
+const TMPFS_INIT: &str = include_str!("../../guest/tmpfs-init");
 const AT_SHUTDOWN: &str = include_str!("../../guest/at-shutdown");
 const AT_SHUTDOWN_UNIT: &str = include_str!("../../guest/taskisol-at-shutdown.service");
 
@@ -212,6 +213,12 @@ fn build_initramfs(
     let mut image = Vec::new();
     match s.userland {
         Userland::Busybox => {
+            if s.tmpfs_root {
+                return Err(HarnessError::Io(format!(
+                    "scenario {}: tmpfs_root is for Debian guests (busybox's init needs no pivot_root)",
+                    s.name
+                )));
+            }
             c.file("/init", 0o755, GUEST_INIT.as_bytes());
             c.char_dev("/dev/console", 5, 1);
             for d in [
@@ -248,6 +255,11 @@ fn build_initramfs(
             );
             if s.disk_mb.is_some() {
                 c.file("/guest/persist-init", 0o755, PERSIST_INIT.as_bytes());
+            }
+            if s.tmpfs_root {
+                // The rdinit; busybox switch_root insists on a regular /init.
+                c.file("/init", 0o755, TMPFS_INIT.as_bytes());
+                c.dir("/newroot");
             }
             if steps.iter().any(|st| st.shutdown.is_some()) {
                 c.file("/guest/at-shutdown", 0o755, AT_SHUTDOWN.as_bytes());
@@ -475,11 +487,17 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
     // no_timer_check: under a loaded TCG host the kernel's boot-time check of the 8254 timer
     // fails ("MP-BIOS bug: 8254 timer not connected to IO-APIC") and IRQ 0 moves to the
     // local APIC, which would change /proc/interrupts from boot to boot.
-    let init = match (s.userland, s.disk_mb) {
-        (Userland::Busybox, _) => "",
+    let init = match (s.userland, s.tmpfs_root, s.disk_mb) {
+        (Userland::Busybox, ..) => "",
         // quiet keeps systemd's status lines off the console too; the journal has them.
-        (Userland::Debian, None) => "rdinit=/lib/systemd/systemd systemd.unit=multi-user.target ",
-        (Userland::Debian, Some(_)) => "rdinit=/guest/persist-init systemd.unit=multi-user.target ",
+        // tests/guest/tmpfs-init goes on with persist-init when there is a disk.
+        (Userland::Debian, true, _) => "rdinit=/init systemd.unit=multi-user.target ",
+        (Userland::Debian, false, None) => {
+            "rdinit=/lib/systemd/systemd systemd.unit=multi-user.target "
+        }
+        (Userland::Debian, false, Some(_)) => {
+            "rdinit=/guest/persist-init systemd.unit=multi-user.target "
+        }
     };
     let boots = s.boots();
     let append = format!(

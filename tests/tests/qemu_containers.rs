@@ -1,0 +1,448 @@
+//! Isolation that follows containers, under podman on a real kernel: the Debian root of
+//! `scripts/setup-debroot libvirt` (podman 4.3, crun, storage driver vfs) booted with Debian's
+//! 6.12-rt from a copy of the root in a tmpfs (`Scenario::debian_containers`; crun cannot
+//! `pivot_root` on the initramfs's rootfs). The image is busybox-static's root tree
+//! (`podman import`, no registry). isold.service runs with `isolated_cpus = "2"`, and
+//! dist/oci/isold.json is installed as podman reads it, so `isold hook` runs at the prestart
+//! and poststop of every container with one of the annotations.
+//!
+//! - `podman run -d --cpuset-cpus 3 --annotation isold.io/isolate=true --annotation
+//!   cpu-c-states.crio.io=disable`: while it runs, `isold audit --cpus 3` finds no movable IRQ
+//!   and no task but the container's that may run on CPU 3, and CPU 3's PM QoS is `n/a`; after
+//!   `podman stop`, every value isold may touch reads as before the container (isold_snapshot);
+//! - 20 `podman run --rm` start/stop cycles with the annotation: all run on CPU 3, nothing left;
+//! - kill -9 of the container's conmon, then of its process: no poststop hook runs, and the
+//!   daemon finds the container gone and gives CPU 3 back;
+//! - a container without the annotation changes nothing while it runs;
+//! - a claim survives `systemctl restart isold` and is released by the container's stop after.
+//!
+//! podman runs poststop hooks itself, in its cleanup of a stopped container (once: conmon's
+//! `podman container cleanup` or `podman rm`, whichever comes first), also after a kill -9 of
+//! the container's process; crun runs prestart with the container's pid.
+//!
+//! Built only with `--features qemu` (see docs/TESTING.md).
+
+use std::time::Duration;
+
+use serde_json::Value;
+use taskisol_tests::qemu::{run, Expect, Scenario, StepOutput, BUSYBOX_IMAGE_TAR};
+
+const IMAGE: &str = "localhost/busybox:taskisol";
+const UNIT: &[u8] = include_bytes!("../../dist/isold.service");
+const HOOKS_D: &[u8] = include_bytes!("../../dist/oci/isold.json");
+
+/// Every step starts on the housekeeping CPUs, so that the step's own shell (and podman,
+/// conmon and crun, its children) is not a wide task the daemon narrows under it.
+const PRE: &str = "taskset -pc 0-1 $$ >/dev/null\n";
+
+/// Shell functions of the steps. `audit NAME`: `isold audit --cpus 3` (no window) as JSON on
+/// one line `NAME=...`. `pm3`: CPU 3's PM QoS. `claims`: the claims, one line. `settled`: waits
+/// for the daemon to have no claim (10 s at most).
+const FUNCS: &str = r#"
+audit() { echo "$1=$(isold audit --cpus 3 --duration 0 --json | tr -d '\n')"; }
+pm3() { cat /sys/devices/system/cpu/cpu3/power/pm_qos_resume_latency_us; }
+claims() { isold claims | tr '\n' ' '; }
+no_claims() {
+    n=0
+    while [ "$(isold claims)" != "no container claims CPUs" ] && [ $n -lt 50 ]; do
+        /usr/bin/busybox usleep 200000; n=$((n + 1))
+    done
+    echo waited_for_release_ms=$((n * 200))
+}
+"#;
+
+/// In an audit's JSON: the IRQs that can be moved and whose affinity has CPU 3, and the
+/// tasks other than the workload's that may run there. An IRQ whose affinity left CPU 3 may
+/// still have it as its effective CPU until it next fires (x86 moves an IRQ then: "set, move
+/// pending"), and its IRQ thread follows it there: the kernel's to move, not a value isold
+/// can write, so neither counts.
+fn exposure(o: &StepOutput, key: &str) -> Result<(usize, usize), String> {
+    let text = o.field(key).ok_or(format!("no {key}"))?;
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("{key}: {e}: {text}"))?;
+    let cpu = v["per_cpu"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["cpu"] == 3))
+        .ok_or(format!("{key}: no CPU 3"))?;
+    let can = &cpu["can_disturb"];
+    let has3 = |aff: &Value| {
+        aff.as_str()
+            .and_then(|a| a.parse::<libtaskisol::CpuSet>().ok())
+            .is_some_and(|s| s.contains(3))
+    };
+    let irqs = can["irqs"].as_array().map_or(0, |a| {
+        a.iter()
+            .filter(|i| i["movable"] != false && has3(&i["affinity"]))
+            .count()
+    });
+    let tasks = can["tasks"].as_array().map_or(0, |a| {
+        a.iter()
+            .filter(|t| !t["comm"].as_str().unwrap_or_default().starts_with("irq/"))
+            .count()
+    });
+    Ok((irqs, tasks))
+}
+
+fn quiet(key: &'static str) -> Expect {
+    Expect::that(
+        &format!("{key}: no movable IRQ and no foreign task may run on CPU 3"),
+        move |o: &StepOutput| match exposure(o, key)? {
+            (0, 0) => Ok(()),
+            (i, t) => Err(format!("{i} movable IRQ(s), {t} task(s)")),
+        },
+    )
+}
+
+fn exposed(key: &'static str) -> Expect {
+    Expect::that(
+        &format!("{key}: movable IRQs and other tasks may run on CPU 3"),
+        move |o: &StepOutput| match exposure(o, key)? {
+            (i, t) if i > 0 && t > 0 => Ok(()),
+            (i, t) => Err(format!("only {i} movable IRQ(s), {t} task(s)")),
+        },
+    )
+}
+
+/// Where the image's build context goes in the guest.
+const CONTEXT: &str = "/usr/local/share/taskisol/image";
+
+/// The image's build context as scripts/build-image stages it, put into the guest.
+fn stage_image(s: &mut Scenario) {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(repo.join("scripts/build-image"))
+        .arg("--stage-only")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "scripts/build-image --stage-only: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fn walk(base: &std::path::Path, rel: &std::path::Path, out: &mut Vec<(String, u32, Vec<u8>)>) {
+        for e in std::fs::read_dir(base.join(rel)).unwrap() {
+            let e = e.unwrap();
+            let r = rel.join(e.file_name());
+            let meta = std::fs::metadata(e.path()).unwrap();
+            if meta.is_dir() {
+                walk(base, &r, out);
+            } else {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = if meta.permissions().mode() & 0o111 != 0 {
+                    0o755
+                } else {
+                    0o644
+                };
+                out.push((
+                    r.display().to_string(),
+                    mode,
+                    std::fs::read(e.path()).unwrap(),
+                ));
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(dir.path(), std::path::Path::new(""), &mut files);
+    for (rel, mode, bytes) in files {
+        s.file(&format!("{CONTEXT}/{rel}"), mode, &bytes);
+    }
+}
+
+/// `podman run` of the image as the DaemonSet runs it: privileged, the host's PID, network and
+/// cgroup namespaces, the node's state, configuration and the directories its items write.
+const DAEMONSET_RUN: &str = "podman run -d --name isold --privileged --pid=host --network=host \
+     --cgroupns=host -v /etc/isold:/etc/isold:ro -v /run/isold:/run/isold \
+     -v /var/lib/isold:/var/lib/isold -v /etc/modprobe.d:/etc/modprobe.d \
+     -v /etc/default:/etc/default -v /etc/systemd/system.conf.d:/etc/systemd/system.conf.d \
+     localhost/isold:test run";
+
+#[test]
+fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
+    let mut s = Scenario::debian_containers("rt612_isold_containers", "");
+    s.file("/etc/systemd/system/isold.service", 0o644, UNIT);
+    s.file(
+        "/usr/share/containers/oci/hooks.d/isold.json",
+        0o644,
+        HOOKS_D,
+    );
+    s.file("/etc/isold/isold.toml", 0o644, b"isolated_cpus = \"2\"\n");
+    s.step_with_timeout(
+        "setup",
+        &format!(
+            "{PRE}{FUNCS}echo root_fs=$(awk '$2 == \"/\" {{ print $3 }}' /proc/mounts | tail -1)\n\
+             podman import {BUSYBOX_IMAGE_TAR} {IMAGE} >/tmp/import.out 2>&1; echo import_rc=$?\n\
+             echo driver=$(podman info --format '{{{{.Store.GraphDriverName}}}}')\n\
+             systemctl start isold; echo start_rc=$?\n\
+             echo active=$(systemctl is-active isold)\n\
+             sleep 1\n\
+             isold_snapshot /tmp/s0; echo snapshot_lines=$(wc -l </tmp/s0)\n\
+             echo pm3=$(pm3)\n\
+             audit audit_before"
+        ),
+        Duration::from_secs(300),
+        vec![
+            Expect::field("root_fs", "tmpfs"),
+            Expect::field("import_rc", "0"),
+            Expect::field("driver", "vfs"),
+            Expect::field("start_rc", "0"),
+            Expect::field("active", "active"),
+            Expect::field("pm3", "0"),
+            exposed("audit_before"),
+        ],
+    );
+    s.step_with_timeout(
+        "claim",
+        &format!(
+            "{PRE}{FUNCS}t0=$(now_cs)\n\
+             podman run -d --name rt --network none --cpuset-cpus 3 \
+             --annotation isold.io/isolate=true --annotation cpu-c-states.crio.io=disable \
+             {IMAGE} sleep 100000 >/dev/null 2>/tmp/run.err; echo run_rc=$?; cat /tmp/run.err\n\
+             echo run_s=$(secs $(($(now_cs) - t0)))\n\
+             pid=$(podman inspect -f '{{{{.State.Pid}}}}' rt)\n\
+             echo affinity=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/$pid/status)\n\
+             echo claims=$(claims)\n\
+             echo pm3=$(pm3)\n\
+             audit audit_during\n\
+             t0=$(now_cs)\n\
+             podman stop -t 1 rt >/dev/null; podman rm rt >/dev/null; echo stop_rc=$?\n\
+             echo stop_s=$(secs $(($(now_cs) - t0)))\n\
+             no_claims\n\
+             echo pm3_after=$(pm3)\n\
+             isold_snapshot /tmp/s1\nsnapshot_diff /tmp/s0 /tmp/s1\n\
+             journalctl -u isold -o cat | grep -E 'claim|release' | tail -5"
+        ),
+        Duration::from_secs(300),
+        vec![
+            Expect::field("run_rc", "0"),
+            Expect::field("affinity", "3"),
+            Expect::that("the claim listed", |o: &StepOutput| {
+                o.field("claims")
+                    .filter(|c| c.contains("CPUs 3") && c.contains("isolated 3, PM QoS n/a"))
+                    .map(|_| ())
+                    .ok_or_else(|| format!("{:?}", o.field("claims")))
+            }),
+            Expect::field("pm3", "n/a"),
+            quiet("audit_during"),
+            Expect::field("stop_rc", "0"),
+            Expect::field("pm3_after", "0"),
+            Expect::field("differences", "0"),
+        ],
+    );
+    s.step_with_timeout(
+        "cycles",
+        &format!(
+            "{PRE}{FUNCS}ok=0; i=0; t0=$(now_cs)\n\
+             while [ $i -lt 20 ]; do\n\
+               a=$(podman run --rm --network none --cpuset-cpus 3 --annotation isold.io/isolate=true \
+             {IMAGE} sh -c 'grep Cpus_allowed_list /proc/self/status' 2>>/tmp/cycles.err | tr -d '\\t')\n\
+               [ \"$a\" = Cpus_allowed_list:3 ] && ok=$((ok + 1))\n\
+               i=$((i + 1))\n\
+             done\n\
+             echo cycles_ok=$ok\n\
+             echo cycle_s=$(secs $(( ($(now_cs) - t0) / 20 )))\n\
+             i=0; t0=$(now_cs)\n\
+             while [ $i -lt 5 ]; do\n\
+               podman run --rm --network none --cpuset-cpus 3 {IMAGE} \
+             sh -c 'grep Cpus_allowed_list /proc/self/status' >/dev/null 2>>/tmp/cycles.err\n\
+               i=$((i + 1))\n\
+             done\n\
+             echo plain_cycle_s=$(secs $(( ($(now_cs) - t0) / 5 )))\n\
+             tail -3 /tmp/cycles.err\n\
+             no_claims\n\
+             echo left=$(podman ps -aq | wc -l)\n\
+             isold_snapshot /tmp/s2\nsnapshot_diff /tmp/s0 /tmp/s2"
+        ),
+        Duration::from_secs(600),
+        vec![
+            Expect::field("cycles_ok", "20"),
+            Expect::field("left", "0"),
+            Expect::field("differences", "0"),
+        ],
+    );
+    // No poststop hook at all: conmon killed first, then the container's process. The daemon
+    // finds the process gone within its interval.
+    s.step_with_timeout(
+        "kill9",
+        &format!(
+            "{PRE}{FUNCS}podman run -d --name victim --network none --cpuset-cpus 3 \
+             --annotation isold.io/isolate=true {IMAGE} sleep 100000 >/dev/null; echo run_rc=$?\n\
+             echo pm_claims=$(claims)\n\
+             pid=$(podman inspect -f '{{{{.State.Pid}}}}' victim)\n\
+             conmon=$(podman inspect -f '{{{{.State.ConmonPid}}}}' victim)\n\
+             audit audit_victim\n\
+             t0=$(now_cs)\n\
+             kill -9 $conmon; kill -9 $pid; echo kill_rc=$?\n\
+             no_claims\n\
+             echo kill_to_release_s=$(secs $(($(now_cs) - t0)))\n\
+             echo pm3_after=$(pm3)\n\
+             isold_snapshot /tmp/s3\nsnapshot_diff /tmp/s0 /tmp/s3\n\
+             podman rm -f victim >/dev/null 2>&1; echo rm_rc=$?\n\
+             journalctl -u isold -o cat | grep 'is gone' | tail -1 | sed 's/^/gone: /'"
+        ),
+        Duration::from_secs(300),
+        vec![
+            Expect::field("run_rc", "0"),
+            quiet("audit_victim"),
+            Expect::field("kill_rc", "0"),
+            Expect::field("pm3_after", "0"),
+            Expect::field("differences", "0"),
+            Expect::output_has("is gone: releasing CPUs 3"),
+        ],
+    );
+    // Without the annotation: nothing changes while it runs.
+    s.step_with_timeout(
+        "plain",
+        &format!(
+            "{PRE}{FUNCS}podman run -d --name plain --network none --cpuset-cpus 3 \
+             {IMAGE} sleep 100000 >/dev/null; echo run_rc=$?\n\
+             echo claims=$(claims)\n\
+             isold_snapshot /tmp/s4\nsnapshot_diff /tmp/s0 /tmp/s4\n\
+             podman rm -f plain >/dev/null; echo rm_rc=$?"
+        ),
+        Duration::from_secs(300),
+        vec![
+            Expect::field("run_rc", "0"),
+            Expect::field("claims", "no container claims CPUs"),
+            Expect::field("differences", "0"),
+            Expect::field("rm_rc", "0"),
+        ],
+    );
+    // A restart of the daemon keeps the claim (and CPU 3 quiet); the stop after releases it.
+    s.step_with_timeout(
+        "restart",
+        &format!(
+            "{PRE}{FUNCS}podman run -d --name kept --network none --cpuset-cpus 3 \
+             --annotation isold.io/isolate=true {IMAGE} sleep 100000 >/dev/null; echo run_rc=$?\n\
+             systemctl restart isold; echo restart_rc=$?\n\
+             echo claims=$(claims)\n\
+             echo pm3=$(pm3)\n\
+             audit audit_restarted\n\
+             podman stop -t 1 kept >/dev/null; podman rm kept >/dev/null; echo stop_rc=$?\n\
+             no_claims\n\
+             isold_snapshot /tmp/s5\nsnapshot_diff /tmp/s0 /tmp/s5"
+        ),
+        Duration::from_secs(300),
+        vec![
+            Expect::field("run_rc", "0"),
+            Expect::field("restart_rc", "0"),
+            Expect::that("the claim kept", |o: &StepOutput| {
+                o.field("claims")
+                    .filter(|c| c.contains("CPUs 3"))
+                    .map(|_| ())
+                    .ok_or_else(|| format!("{:?}", o.field("claims")))
+            }),
+            quiet("audit_restarted"),
+            Expect::field("stop_rc", "0"),
+            Expect::field("differences", "0"),
+        ],
+    );
+    // The image, built in the guest from the staged context, run as the DaemonSet runs it:
+    // it applies the policy (after isold restore undid the service's), repairs drift, serves
+    // metrics, takes a container's claim over the node's socket, and its stop leaves the node
+    // isolated (on_stop = "keep").
+    stage_image(&mut s);
+    s.step_with_timeout(
+        "image_build",
+        &format!(
+            "{PRE}systemctl stop isold; echo stop_rc=$?\n\
+             isold restore >/dev/null; echo restore_rc=$?\n\
+             echo irq4_restored=$(cat /proc/irq/4/smp_affinity_list)\n\
+             mkdir -p {CONTEXT}/rootfs/run {CONTEXT}/rootfs/var/lib {CONTEXT}/rootfs/tmp {CONTEXT}/rootfs/etc/isold\n\
+             t0=$(now_cs)\n\
+             podman build --network none -t localhost/isold:test {CONTEXT} >/tmp/build.out 2>&1; echo build_rc=$?\n\
+             echo build_s=$(secs $(($(now_cs) - t0)))\n\
+             tail -3 /tmp/build.out\n\
+             echo image_mb=$(podman image inspect -f '{{{{.Size}}}}' localhost/isold:test | awk '{{ printf \"%.1f\", $1 / 1048576 }}')"
+        ),
+        Duration::from_secs(300),
+        vec![
+            Expect::field("stop_rc", "0"),
+            Expect::field("restore_rc", "0"),
+            Expect::field("irq4_restored", "0-3"),
+            Expect::field("build_rc", "0"),
+        ],
+    );
+    s.step_with_timeout(
+        "daemonset",
+        &format!(
+            "{PRE}{FUNCS}mkdir -p /etc/systemd/system.conf.d\n\
+             printf 'isolated_cpus = \"2\"\\n[metrics]\\nlisten = \"127.0.0.1:9645\"\\ninterval = 1\\n' >/etc/isold/isold.toml\n\
+             {DAEMONSET_RUN} >/dev/null 2>/tmp/ds.err; echo run_rc=$?; cat /tmp/ds.err\n\
+             n=0; while [ \"$(cat /proc/irq/4/smp_affinity_list)\" != 0-1,3 ] && [ $n -lt 100 ]; do /usr/bin/busybox usleep 200000; n=$((n + 1)); done\n\
+             echo irq4=$(cat /proc/irq/4/smp_affinity_list)\n\
+             isold status >/dev/null; echo status_rc=$?\n\
+             echo 0-3 >/proc/irq/4/smp_affinity_list; sleep 2\n\
+             echo irq4_repaired=$(cat /proc/irq/4/smp_affinity_list)\n\
+             sleep 2\n\
+             /usr/bin/busybox wget -qO /tmp/metrics http://127.0.0.1:9645/metrics; echo wget_rc=$?\n\
+             echo holds=$(awk '$1 == \"isold_policy_holds\" {{ print $2 }}' /tmp/metrics)\n\
+             echo repairs=$(grep -c '^isold_drift_repairs_total{{item=\"irq_affinity\"' /tmp/metrics)\n\
+             echo cpu2_series=$(grep -c 'cpu=\"2\"' /tmp/metrics)\n\
+             echo series=$(grep -vc '^#' /tmp/metrics)\n\
+             echo sample_s=$(awk '$1 == \"isold_health_sample_duration_seconds\" {{ print $2 }}' /tmp/metrics)\n\
+             podman run -d --name claimer --network none --cpuset-cpus 3 \
+             --annotation isold.io/isolate=true {IMAGE} sleep 100000 >/dev/null; echo claimer_rc=$?\n\
+             echo claims=$(claims)\n\
+             echo irq4_claimed=$(cat /proc/irq/4/smp_affinity_list)\n\
+             podman rm -f claimer >/dev/null; no_claims\n\
+             echo irq4_released=$(cat /proc/irq/4/smp_affinity_list)\n\
+             podman stop -t 30 isold >/dev/null; echo stop_rc=$?\n\
+             echo exit_code=$(podman inspect -f '{{{{.State.ExitCode}}}}' isold)\n\
+             echo irq4_after_stop=$(cat /proc/irq/4/smp_affinity_list)\n\
+             isold verify >/dev/null; echo verify_rc=$?\n\
+             podman logs isold 2>&1 | tail -5"
+        ),
+        Duration::from_secs(300),
+        vec![
+            Expect::field("run_rc", "0"),
+            Expect::field("irq4", "0-1,3"),
+            Expect::field("status_rc", "0"),
+            Expect::field("irq4_repaired", "0-1,3"),
+            Expect::field("wget_rc", "0"),
+            Expect::field("holds", "1"),
+            Expect::that("a drift repair counted", |o: &StepOutput| {
+                match o.field("repairs").and_then(|v| v.parse::<u32>().ok()) {
+                    Some(n) if n > 0 => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            }),
+            Expect::that("CPU 2's health series", |o: &StepOutput| {
+                match o.field("cpu2_series").and_then(|v| v.parse::<u32>().ok()) {
+                    Some(n) if n > 0 => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            }),
+            Expect::field("claimer_rc", "0"),
+            Expect::field("irq4_claimed", "0-1"),
+            Expect::field("irq4_released", "0-1,3"),
+            Expect::field("stop_rc", "0"),
+            Expect::field("exit_code", "0"),
+            Expect::field("irq4_after_stop", "0-1,3"),
+            Expect::field("verify_rc", "0"),
+        ],
+    );
+    let o = run(&s).unwrap_or_else(|e| panic!("{e}"));
+    let f = |step: &str, key: &str| {
+        o.outputs
+            .get(step)
+            .and_then(|out| out.field(key))
+            .unwrap_or("-")
+            .to_string()
+    };
+    eprintln!(
+        "podman run -d with a claim {} s, stop and rm {} s; one run --rm cycle {} s with a claim, {} s without; kill -9 to released {} s",
+        f("claim", "run_s"),
+        f("claim", "stop_s"),
+        f("cycles", "cycle_s"),
+        f("cycles", "plain_cycle_s"),
+        f("kill9", "kill_to_release_s"),
+    );
+    eprintln!(
+        "image: built in {} s, {} MiB; in it, isold run's health sample of CPU 2 took {} s, {} series",
+        f("image_build", "build_s"),
+        f("image_build", "image_mb"),
+        f("daemonset", "sample_s"),
+        f("daemonset", "series"),
+    );
+    o.assert_ok();
+}
