@@ -103,3 +103,62 @@ fn a_local_prefix_and_sysconfdir_reach_the_unit() {
         .is_file());
     assert!(root.join("opt/taskisol/share/man/man8/isold.8").is_file());
 }
+
+/// dist/kubernetes/: every object valid against the Kubernetes API's schema
+/// (kubernetes-validate --strict: unknown fields are errors too), and the ConfigMap's
+/// isold.toml a configuration isold accepts; the image the DaemonSet names is the one
+/// scripts/build-image tags.
+#[test]
+fn the_kubernetes_manifests_are_valid_and_carry_a_valid_configuration() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let cache = std::env::var_os("TASKISOL_CACHE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo.join(".cache"));
+    let tool = cache.join("kubernetes-validate/bin/kubernetes-validate");
+    assert!(
+        tool.exists(),
+        "{} is missing: run scripts/setup-qemu (as root: it installs python3-venv and kubernetes-validate into the cache)",
+        tool.display()
+    );
+    let manifest = repo.join("dist/kubernetes/isold.yaml");
+    let out = Command::new(&tool)
+        .arg("--strict")
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    for kind in [
+        "namespace/isold",
+        "configmap/isold-config",
+        "daemonset/isold",
+    ] {
+        assert!(
+            text.contains(&format!("passed for resource {kind}")),
+            "{text}"
+        );
+    }
+    // The ConfigMap's isold.toml: the block under `isold.toml: |`, 4 spaces in.
+    let yaml = std::fs::read_to_string(&manifest).unwrap();
+    let toml: String = yaml
+        .lines()
+        .skip_while(|l| l.trim() != "isold.toml: |")
+        .skip(1)
+        .take_while(|l| l.starts_with("    ") || l.is_empty())
+        .map(|l| format!("{}\n", l.get(4..).unwrap_or("")))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("isold.toml");
+    std::fs::write(&file, &toml).unwrap();
+    let config = libtaskisol::policy::config::Config::load(&file)
+        .unwrap_or_else(|e| panic!("the ConfigMap's isold.toml: {e}\n{toml}"));
+    assert!(config.metrics.is_some(), "{toml}");
+    assert_eq!(config.on_stop.name(), "keep");
+    assert!(yaml.contains("image: localhost/isold:latest"));
+    let build = std::fs::read_to_string(repo.join("scripts/build-image")).unwrap();
+    assert!(build.contains("-t localhost/isold:latest"));
+}
