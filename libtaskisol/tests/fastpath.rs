@@ -426,3 +426,91 @@ fn apply_threads_narrows_the_given_threads_and_keeps_their_first_original() {
     // The fixture's 0-3, not the 1-3 it had when apply_threads narrowed it.
     assert_eq!(affinity(&s), "0-3");
 }
+
+/// `engine::give_back` (a container's claim released, a reload isolating fewer) on the same
+/// tree: each recorded CPU set gets back the freed CPUs its original had and nothing else;
+/// one that is its original again leaves the state file, so restore has nothing left for it.
+#[test]
+fn give_back_returns_the_freed_cpus_each_original_had() {
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    let read = |p: &str| {
+        std::fs::read_to_string(s.tree.join(p.trim_start_matches('/')))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let irq4 = "/proc/irq/4/smp_affinity_list";
+    let default = "/proc/irq/default_smp_affinity";
+    let wq = "/sys/devices/virtual/workqueue/cpumask";
+    assert_eq!(
+        (read(irq4), read(default), read(wq)),
+        ("0-1".into(), "3".into(), "3".into())
+    );
+    assert_eq!(affinity(&s), "0-1");
+    // Nothing freed: nothing written.
+    let rep = engine::give_back(&s.root, &s.files, &"".parse().unwrap()).unwrap();
+    assert!(rep.outcomes.is_empty());
+    let rep = engine::give_back(&s.root, &s.files, &"3".parse().unwrap()).unwrap();
+    assert_eq!(
+        (read(irq4), read(default), read(wq)),
+        ("0-1,3".into(), "b".into(), "b".into())
+    );
+    assert_eq!(affinity(&s), "0-1,3");
+    assert!(rep.problems().count() == 0, "{:?}", rep.outcomes);
+    let changed = rep.outcomes.len();
+    // Again: every value has CPU 3 already, nothing to write.
+    let rep = engine::give_back(&s.root, &s.files, &"3".parse().unwrap()).unwrap();
+    assert!(rep.outcomes.is_empty(), "{:?}", rep.outcomes);
+    // An IRQ some other owner moved to CPU 0 alone gets CPU 2 back, not CPU 1.
+    std::fs::write(s.tree.join("proc/irq/4/smp_affinity_list"), "0\n").unwrap();
+    // A thread that exited since is skipped.
+    std::fs::remove_dir_all(s.tree.join("proc/193")).unwrap();
+    let state = State::load(&s.state).unwrap().unwrap();
+    let before = state.entries().len();
+    let rep = engine::give_back(&s.root, &s.files, &"2".parse().unwrap()).unwrap();
+    assert_eq!(read(irq4), "0,2");
+    // The masks and the other IRQs are their originals again (f, 0-3): they left the state
+    // file; IRQ 4 (0,2 is not its original 0-3) stays.
+    assert_eq!((read(default), read(wq)), ("f".into(), "f".into()));
+    let state = State::load(&s.state).unwrap().unwrap();
+    assert!(state.has("irq:4"));
+    assert!(!state.has("irq:default") && !state.has("irq:1"));
+    assert!(state.entries().len() < before);
+    assert!(
+        rep.outcomes.len() >= changed - 1,
+        "{} < {changed}",
+        rep.outcomes.len()
+    );
+    assert!(rep
+        .outcomes
+        .iter()
+        .all(|o| o.id != "task:193:0" && !o.id.starts_with("task:193:")));
+    // Restore puts back what is left: IRQ 4 to its original.
+    engine::restore(&s.root, &s.files).unwrap();
+    assert_eq!(read(irq4), "0-3");
+}
+
+/// What give_back cannot read: an IRQ gone since is skipped, one whose file cannot be read is
+/// a failure naming it; a state file of an earlier boot (values reset by the reboot) is left.
+#[test]
+fn give_back_skips_what_is_gone_and_says_what_it_cannot_read() {
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    std::fs::remove_dir_all(s.tree.join("proc/irq/4")).unwrap();
+    let irq1 = s.tree.join("proc/irq/1/smp_affinity_list");
+    std::fs::remove_file(&irq1).unwrap();
+    std::fs::create_dir(&irq1).unwrap();
+    let rep = engine::give_back(&s.root, &s.files, &"3".parse().unwrap()).unwrap();
+    let problems: Vec<_> = rep.problems().map(|o| o.id.clone()).collect();
+    assert_eq!(problems, ["irq:1"], "{:?}", rep.outcomes);
+    assert!(!rep.outcomes.iter().any(|o| o.id == "irq:4"));
+
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    std::fs::write(
+        s.tree.join("proc/sys/kernel/random/boot_id"),
+        "00000000-0000-0000-0000-000000000000\n",
+    )
+    .unwrap();
+    let rep = engine::give_back(&s.root, &s.files, &"3".parse().unwrap()).unwrap();
+    assert!(rep.outcomes.is_empty(), "{:?}", rep.outcomes);
+    assert_eq!(affinity(&s), "0-1");
+}

@@ -1246,7 +1246,8 @@ fn narrowed_original(e: &Entry) -> Option<(Narrowed, CpuSet)> {
                 CpuSet::parse_mask(content.trim()).ok()?,
             ))
         }
-        Original::Attr { content, .. } if e.item == "irq_affinity" => {
+        // An IRQ's affinity: `irq:N` (the ids the state file's check lets through).
+        Original::Attr { content, .. } => {
             let n = e.id.strip_prefix("irq:")?.parse().ok()?;
             Some((Narrowed::Irq(n), CpuSet::parse_list(content.trim()).ok()?))
         }
@@ -1267,7 +1268,8 @@ pub fn give_back(root: &SysRoot, files: &StateFiles, freed: &CpuSet) -> Result<R
         return Ok(rep);
     }
     let mut ledger = Ledger::load(files, root, String::new(), String::new())?;
-    if ledger.is_empty_on_disk() || ledger.earlier_boot {
+    // A runtime file of an earlier boot holds no entry here (the reboot reset those values).
+    if ledger.is_empty_on_disk() {
         return Ok(rep);
     }
     let mut done = std::collections::HashSet::new();
