@@ -1023,6 +1023,21 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
     // The scan thread keeps the new policy: a drifted IRQ is put off CPU 3 again.
     write(&t, IRQ4, "0-3");
     eventually("IRQ 4 off CPU 3 again", || read(&t, IRQ4).trim() == "0-1");
+    // A second container claims CPU 1 beside it: both hold; its release leaves the first's.
+    let second = bundle(&t, "second", r#""isold.io/isolate":"true""#, Some("1"));
+    let (code, err) = hook(&t, &[], &state("b2", "created", CONTAINER_PID, &second));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(read(&t, IRQ4).trim(), "0");
+    let (_, out, _) = common::isold_at(Some(&t.root), &["claims", "--json"]);
+    let both: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(both.as_array().map(Vec::len), Some(2), "{out}");
+    let (code, err) = hook(&t, &[], &state("b2", "stopped", "0", &second));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(read(&t, IRQ4).trim(), "0-1");
+    let (_, out, _) = common::isold_at(Some(&t.root), &["claims", "--json"]);
+    let one: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(one[0]["container"], id, "{out}");
+    assert_eq!(one.as_array().map(Vec::len), Some(1), "{out}");
 
     // poststop gives everything back as it was before the claim.
     let (code, err) = hook(&t, &[], &stopped);
@@ -1068,6 +1083,23 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
         log.contains("its process 4242 is gone: releasing CPUs 3"),
         "{log}"
     );
+    // The restart found the claim; a claim restores nothing (only its items are applied), a
+    // release only the power value it set; nothing is said of zero values.
+    assert!(
+        log.contains("1 container claim(s) from before the start"),
+        "{log}"
+    );
+    assert!(log.contains("release: CPUs 3 given back to "), "{log}");
+    assert!(
+        !log.contains(" 0 value(s)") && !log.contains("given back to 0"),
+        "{log}"
+    );
+    for l in log
+        .lines()
+        .filter(|l| l.contains("no longer covers restored"))
+    {
+        assert!(l.contains("release: 1 value(s)"), "{l}");
+    }
     assert!(
         !t.root.join("run/isold/isold.sock").exists(),
         "the socket is removed at the stop"
