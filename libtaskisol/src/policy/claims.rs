@@ -478,10 +478,7 @@ impl Claim {
 
     /// How the claim is named in messages: the container's name, or its short id.
     pub fn who(&self) -> String {
-        match &self.name {
-            Some(n) => format!("container {n} ({})", short(&self.container)),
-            None => format!("container {}", short(&self.container)),
-        }
+        who(&self.container, self.name.as_deref())
     }
 
     /// Check request `req` against the machine and the claims already in force (`others`,
@@ -494,10 +491,7 @@ impl Claim {
         static_isolated: &CpuSet,
         others: &[Claim],
     ) -> Result<Claim, String> {
-        let who = match &req.name {
-            Some(n) => format!("container {n} ({})", short(&req.container)),
-            None => format!("container {}", short(&req.container)),
-        };
+        let who = who(&req.container, req.name.as_deref());
         let cpus = CpuSet::parse_list(&req.cpus)
             .map_err(|e| format!("{who}: cpus '{}' is not a CPU list: {e}", shown(&req.cpus)))?;
         if cpus.is_empty() {
@@ -617,6 +611,14 @@ impl Claim {
 
 fn tasks_same(root: &SysRoot, pid: i32, starttime: u64) -> crate::Result<bool> {
     crate::tasks::is_same_thread(root, pid, pid, starttime)
+}
+
+/// A container in messages: its name and short id, or its short id.
+fn who(id: &str, name: Option<&str>) -> String {
+    match name {
+        Some(n) => format!("container {n} ({})", short(id)),
+        None => format!("container {}", short(id)),
+    }
 }
 
 /// The first 12 characters of a container id, as podman and crictl show them.
