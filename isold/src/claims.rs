@@ -252,7 +252,8 @@ fn release(socket: &Path, id: &str) -> i32 {
         container: id.to_string(),
     };
     match send(socket, &msg) {
-        Ok(r) if r.ok => 0,
+        // What was given back, or that the container held nothing (or a refusal): said
+        // either way, and the container's stop goes on.
         Ok(r) => {
             eprintln!("isold: {}", r.message);
             0

@@ -1,7 +1,7 @@
 //! `isold run` and `isold status` on a tree captured from the 6.12-rt guest before any change
 //! (tests/fixtures/debian-6.12-rt-isold): with --root there are no kernel events, so what is
 //! exercised is the start, the scan thread, the /proc scan of tasks, the signals, the status
-//! file and the restore. The event paths are proven in QEMU (tests/tests/qemu_service.rs).
+//! file and the restore. The event paths are proven in QEMU (tests/tests/qemu_debian/service.rs).
 
 mod common;
 
@@ -840,6 +840,28 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
     let (code, err) = hook(&t, &["--if-down", "fail"], &created);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("not started (--if-down fail)"), "{err}");
+    // The container is named by its short id, as podman and crictl show it.
+    let long_id = format!("{id}{}", "0123456789abcdef".repeat(3) + "0123");
+    assert_eq!(long_id.len(), 64);
+    let (code, err) = hook(&t, &[], &state(&long_id, "created", CONTAINER_PID, &asks));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!("container {id} asked for isolated CPUs 3")),
+        "{err}"
+    );
+    assert!(!err.contains(&long_id), "{err}");
+    // Standard input is read up to MAX_INPUT bytes; one more is refused as too big.
+    let max = libtaskisol::policy::claims::MAX_INPUT;
+    let padded = |n: usize| format!("{}{created}", " ".repeat(n - created.len()));
+    let (code, err) = hook(&t, &[], &padded(max));
+    assert_eq!(code, 0, "a state of exactly MAX_INPUT bytes: {err}");
+    assert!(err.contains("isold run is not running"), "{err}");
+    let (code, err) = hook(&t, &[], &padded(max + 1));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("is {} bytes, over {max}", max + 1)),
+        "{err}"
+    );
 
     let c = start(&t, &[]);
     eventually("applied", || {
@@ -981,6 +1003,22 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
     );
     open_up(&t.root.join("run/isold"), 0o700);
     open_up(&t.root.join("run/isold/isold.sock"), 0o600);
+    // With the modes back, another user cannot even connect: that is said as it is, not
+    // taken for a daemon that is not running.
+    let out = Command::new(env!("CARGO_BIN_EXE_isold"))
+        .arg("--root")
+        .arg(&t.root)
+        .arg("claims")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("cannot connect to") && err.contains("Permission denied"),
+        "{err}"
+    );
     let mode = |p: &str| {
         std::fs::metadata(t.root.join(p))
             .unwrap()
@@ -1020,6 +1058,14 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
     let claims: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(claims[0]["container"], id);
     assert_eq!(claims[0]["isolated"], "3");
+    let (code, out, _) = common::isold_at(Some(&t.root), &["claims"]);
+    assert_eq!(
+        (code, out.trim()),
+        (
+            0,
+            "container 4f2c9a0e1b7d: CPUs 3, pid 4242: isolated 3, PM QoS n/a"
+        )
+    );
     // The scan thread keeps the new policy: a drifted IRQ is put off CPU 3 again.
     write(&t, IRQ4, "0-3");
     eventually("IRQ 4 off CPU 3 again", || read(&t, IRQ4).trim() == "0-1");
@@ -1033,6 +1079,7 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
     assert_eq!(both.as_array().map(Vec::len), Some(2), "{out}");
     let (code, err) = hook(&t, &[], &state("b2", "stopped", "0", &second));
     assert_eq!(code, 0, "{err}");
+    assert!(err.contains("container b2: CPUs 1 released"), "{err}");
     assert_eq!(read(&t, IRQ4).trim(), "0-1");
     let (_, out, _) = common::isold_at(Some(&t.root), &["claims", "--json"]);
     let one: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -1048,6 +1095,10 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
     // A second poststop (or one of a container that claimed nothing) is harmless.
     let (code, err) = hook(&t, &[], &stopped);
     assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!("container {id} holds no claim")),
+        "{err}"
+    );
 
     // Claimed again; then the daemon and the container are killed: the next start finds the
     // claim, its container gone, and gives the CPU back.
@@ -1138,8 +1189,13 @@ fn a_claim_on_configured_cpus_adds_its_power_settings_and_gives_the_configuratio
     assert_eq!(code, 0, "{err}");
     assert!(err.contains(": PM QoS 7 on CPUs 2-3"), "{err}");
     assert_eq!((read(&t, pm2).trim(), read(&t, PM_QOS3).trim()), ("7", "7"));
-    // No isolation asked: CPU 3 keeps its IRQs.
+    // No isolation asked: CPU 3 keeps its IRQs, and `isold claims` lists the power only.
     assert_eq!(read(&t, IRQ4).trim(), "0-1,3");
+    let (code, out, _) = common::isold_at(Some(&t.root), &["claims"]);
+    assert_eq!(
+        (code, out.trim()),
+        (0, "container pw1: CPUs 2-3, pid 4242: PM QoS 7")
+    );
     let (code, err) = hook(&t, &[], &state("pw1", "stopped", "0", &b));
     assert_eq!(code, 0, "{err}");
     assert_eq!((read(&t, pm2).trim(), read(&t, PM_QOS3).trim()), ("3", "0"));
