@@ -1,7 +1,7 @@
 //! `isold run` as the systemd service it ships as (dist/isold.service), under a real systemd:
 //! the Debian root of scripts/setup-debroot booted with Debian's 6.12-rt *without* isolation
 //! arguments, `isolated_cpus = "2-3"`, `on_stop = "restore"` (the default, "keep", is in
-//! tests/tests/qemu_lifecycle.rs with the restarts and reboots). Start (active only after READY=1), wide tasks narrowed
+//! tests/tests/qemu_debian/lifecycle.rs with the restarts and reboots). Start (active only after READY=1), wide tasks narrowed
 //! as they exec, drift put back, a hot-plugged NIC's IRQs moved, reload, stop with a full
 //! snapshot compared, and kill -9 followed by start and stop. Built only with
 //! `--features qemu` (see docs/TESTING.md).
@@ -10,25 +10,7 @@ use std::time::Duration;
 
 use taskisol_tests::qemu::{hotplug_virtio_net, run, Expect, Scenario, StepOutput};
 
-/// Every step starts on the housekeeping CPUs, so the step's own shell is not a wide task
-/// the daemon narrows under it.
-const PRE: &str = "taskset -pc 0-1 $$ >/dev/null\n";
-
-const UNIT: &[u8] = include_bytes!("../../dist/isold.service");
-
-fn num(out: &StepOutput, key: &str) -> Option<f64> {
-    out.field(key).and_then(|v| v.parse().ok())
-}
-
-fn at_least(key: &'static str, min: f64) -> Expect {
-    Expect::that(
-        &format!("{key} >= {min}"),
-        move |o: &StepOutput| match num(o, key) {
-            Some(n) if n >= min => Ok(()),
-            other => Err(format!("{key} = {other:?}")),
-        },
-    )
-}
+use super::{at_least, num, PRE, UNIT};
 
 fn at_most(key: &'static str, max: f64) -> Expect {
     Expect::that(

@@ -22,12 +22,9 @@ use std::time::Duration;
 
 use taskisol_tests::qemu::{run, Expect, Scenario, StepOutput};
 
-/// Every step starts on the housekeeping CPUs, so the step's own shell is not a wide task
-/// the daemon narrows under it.
-const PRE: &str = "taskset -pc 0-1 $$ >/dev/null\n";
+use super::{at_least, num, PRE, UNIT};
 
-const UNIT: &[u8] = include_bytes!("../../dist/isold.service");
-const UNIT_BEFORE: &[u8] = include_bytes!("../guest/isold-before-hardening.service");
+const UNIT_BEFORE: &[u8] = include_bytes!("../../guest/isold-before-hardening.service");
 
 /// The policy: the default preset (kvm and irqbalance items on) plus systemd's CPUAffinity,
 /// so that every boot-time file is written.
@@ -38,20 +35,6 @@ fn config(on_stop: &str) -> String {
 }
 
 const FILES: &str = "/etc/modprobe.d/isold-kvm.conf /etc/systemd/system.conf.d/isold-cpuaffinity.conf /etc/default/grub.d/isold.cfg";
-
-fn num(out: &StepOutput, key: &str) -> Option<f64> {
-    out.field(key).and_then(|v| v.parse().ok())
-}
-
-fn at_least(key: &'static str, min: f64) -> Expect {
-    Expect::that(
-        &format!("{key} >= {min}"),
-        move |o: &StepOutput| match num(o, key) {
-            Some(n) if n >= min => Ok(()),
-            other => Err(format!("{key} = {other:?}")),
-        },
-    )
-}
 
 /// What a check during a shutdown expects: isold.service has stopped, and the policy and the
 /// boot-time files are all in place.

@@ -20,11 +20,7 @@ use std::time::Duration;
 
 use taskisol_tests::qemu::{run, Expect, Scenario, StepOutput};
 
-/// Every step starts on the housekeeping CPUs, so the step's own shell is not a wide task
-/// the daemon narrows under it.
-const PRE: &str = "taskset -pc 0-1 $$ >/dev/null\n";
-
-const UNIT: &[u8] = include_bytes!("../../dist/isold.service");
+use super::{PRE, UNIT};
 
 /// A domain of two vCPUs pinned onto `pins`, with an `<emulatorpin>` if given: 64 MiB, no
 /// disk, no network, a pty console, no balloon.
