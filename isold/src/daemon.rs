@@ -1365,8 +1365,9 @@ impl Daemon {
                 }
             }
             Some(Err(e)) => self.log.warn(&format!(
-                "cannot listen on {} for metrics: {e}",
-                cfg.listen.expect("asked")
+                "cannot listen on {} for metrics: {e}{}",
+                cfg.listen.expect("asked"),
+                crate::metrics::sandbox_hint(&e)
             )),
         }
         let (m, sc, root, log) = (metrics.clone(), scope.clone(), self.root.clone(), self.log);
@@ -1374,7 +1375,7 @@ impl Daemon {
             .name("isold-health".into())
             .spawn(move || {
                 nice_this_thread();
-                let mut failing = false;
+                let (mut failing, mut text_failing) = (false, false);
                 loop {
                     let scope = sc.lock().unwrap_or_else(|e| e.into_inner()).clone();
                     match m.sample(&root, &scope) {
@@ -1386,8 +1387,18 @@ impl Daemon {
                         Err(_) => {}
                     }
                     if let Some(path) = &cfg.textfile {
-                        if let Err(e) = crate::metrics::write_textfile(path, &m) {
-                            log.warn(&format!("cannot write {}: {e}", path.display()));
+                        // Said once until a write succeeds again, not every interval.
+                        match crate::metrics::write_textfile(path, &m) {
+                            Ok(()) => text_failing = false,
+                            Err(e) if !text_failing => {
+                                text_failing = true;
+                                log.warn(&format!(
+                                    "cannot write {}: {e}{}",
+                                    path.display(),
+                                    crate::metrics::sandbox_hint(&e)
+                                ));
+                            }
+                            Err(_) => {}
                         }
                     }
                     std::thread::sleep(cfg.interval);

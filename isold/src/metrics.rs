@@ -435,9 +435,35 @@ pub fn write_textfile(path: &std::path::Path, metrics: &Metrics) -> std::io::Res
     libtaskisol::policy::files::replace(path, &metrics.encode(), Some(0o644))
 }
 
+/// What to add to an error of the listener or the textfile that a sandbox gives: the
+/// shipped isold.service allows no IP socket (EAFNOSUPPORT), and IPAddressDeny and
+/// ProtectSystem make a bind or a write fail with EPERM, EACCES or EROFS.
+pub fn sandbox_hint(e: &std::io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::EAFNOSUPPORT | libc::EPERM | libc::EACCES | libc::EROFS) => {
+            " (under isold.service, [metrics] needs the drop-in of isold(8), METRICS: systemctl edit isold)"
+        }
+        _ => "",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sandboxs_refusal_names_the_drop_in() {
+        for errno in [libc::EAFNOSUPPORT, libc::EPERM, libc::EACCES, libc::EROFS] {
+            let e = std::io::Error::from_raw_os_error(errno);
+            assert!(
+                sandbox_hint(&e).contains("drop-in of isold(8), METRICS"),
+                "{e}"
+            );
+        }
+        for errno in [libc::EADDRINUSE, libc::ENOSPC] {
+            assert_eq!(sandbox_hint(&std::io::Error::from_raw_os_error(errno)), "");
+        }
+    }
 
     #[test]
     fn sources_are_handler_names_or_labels_on_the_isolated_cpus_only() {

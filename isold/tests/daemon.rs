@@ -718,12 +718,25 @@ fn metrics_follow_the_kernels_counters_and_count_repairs() {
         http(port, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
             .starts_with("HTTP/1.1 405")
     );
+    // A textfile that cannot be written is said once, not every interval, and written again
+    // once it can be.
+    std::fs::remove_dir_all(dir.path()).unwrap();
+    std::fs::write(dir.path(), "a file where the directory was").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    std::fs::remove_file(dir.path()).unwrap();
+    std::fs::create_dir(dir.path()).unwrap();
+    eventually("the textfile written again", || {
+        text().contains("isold_cpu_interrupts_total")
+    });
     let (code, log) = stop(c);
     assert_eq!(code, 0, "{log}");
     assert!(
         log.contains(&format!("metrics on http://127.0.0.1:{port}/metrics")),
         "{log}"
     );
+    let failed: Vec<&str> = log.lines().filter(|l| l.contains("cannot write")).collect();
+    assert_eq!(failed.len(), 1, "{log}");
+    assert!(failed[0].contains("isold.prom"), "{log}");
 }
 
 // ---- Containers' claims (`isold hook` and the daemon's socket) ----

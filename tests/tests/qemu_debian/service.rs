@@ -47,6 +47,30 @@ fn start_checks(s: &mut Scenario, step: &str) {
     );
 }
 
+/// The step of `[metrics]` under the unit: the journal's lines of this start counted (the
+/// cursor of the last entry before it), then the drop-in of isold(8), METRICS.
+const METRICS_UNIT: &str = r#"printf 'isolated_cpus = "2-3"\non_stop = "restore"\n[metrics]\nlisten = "127.0.0.1:9645"\ntextfile = "/var/lib/prometheus/node-exporter/isold.prom"\ninterval = 1\n' >/etc/isold/isold.toml
+mkdir -p /var/lib/prometheus/node-exporter
+cursor=$(journalctl -u isold -n 1 -o export --no-pager | sed -n 's/^__CURSOR=//p')
+systemctl start isold; echo start_rc=$?
+sleep 3
+journalctl -u isold --after-cursor="$cursor" --no-pager -o cat >/tmp/metrics.journal
+grep -E 'metrics|cannot write' /tmp/metrics.journal
+echo refused_listen=$(grep -c 'cannot listen on 127.0.0.1:9645 for metrics: Address family not supported' /tmp/metrics.journal)
+echo refused_textfile=$(grep -c 'cannot write /var/lib/prometheus/node-exporter/isold.prom: Read-only file system' /tmp/metrics.journal)
+echo hinted=$(grep -c 'needs the drop-in of isold(8), METRICS' /tmp/metrics.journal)
+mkdir -p /etc/systemd/system/isold.service.d
+printf '[Service]\nRestrictAddressFamilies=AF_INET AF_INET6\nIPAddressAllow=localhost\nReadWritePaths=-/var/lib/prometheus/node-exporter\n' >/etc/systemd/system/isold.service.d/metrics.conf
+systemctl daemon-reload
+systemctl restart isold; echo restart_rc=$?
+n=0; while [ ! -s /var/lib/prometheus/node-exporter/isold.prom ] && [ $n -lt 50 ]; do /usr/bin/busybox usleep 200000; n=$((n + 1)); done
+timeout 10 /usr/bin/busybox wget -qO /tmp/metrics http://127.0.0.1:9645/metrics; echo wget_rc=$?
+echo holds=$(awk '$1 == "isold_policy_holds" { print $2 }' /tmp/metrics)
+echo textfile_holds=$(awk '$1 == "isold_policy_holds" { print $2 }' /var/lib/prometheus/node-exporter/isold.prom)
+systemctl stop isold; echo stop_rc=$?
+rm -r /etc/systemd/system/isold.service.d; systemctl daemon-reload
+"#;
+
 #[test]
 fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
     let mut s = Scenario::debian("rt612_isold_service", "");
@@ -414,6 +438,25 @@ kill $w
                     other => Err(format!("{other:?}")),
                 }
             }),
+        ],
+    );
+    // `[metrics]` under the shipped unit: without the drop-in of isold(8) the sandbox refuses
+    // the listener and the textfile, and the journal says which drop-in opens them; with it,
+    // both publish.
+    s.step_with_timeout(
+        "metrics_under_the_unit_need_its_drop_in",
+        &format!("{PRE}{METRICS_UNIT}"),
+        Duration::from_secs(180),
+        vec![
+            Expect::field("start_rc", "0"),
+            Expect::field("refused_listen", "1"),
+            Expect::field("refused_textfile", "1"),
+            Expect::field("hinted", "2"),
+            Expect::field("restart_rc", "0"),
+            Expect::field("wget_rc", "0"),
+            Expect::field("holds", "1"),
+            Expect::field("textfile_holds", "1"),
+            Expect::field("stop_rc", "0"),
         ],
     );
     let o = run(&s).unwrap_or_else(|e| panic!("{e}"));
