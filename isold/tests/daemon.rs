@@ -1000,16 +1000,23 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
         open_up(p, 0o755);
     }
     open_up(&t.root.join("run/isold/isold.sock"), 0o666);
-    let out = Command::new(env!("CARGO_BIN_EXE_isold"))
-        .arg("--root")
-        .arg(&t.root)
-        .arg("claims")
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(4), "{err}");
+    // `isold claims` as nobody: its exit code and stderr.
+    let claims_as_nobody = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_isold"))
+            .arg("--root")
+            .arg(&t.root)
+            .arg("claims")
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = claims_as_nobody();
+    assert_eq!(code, Some(4), "{err}");
     assert!(
         err.contains("refused: only root may talk to isold (peer uid 65534)"),
         "{err}"
@@ -1018,16 +1025,8 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
     open_up(&t.root.join("run/isold/isold.sock"), 0o600);
     // With the modes back, another user cannot even connect: that is said as it is, not
     // taken for a daemon that is not running.
-    let out = Command::new(env!("CARGO_BIN_EXE_isold"))
-        .arg("--root")
-        .arg(&t.root)
-        .arg("claims")
-        .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(4), "{err}");
+    let (code, err) = claims_as_nobody();
+    assert_eq!(code, Some(4), "{err}");
     assert!(
         err.contains("cannot connect to") && err.contains("Permission denied"),
         "{err}"
