@@ -491,6 +491,13 @@ impl Scanner {
 
 /// Nice 19 for the calling thread: background work (the scan, the metrics) never delays the
 /// main thread's answer to a process event.
+/// The error of `result` when it is the first of a run of failures (`failing` remembers
+/// the run; a success ends it), so that a repeated failure is logged once.
+fn first_failure<E>(result: Result<(), E>, failing: &mut bool) -> Option<E> {
+    let was_failing = std::mem::replace(failing, result.is_err());
+    result.err().filter(|_| !was_failing)
+}
+
 fn nice_this_thread() {
     // SAFETY: setpriority on this thread's own id; lowering priority needs no privilege.
     unsafe {
@@ -1375,30 +1382,21 @@ impl Daemon {
             .name("isold-health".into())
             .spawn(move || {
                 nice_this_thread();
-                let (mut failing, mut text_failing) = (false, false);
+                // Each failure is said once until the next success, not every interval.
+                let (mut sample_failing, mut text_failing) = (false, false);
                 loop {
                     let scope = sc.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                    match m.sample(&root, &scope) {
-                        Ok(()) => failing = false,
-                        Err(e) if !failing => {
-                            failing = true;
-                            log.warn(&format!("health sample: {e}"));
-                        }
-                        Err(_) => {}
+                    if let Some(e) = first_failure(m.sample(&root, &scope), &mut sample_failing) {
+                        log.warn(&format!("health sample: {e}"));
                     }
                     if let Some(path) = &cfg.textfile {
-                        // Said once until a write succeeds again, not every interval.
-                        match crate::metrics::write_textfile(path, &m) {
-                            Ok(()) => text_failing = false,
-                            Err(e) if !text_failing => {
-                                text_failing = true;
-                                log.warn(&format!(
-                                    "cannot write {}: {e}{}",
-                                    path.display(),
-                                    crate::metrics::sandbox_hint(&e)
-                                ));
-                            }
-                            Err(_) => {}
+                        let written = crate::metrics::write_textfile(path, &m);
+                        if let Some(e) = first_failure(written, &mut text_failing) {
+                            log.warn(&format!(
+                                "cannot write {}: {e}{}",
+                                path.display(),
+                                crate::metrics::sandbox_hint(&e)
+                            ));
                         }
                     }
                     std::thread::sleep(cfg.interval);
