@@ -525,9 +525,10 @@ fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
              n=0; while [ \"$(cat /proc/irq/4/smp_affinity_list)\" != 0-1,3 ] && [ $n -lt 100 ]; do /usr/bin/busybox usleep 200000; n=$((n + 1)); done\n\
              echo irq4=$(cat /proc/irq/4/smp_affinity_list)\n\
              isold status >/dev/null; echo status_rc=$?\n\
-             echo 0-3 >/proc/irq/4/smp_affinity_list; sleep 2\n\
+             echo 0-3 >/proc/irq/4/smp_affinity_list\n\
+             n=0; while [ \"$(cat /proc/irq/4/smp_affinity_list)\" != 0-1,3 ] && [ $n -lt 50 ]; do /usr/bin/busybox usleep 200000; n=$((n + 1)); done\n\
              echo irq4_repaired=$(cat /proc/irq/4/smp_affinity_list)\n\
-             sleep 2\n\
+             rm -f /tmp/metrics; n=0; until {{ grep -q '^isold_drift_repairs_total{{item=\"irq_affinity\"' /tmp/metrics && grep -q 'cpu=\"2\"' /tmp/metrics; }} 2>/dev/null || [ $n -ge 50 ]; do /usr/bin/busybox usleep 200000; /usr/bin/busybox wget -qO /tmp/metrics http://127.0.0.1:9645/metrics; n=$((n + 1)); done\n\
              /usr/bin/busybox wget -qO /tmp/metrics http://127.0.0.1:9645/metrics; echo wget_rc=$?\n\
              echo holds=$(awk '$1 == \"isold_policy_holds\" {{ print $2 }}' /tmp/metrics)\n\
              echo repairs=$(grep -c '^isold_drift_repairs_total{{item=\"irq_affinity\"' /tmp/metrics)\n\

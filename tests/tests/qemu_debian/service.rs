@@ -242,7 +242,8 @@ fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
     s.step(
         "reload_applies_the_changed_file",
         "printf 'isolated_cpus = \"2-3\"\\non_stop = \"restore\"\\n[sysctl]\\n\"vm.stat_interval\" = 20\\n\"kernel.timer_migration\" = false\\n' >/etc/isold/isold.toml\n\
-         systemctl reload isold; echo reload_rc=$?\nsleep 1\n\
+         systemctl reload isold; echo reload_rc=$?\n\
+         wait_for 30 sh -c \"isold status | grep -q 'reloads: 1'\"\n\
          echo stat_interval=$(cat /proc/sys/vm/stat_interval)\n\
          echo timer_migration=$(cat /proc/sys/kernel/timer_migration)\n\
          echo active=$(systemctl is-active isold)\nisold status | grep reloads",
