@@ -489,8 +489,6 @@ impl Scanner {
     }
 }
 
-/// Nice 19 for the calling thread: background work (the scan, the metrics) never delays the
-/// main thread's answer to a process event.
 /// The error of `result` when it is the first of a run of failures (`failing` remembers
 /// the run; a success ends it), so that a repeated failure is logged once.
 fn first_failure<E>(result: Result<(), E>, failing: &mut bool) -> Option<E> {
@@ -498,6 +496,8 @@ fn first_failure<E>(result: Result<(), E>, failing: &mut bool) -> Option<E> {
     result.err().filter(|_| !was_failing)
 }
 
+/// Nice 19 for the calling thread: background work (the scan, the metrics) never delays the
+/// main thread's answer to a process event.
 fn nice_this_thread() {
     // SAFETY: setpriority on this thread's own id; lowering priority needs no privilege.
     unsafe {
