@@ -522,13 +522,15 @@ fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
             "{PRE}{FUNCS}mkdir -p /etc/systemd/system.conf.d\n\
              printf 'isolated_cpus = \"2\"\\n[metrics]\\nlisten = \"127.0.0.1:9645\"\\ninterval = 1\\n' >/etc/isold/isold.toml\n\
              {DAEMONSET_RUN} >/dev/null 2>/tmp/ds.err; echo run_rc=$?; cat /tmp/ds.err\n\
-             n=0; while [ \"$(cat /proc/irq/4/smp_affinity_list)\" != 0-1,3 ] && [ $n -lt 100 ]; do /usr/bin/busybox usleep 200000; n=$((n + 1)); done\n\
+             irq4_kept() {{ [ \"$(cat /proc/irq/4/smp_affinity_list)\" = 0-1,3 ]; }}\n\
+             scraped() {{ /usr/bin/busybox wget -qO /tmp/metrics http://127.0.0.1:9645/metrics && grep -q '^isold_drift_repairs_total{{item=\"irq_affinity\"' /tmp/metrics && grep -q 'cpu=\"2\"' /tmp/metrics; }}\n\
+             wait_for 20 irq4_kept\n\
              echo irq4=$(cat /proc/irq/4/smp_affinity_list)\n\
              isold status >/dev/null; echo status_rc=$?\n\
              echo 0-3 >/proc/irq/4/smp_affinity_list\n\
-             n=0; while [ \"$(cat /proc/irq/4/smp_affinity_list)\" != 0-1,3 ] && [ $n -lt 50 ]; do /usr/bin/busybox usleep 200000; n=$((n + 1)); done\n\
+             wait_for 10 irq4_kept\n\
              echo irq4_repaired=$(cat /proc/irq/4/smp_affinity_list)\n\
-             rm -f /tmp/metrics; n=0; until {{ grep -q '^isold_drift_repairs_total{{item=\"irq_affinity\"' /tmp/metrics && grep -q 'cpu=\"2\"' /tmp/metrics; }} 2>/dev/null || [ $n -ge 50 ]; do /usr/bin/busybox usleep 200000; /usr/bin/busybox wget -qO /tmp/metrics http://127.0.0.1:9645/metrics; n=$((n + 1)); done\n\
+             wait_for 10 scraped\n\
              /usr/bin/busybox wget -qO /tmp/metrics http://127.0.0.1:9645/metrics; echo wget_rc=$?\n\
              echo holds=$(awk '$1 == \"isold_policy_holds\" {{ print $2 }}' /tmp/metrics)\n\
              echo repairs=$(grep -c '^isold_drift_repairs_total{{item=\"irq_affinity\"' /tmp/metrics)\n\
