@@ -16,7 +16,7 @@ use libtaskisol::topology::{self, IsolatedCpus};
 use libtaskisol::{CpuSet, SysRoot};
 
 use crate::cli::{AuditArgs, BootargsArgs};
-use crate::{fail, print_out, EXIT_FAILURE, EXIT_OK};
+use crate::exit::{fail, print_out, EXIT_FAILURE, EXIT_OK};
 
 /// Lines of disturbers shown per CPU without --verbose.
 const SHOWN: usize = 8;
@@ -187,10 +187,7 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs, state_path: &Path) -
 /// The values `isold run` finds changed back again and again (from its status file): another
 /// program writes them, and the CPUs get whatever the last writer wanted.
 fn contested(state_path: &Path) -> Vec<libtaskisol::audit::Setting> {
-    let Some(st) = std::fs::read_to_string(crate::daemon::status_path(state_path))
-        .ok()
-        .and_then(|t| serde_json::from_str::<crate::daemon::DaemonStatus>(&t).ok())
-    else {
+    let Some(st) = crate::status::read(state_path) else {
         return Vec::new();
     };
     st.contested

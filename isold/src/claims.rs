@@ -2,21 +2,21 @@
 //! container's start and stop) and the daemon's end of its socket.
 //!
 //! The hook reads the container's state on standard input and its bundle's `config.json`,
-//! turns the annotations into a request ([`libtaskisol::policy::claims::Request`]) and sends
+//! turns the annotations into a request ([`libtaskisol::claims::Request`]) and sends
 //! it to `isold run` over a root-only socket next to the runtime state file
 //! (`/run/isold/isold.sock`). The daemon owns the claims: it applies them, keeps them in
 //! `/run/isold/claims.json`, and releases them when the container's poststop hook says so or
 //! when it finds the container's process gone.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use libtaskisol::policy::claims::{
-    Bundle, ClaimRequest, HookState, Message, Reply, Request, CONTAINER_NAME, MAX_INPUT,
-};
+use libtaskisol::claims::annotations::CONTAINER_NAME;
+use libtaskisol::claims::oci::{Bundle, HookState, PodQos};
+use libtaskisol::claims::wire::{Message, Reply};
+use libtaskisol::claims::{ClaimRequest, Request, MAX_INPUT};
 
 use crate::cli::{HookArgs, IfDown};
 
@@ -28,86 +28,8 @@ pub fn socket_path(runtime_state: &Path) -> PathBuf {
 /// How long the hook waits for the daemon's answer (an apply on a big host takes seconds).
 const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The daemon's listening socket: mode 0600 in isold's 0700 runtime directory, and a peer
-/// that is not root is refused anyway.
-#[derive(Debug)]
-pub struct Server {
-    listener: UnixListener,
-    path: PathBuf,
-}
-
-impl Server {
-    /// Bind `path` (a socket left by a daemon that died is replaced: the run lock says no
-    /// other daemon runs).
-    pub fn bind(path: &Path) -> std::io::Result<Server> {
-        if let Some(dir) = path.parent() {
-            libtaskisol::policy::files::private_dir(dir)?;
-        }
-        // Whatever is in the way and cannot be removed makes the bind fail, with its reason.
-        let _ = std::fs::remove_file(path);
-        let listener = UnixListener::bind(path)?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-        listener.set_nonblocking(true)?;
-        Ok(Server {
-            listener,
-            path: path.to_path_buf(),
-        })
-    }
-
-    /// The fd to poll.
-    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        use std::os::fd::AsFd;
-        self.listener.as_fd()
-    }
-
-    /// The next waiting connection with its message, or `None` when there is none. A peer
-    /// that is not root, or a message that cannot be read, is answered here.
-    pub fn next(&self) -> Option<(UnixStream, Result<Message, String>)> {
-        loop {
-            // WouldBlock: no more waiting; any other error: tried again at the next poll.
-            let Ok((stream, _)) = self.listener.accept() else {
-                return None;
-            };
-            let _ = stream.set_nonblocking(false);
-            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-            let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
-            match peer_uid(&stream) {
-                Some(0) => {}
-                uid => {
-                    answer(
-                        stream,
-                        &Reply {
-                            ok: false,
-                            message: format!(
-                                "refused: only root may talk to isold (peer uid {})",
-                                uid.map_or("unknown".into(), |u| u.to_string())
-                            ),
-                            claims: Vec::new(),
-                        },
-                    );
-                    continue;
-                }
-            }
-            let msg = read_line(&stream).and_then(|l| Message::parse(&l));
-            return Some((stream, msg));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-fn peer_uid(s: &UnixStream) -> Option<u32> {
-    nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::PeerCredentials)
-        .ok()
-        .map(|c| c.uid())
-}
-
 /// One line of at most [`MAX_INPUT`] bytes.
-fn read_line(s: &UnixStream) -> Result<Vec<u8>, String> {
+pub fn read_line(s: &UnixStream) -> Result<Vec<u8>, String> {
     let mut line = Vec::new();
     BufReader::new(s.take(MAX_INPUT as u64 + 1))
         .read_until(b'\n', &mut line)
@@ -176,7 +98,7 @@ pub fn hook(socket: &Path, args: &HookArgs) -> i32 {
     }
     let state = match HookState::parse(&input) {
         Ok(s) => s,
-        Err(e) => return hook_fail(&e),
+        Err(e) => return hook_fail(&e.to_string()),
     };
     if state.status == "stopped" || args.stage.as_deref() == Some("poststop") {
         return release(socket, &state.id);
@@ -195,11 +117,12 @@ pub fn hook(socket: &Path, args: &HookArgs) -> i32 {
         Ok(None) => return 0,
         Err(e) => return hook_fail(&format!("container {}: {e}", short(&state.id))),
     };
-    if let Some(qos) = bundle.shared_pool_qos() {
+    if let Some(qos) = bundle.pod_qos().filter(|q| *q != PodQos::Guaranteed) {
         // As CRI-O's hooks: only a Guaranteed pod has CPUs of its own to isolate.
         eprintln!(
-            "isold: container {} asks for isolated CPUs, but its pod is {qos} (not Guaranteed): its cpuset is the shared pool, left as it is",
-            short(&state.id)
+            "isold: container {} asks for isolated CPUs, but its pod is {} (not Guaranteed): its cpuset is the shared pool, left as it is",
+            short(&state.id),
+            qos.name()
         );
         return 0;
     }
@@ -269,11 +192,11 @@ fn release(socket: &Path, id: &str) -> i32 {
 
 fn hook_fail(msg: &str) -> i32 {
     eprintln!("isold: {msg}");
-    crate::EXIT_FAILURE
+    crate::exit::EXIT_FAILURE
 }
 
 fn short(id: &str) -> &str {
-    libtaskisol::policy::claims::short(id)
+    libtaskisol::claims::short(id)
 }
 
 /// `isold claims`: the claims the running daemon holds; exit 4 when it is not running.
@@ -281,7 +204,7 @@ pub fn list(socket: &Path, json: bool) -> i32 {
     let reply = match send(socket, &Message::List {}) {
         Ok(r) if !r.ok => {
             eprintln!("isold: {}", r.message);
-            return crate::EXIT_STATUS_UNKNOWN;
+            return crate::exit::EXIT_STATUS_UNKNOWN;
         }
         Ok(r) => r,
         Err(None) => {
@@ -289,11 +212,11 @@ pub fn list(socket: &Path, json: bool) -> i32 {
                 "isold: isold run is not running (no daemon at {})",
                 socket.display()
             );
-            return crate::EXIT_NOT_RUNNING;
+            return crate::exit::EXIT_NOT_RUNNING;
         }
         Err(Some(e)) => {
             eprintln!("isold: {e}");
-            return crate::EXIT_STATUS_UNKNOWN;
+            return crate::exit::EXIT_STATUS_UNKNOWN;
         }
     };
     if json {
@@ -301,7 +224,7 @@ pub fn list(socket: &Path, json: bool) -> i32 {
             "{}",
             serde_json::to_string(&reply.claims).expect("claims serialize")
         );
-        return crate::EXIT_OK;
+        return crate::exit::EXIT_OK;
     }
     if reply.claims.is_empty() {
         println!("no container claims CPUs");
@@ -325,5 +248,5 @@ pub fn list(socket: &Path, json: bool) -> i32 {
             what.join(", ")
         );
     }
-    crate::EXIT_OK
+    crate::exit::EXIT_OK
 }

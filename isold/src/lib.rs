@@ -6,10 +6,10 @@ pub mod claims;
 pub mod cli;
 pub mod contest;
 pub mod daemon;
+pub mod exit;
 pub mod lifecycle;
 pub mod metrics;
-
-use std::io::Write;
+pub mod status;
 
 use clap::Parser;
 use libtaskisol::policy::state::StateFiles;
@@ -18,24 +18,10 @@ use libtaskisol::SysRoot;
 
 use cli::{Cli, Command, Output};
 
-/// Exit code: success (verify: no deviation).
-pub const EXIT_OK: i32 = 0;
-/// Exit code: failure, invalid configuration, or (verify) a deviation.
-pub const EXIT_FAILURE: i32 = 1;
-/// Exit code of `isold status`: `isold run` is not running (LSB: "program is not running").
-pub const EXIT_NOT_RUNNING: i32 = 3;
-/// Exit code of `isold status`: whether it runs cannot be told (its status file cannot be
-/// read: permission denied, or not valid). LSB: "program or service status is unknown".
-pub const EXIT_STATUS_UNKNOWN: i32 = 4;
-/// Exit code of `isold run` when its configuration or state file cannot be used: restarting
-/// does not help (isold.service has RestartPreventExitStatus=6). LSB: "program is not
-/// configured".
-pub const EXIT_NOT_CONFIGURED: i32 = 6;
-
-fn fail(msg: impl std::fmt::Display) -> i32 {
-    eprintln!("isold: {msg}");
-    EXIT_FAILURE
-}
+pub use exit::{
+    fail, EXIT_FAILURE, EXIT_NOT_CONFIGURED, EXIT_NOT_RUNNING, EXIT_OK, EXIT_STATUS_UNKNOWN,
+};
+pub use exit::{load_policy, print_out};
 
 /// Parse `args` (with `argv[0]`) and run; returns the exit code.
 pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
@@ -150,7 +136,7 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
             Err(code) => code,
         },
         Command::Run(args) => daemon::run(&root, &config_path, &files, args),
-        Command::Status(args) => daemon::status(&state_path, args.json),
+        Command::Status(args) => status::status(&state_path, args.json),
         Command::Hook(args) => claims::hook(&claims::socket_path(&state_path), args),
         Command::Claims(args) => claims::list(&claims::socket_path(&state_path), args.json),
     };
@@ -205,12 +191,6 @@ pub fn timings(c: &libtaskisol::cost::Costs, wall: std::time::Duration, cpu: (f6
     );
     part("system calls by kind:\n", &c.calls, "calls");
     s
-}
-
-/// The policy of the file at `path`, or the message that says why not.
-pub fn load_policy(path: &std::path::Path, root: &SysRoot) -> Result<Policy, String> {
-    let config = Config::load(path).map_err(|e| e.to_string())?;
-    Policy::resolve(config, root).map_err(|e| e.to_string())
 }
 
 fn resolve(path: &std::path::Path, root: &SysRoot) -> Result<Policy, i32> {
@@ -355,17 +335,6 @@ pub fn human(rep: &Report, verbose: bool) -> String {
     }
     s.push('\n');
     s
-}
-
-fn print_out(text: &str) -> i32 {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Ok(()) => EXIT_OK,
-        Err(e) => fail(format!(
-            "write error: {}",
-            libtaskisol::error::io_strerror(&e)
-        )),
-    }
 }
 
 #[cfg(test)]

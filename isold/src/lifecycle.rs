@@ -73,12 +73,9 @@ pub fn running(state_path: &Path) -> Option<Option<i32>> {
         .ok()?;
     match nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockSharedNonblock) {
         Ok(_) => None,
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Some(
-            std::fs::read_to_string(crate::daemon::status_path(state_path))
-                .ok()
-                .and_then(|t| serde_json::from_str::<crate::daemon::DaemonStatus>(&t).ok())
-                .map(|s| s.pid),
-        ),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+            Some(crate::status::read(state_path).map(|s| s.pid))
+        }
         Err(_) => None,
     }
 }

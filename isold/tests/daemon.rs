@@ -864,7 +864,7 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
     );
     assert!(!err.contains(&long_id), "{err}");
     // Standard input is read up to MAX_INPUT bytes; one more is refused as too big.
-    let max = libtaskisol::policy::claims::MAX_INPUT;
+    let max = libtaskisol::claims::MAX_INPUT;
     let padded = |n: usize| format!("{}{created}", " ".repeat(n - created.len()));
     let (code, err) = hook(&t, &[], &padded(max));
     assert_eq!(code, 0, "a state of exactly MAX_INPUT bytes: {err}");
@@ -913,7 +913,7 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
     let (code, err) = hook(&t, &[], &state("b1", "created", CONTAINER_PID, &pool));
     assert_eq!(code, 0, "{err}");
     assert!(
-        err.contains("its pod is burstable (not Guaranteed)"),
+        err.contains("its pod is Burstable (not Guaranteed)"),
         "{err}"
     );
     let nocpus = bundle(&t, "nocpus", r#""isold.io/isolate":"true""#, None);
@@ -968,7 +968,7 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
         assert!(r["message"].as_str().unwrap().contains(why), "{line}: {answer}");
     }
     // A request of exactly MAX_INPUT bytes is read; one byte more is refused as too big.
-    let max = libtaskisol::policy::claims::MAX_INPUT;
+    let max = libtaskisol::claims::MAX_INPUT;
     let ask = |bytes: &[u8]| -> serde_json::Value {
         use std::io::{BufRead, Write};
         let mut s =

@@ -13,6 +13,8 @@
 //!   and cpufreq).
 //! * [`policy`]: the isolation policy engine (configuration, presets, apply, verify,
 //!   restore with a crash-safe state file), used by isold.
+//! * [`claims`]: containers' claims on CPUs (the domain, and its OCI and socket inputs),
+//!   made into a policy by [`claims::policy_with`].
 //! * [`sysroot`]: where `/proc` and `/sys` are read, so everything can run on fixture trees.
 //!
 //! ```
@@ -31,6 +33,7 @@
 //! ```
 pub mod abi;
 pub mod audit;
+pub mod claims;
 pub mod cost;
 pub mod cpuset;
 pub mod error;

@@ -412,6 +412,28 @@ impl Config {
         c
     }
 
+    /// This configuration with only the items `keep` on: every other item of [`ITEMS`]
+    /// turned off as `[items] NAME = false` turns it off. One operation over the item table,
+    /// so an item added to the table is never kept by a restricted copy silently; the rest
+    /// (CPUs, allow-lists, `on_stop`, `[metrics]`) is kept.
+    pub fn only(&self, keep: &[&str]) -> Config {
+        self.switched_off(|item| !keep.contains(&item))
+    }
+
+    /// This configuration with the items `drop` turned off, as [`Config::only`] does.
+    pub fn without(&self, drop: &[&str]) -> Config {
+        self.switched_off(|item| drop.contains(&item))
+    }
+
+    fn switched_off(&self, off: impl Fn(&str) -> bool) -> Config {
+        let mut c = self.clone();
+        for (item, _) in ITEMS.iter().filter(|(item, _)| off(item)) {
+            c.set_item(item, "false")
+                .expect("every item of ITEMS can be turned off");
+        }
+        c
+    }
+
     fn set_item(&mut self, item: &str, v: &str) -> Result<(), String> {
         let v = if v == "true" && !matches!(table_value(item), "true" | "false") {
             table_value(item)
@@ -1477,6 +1499,43 @@ mod tests {
         }
         assert_eq!(parse_bool("tasks", "false"), Ok(false));
         assert_eq!(parse_bool("tasks", "true"), Ok(true));
+    }
+
+    /// A restricted copy keeps exactly the items named, for every item of the table and
+    /// every preset, and nothing else of the file changes.
+    #[test]
+    fn restricted_copies_keep_exactly_the_items_named() {
+        let off_all = |c: &Config| {
+            let mut d = c.clone();
+            for (item, _) in ITEMS {
+                d.set_item(item, "false").unwrap();
+            }
+            d
+        };
+        for p in Preset::ALL {
+            let text = format!(
+                "isolated_cpus = \"1\"\npreset = \"{p}\"\n[tasks]\nallow_comm = [\"x*\"]\n"
+            );
+            let c = parse(&text).unwrap();
+            assert_eq!(c.only(&[]), off_all(&c));
+            assert_eq!(c.without(&[]), c);
+            for (item, _) in ITEMS {
+                let mut want = c.clone();
+                want.set_item(item, "false").unwrap();
+                assert_eq!(c.without(&[item]), want, "{p} without {item}");
+                let only = c.only(&[item]);
+                assert_eq!(only.without(&[item]), off_all(&c), "{p} only {item}");
+                assert_eq!(only.allow_comm, c.allow_comm);
+                assert_eq!(
+                    (only.file.clone(), only.isolated.clone()),
+                    (c.file.clone(), c.isolated.clone())
+                );
+            }
+        }
+        let c = parse("isolated_cpus = \"1\"\n").unwrap();
+        let only = c.only(&["cgroup_partition", "tasks"]);
+        assert!(only.tasks && only.sysctl.is_empty() && only.kthread_priority.is_empty());
+        assert_eq!(only.cgroup_partition, c.cgroup_partition);
     }
 
     #[test]

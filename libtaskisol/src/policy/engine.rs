@@ -1362,7 +1362,7 @@ mod tests {
             isolated: iso,
             housekeeping: "0-1".parse().unwrap(),
             claimed: CpuSet::new(),
-            claims: Vec::new(),
+            claimed_power: Default::default(),
         }
     }
 

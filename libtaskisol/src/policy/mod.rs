@@ -25,7 +25,6 @@
 //! ```
 
 pub mod bootargs;
-pub mod claims;
 pub mod config;
 pub mod engine;
 pub mod fastpath;
@@ -38,6 +37,7 @@ pub mod state;
 pub mod threads;
 pub mod watch;
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Serialize;
@@ -61,10 +61,19 @@ pub struct Policy {
     /// Online CPUs that are not isolated: where everything else runs.
     pub housekeeping: CpuSet,
     /// The CPUs isolated for containers' claims only: a part of `isolated` the configuration
-    /// does not isolate, quiet while their containers run ([`Policy::with_claims`]).
+    /// does not isolate, quiet while their containers run ([`Policy::with_claimed`]).
     pub claimed: CpuSet,
-    /// The containers' claims in force.
-    pub claims: Vec<claims::Claim>,
+    /// The power settings containers' claims want, per CPU (their values win on their CPUs).
+    pub claimed_power: BTreeMap<usize, PowerWant>,
+}
+
+/// What containers' claims want of one CPU's power settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PowerWant {
+    /// PM QoS resume latency text.
+    pub pm_qos: Option<String>,
+    /// cpufreq governor.
+    pub governor: Option<String>,
 }
 
 /// Why a configuration cannot be applied to this machine.
@@ -141,7 +150,7 @@ impl Policy {
             isolated,
             housekeeping,
             claimed: CpuSet::new(),
-            claims: Vec::new(),
+            claimed_power: BTreeMap::new(),
         })
     }
 
@@ -151,17 +160,15 @@ impl Policy {
         self.isolated.difference(&self.claimed)
     }
 
-    /// This policy with `claims` in force instead of its own: their isolated CPUs join the
-    /// configuration's for IRQs, tasks, kthreads and workqueues, and their CPUs get the power
-    /// settings they asked for. Claims that would leave no housekeeping CPU are refused
-    /// before ([`claims::Claim::resolve`]); if one got here anyway, the claimed CPUs are
+    /// This policy with containers' claims in force instead of the ones it had: the CPUs
+    /// `wanted` join the configuration's for IRQs, tasks, kthreads and workqueues, and the
+    /// CPUs of `power` get the power settings asked for ([`crate::claims::policy_with`]).
+    /// Claims that would leave no housekeeping CPU are refused before
+    /// ([`crate::claims::Claim::resolve`]); if one got here anyway, the claimed CPUs are
     /// left out.
-    pub fn with_claims(&self, claims: &[claims::Claim]) -> Policy {
+    pub fn with_claimed(&self, wanted: &CpuSet, power: BTreeMap<usize, PowerWant>) -> Policy {
         let stat = self.static_isolated();
-        let wanted = claims
-            .iter()
-            .fold(CpuSet::new(), |a, c| a.union(&c.isolated_set()))
-            .intersection(&self.online);
+        let wanted = wanted.intersection(&self.online);
         let mut claimed = wanted.difference(&stat);
         if self.online.difference(&stat.union(&claimed)).is_empty() {
             claimed = CpuSet::new();
@@ -173,7 +180,7 @@ impl Policy {
             housekeeping: self.online.difference(&isolated),
             isolated,
             claimed,
-            claims: claims.to_vec(),
+            claimed_power: power,
         }
     }
 }

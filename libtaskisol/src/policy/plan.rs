@@ -312,7 +312,7 @@ fn plan_workqueues(policy: &Policy, root: &SysRoot, out: &mut Vec<Target>) -> Re
 fn plan_power(policy: &Policy, root: &SysRoot, out: &mut Vec<Target>) -> Result<()> {
     let c = &policy.config;
     let stat = policy.static_isolated();
-    let claimed = super::claims::power_of(&policy.claims);
+    let claimed = &policy.claimed_power;
     let cpus = stat.union(&claimed.keys().copied().collect());
     let want = |cpu: usize| claimed.get(&cpu);
     for cpu in cpus.iter() {

@@ -1,0 +1,73 @@
+//! `[metrics]`: the listener and the health sampler, each on a thread of its own, niced:
+//! they must never delay a correction. A listener that cannot bind is a warning: isolation
+//! does not wait for metrics.
+
+use std::sync::{Arc, Mutex};
+
+use libtaskisol::policy::Policy;
+
+use super::books::Published;
+use super::os::Env;
+use super::os::{first_failure, nice_this_thread};
+use crate::metrics;
+
+/// The metrics of `policy` published as its `[metrics]` table says, or `None` without one.
+pub fn start(env: &Env, policy: &Policy, holds: bool) -> Option<Published> {
+    let cfg = policy.config.metrics.clone()?;
+    let published = Arc::new(metrics::Metrics::new(policy));
+    published.holds(holds);
+    let scope = Arc::new(Mutex::new(metrics::scope_of(policy)));
+    match metrics::listen(&cfg) {
+        None => {}
+        Some(Ok(l)) => {
+            let m = published.clone();
+            let spawned = std::thread::Builder::new()
+                .name("isold-http".into())
+                .spawn(move || {
+                    nice_this_thread();
+                    metrics::serve(l, m)
+                });
+            match spawned {
+                Ok(_) => env.log.info(&format!(
+                    "metrics on http://{}/metrics",
+                    cfg.listen.expect("listening")
+                )),
+                Err(e) => env.log.warn(&format!("metrics listener: {e}")),
+            }
+        }
+        Some(Err(e)) => env.log.warn(&format!(
+            "cannot listen on {} for metrics: {e}{}",
+            cfg.listen.expect("asked"),
+            metrics::sandbox_hint(&e)
+        )),
+    }
+    let (m, sc, root, log) = (published.clone(), scope.clone(), env.root.clone(), env.log);
+    let spawned = std::thread::Builder::new()
+        .name("isold-health".into())
+        .spawn(move || {
+            nice_this_thread();
+            // Each failure is said once until the next success, not every interval.
+            let (mut sample_failing, mut text_failing) = (false, false);
+            loop {
+                let scope = sc.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                if let Some(e) = first_failure(m.sample(&root, &scope), &mut sample_failing) {
+                    log.warn(&format!("health sample: {e}"));
+                }
+                if let Some(path) = &cfg.textfile {
+                    let written = metrics::write_textfile(path, &m);
+                    if let Some(e) = first_failure(written, &mut text_failing) {
+                        log.warn(&format!(
+                            "cannot write {}: {e}{}",
+                            path.display(),
+                            metrics::sandbox_hint(&e)
+                        ));
+                    }
+                }
+                std::thread::sleep(cfg.interval);
+            }
+        });
+    if let Err(e) = spawned {
+        env.log.warn(&format!("metrics sampler: {e}"));
+    }
+    Some((published, scope))
+}

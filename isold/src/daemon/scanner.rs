@@ -1,0 +1,259 @@
+//! The periodic scan of the values without events (sysctls, sysfs, IRQs, workqueues), on a
+//! thread of its own so that it never delays the answer to a process event: a compare that
+//! takes no lock and writes nothing while nothing drifted, an apply when something did.
+//! Reports with changes go back to the main thread, which counts and logs them. A value
+//! something else keeps changing back is left alone for a growing back-off.
+
+use std::io::Write;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use libtaskisol::policy::state::StateFiles;
+use libtaskisol::policy::watch::{Drift, Watch};
+use libtaskisol::policy::{engine, plan, Policy, Report, Status};
+use libtaskisol::SysRoot;
+
+use super::os::nice_this_thread;
+use crate::contest;
+
+/// The policy the periodic scan applies: everything but the thread items and the partition,
+/// which have events of their own (and cost a /proc scan). Public for the scale benchmark.
+pub fn scan_policy(policy: &Policy) -> Policy {
+    Policy {
+        config: policy
+            .config
+            .without(&["tasks", "kthread_priority", "cgroup_partition"]),
+        ..policy.clone()
+    }
+}
+
+/// What the main thread tells the scan thread.
+pub enum Ctl {
+    /// Look now (a device came or went): after 100 ms, once its driver has requested its IRQs.
+    Rescan,
+    /// Stop, before the restore.
+    Stop,
+}
+
+/// What the scan thread tells the main thread.
+pub enum ScanMsg {
+    /// An apply that changed something, or said something.
+    Report(Report),
+    /// A check or an apply that failed.
+    Failed(String),
+    /// A value became contested, or settled ([`crate::contest`]).
+    Contest(contest::Change),
+    /// The contested values now.
+    Contested(Vec<contest::Contested>),
+}
+
+/// The scan thread, seen from the main thread.
+#[derive(Debug)]
+pub struct Scanner {
+    ctl: Sender<Ctl>,
+    pub reports: Receiver<ScanMsg>,
+    /// Readable when a report is waiting (the main thread polls it).
+    pub wake: std::os::unix::net::UnixStream,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ScanMsg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ScanMsg")
+    }
+}
+
+impl std::fmt::Debug for Ctl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Ctl")
+    }
+}
+
+/// The scan thread's own state.
+struct Scan {
+    root: SysRoot,
+    scan: Policy,
+    files: StateFiles,
+    watch: Option<Watch>,
+    contests: contest::Contests,
+}
+
+impl Scanner {
+    pub fn start(
+        root: SysRoot,
+        policy: Policy,
+        files: StateFiles,
+        interval: Duration,
+    ) -> std::io::Result<Scanner> {
+        let (ctl, ctl_rx) = std::sync::mpsc::channel::<Ctl>();
+        let (tx, reports) = std::sync::mpsc::channel();
+        let (wake, notify_main) = std::os::unix::net::UnixStream::pair()?;
+        wake.set_nonblocking(true)?;
+        let thread = std::thread::Builder::new()
+            .name("isold-scan".into())
+            .spawn(move || {
+                // Background work: the main thread (process events) goes first whenever both
+                // want the same CPU, and so does everything else (nice 19: at nice 0 the
+                // check, a few milliseconds under QEMU's emulation, cost the exec'd tasks of
+                // the service test a third of their reactions within 20 ms).
+                nice_this_thread();
+                let scan = scan_policy(&policy);
+                let watch = Watch::of(&root, &scan, &files).ok();
+                let mut s = Scan {
+                    root,
+                    scan,
+                    files,
+                    watch,
+                    contests: contest::Contests::default(),
+                };
+                s.run(interval, &ctl_rx, &tx, notify_main);
+            })?;
+        Ok(Scanner {
+            ctl,
+            reports,
+            wake,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn send(&self, c: Ctl) {
+        let _ = self.ctl.send(c);
+    }
+
+    pub fn stop(&mut self) {
+        self.send(Ctl::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Scan {
+    /// One read per watched value each check; a drifted value's target applied alone; the
+    /// full compare only when the set of IRQs changed, after a uevent, or without a watch.
+    /// Checks run every half interval, start to start, so a drifted value is put back within
+    /// one interval.
+    fn run(
+        &mut self,
+        interval: Duration,
+        ctl: &Receiver<Ctl>,
+        tx: &Sender<ScanMsg>,
+        mut notify_main: std::os::unix::net::UnixStream,
+    ) {
+        let period = interval / 2;
+        let mut next = Instant::now() + period;
+        loop {
+            let mut full = false;
+            let wait = next.saturating_duration_since(Instant::now());
+            match ctl.recv_timeout(wait) {
+                Ok(Ctl::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+                Ok(Ctl::Rescan) => {
+                    full = true;
+                    std::thread::sleep(Duration::from_millis(100));
+                    // A burst of uevents is one rescan.
+                    while let Ok(c) = ctl.try_recv() {
+                        if let Ctl::Stop = c {
+                            return;
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    // A check that ran late moves the next one, never bunches them.
+                    next = (next + period).max(Instant::now() + period / 2);
+                }
+            }
+            for msg in self.check(full) {
+                if tx.send(msg).is_err() {
+                    return;
+                }
+                let _ = notify_main.write_all(b"r");
+            }
+        }
+    }
+
+    /// One check (`full`: the whole compare), and what the main thread is told of it.
+    fn check(&mut self, full: bool) -> Vec<ScanMsg> {
+        let drift = match &self.watch {
+            Some(w) if !full => w.drift(&self.root),
+            _ => Drift::IrqSet,
+        };
+        let now = Instant::now();
+        // Contested values in their back-off are left as the other program set them.
+        let contests = &self.contests;
+        let free = |targets: Vec<plan::Target>| -> Vec<plan::Target> {
+            targets
+                .into_iter()
+                .filter(|t| !contests.waiting(&t.id, now))
+                .collect()
+        };
+        let (root, scan, files) = (&self.root, &self.scan, &self.files);
+        let mut outs = Vec::new();
+        match drift {
+            Drift::None => {}
+            Drift::Targets(targets) => {
+                let targets = free(targets);
+                if !targets.is_empty() {
+                    outs.push(engine::apply_only(root, scan, files, targets));
+                }
+            }
+            Drift::IrqSet => outs.push(drifted(root, scan, files).and_then(|d| {
+                if d {
+                    let targets = free(plan::plan(scan, root)?);
+                    engine::apply_only(root, scan, files, targets)
+                } else {
+                    Ok(Report::default())
+                }
+            })),
+        }
+        let applied = !outs.is_empty();
+        let msgs = self.messages(outs, applied, now);
+        if applied {
+            self.watch = Watch::of(&self.root, &self.scan, &self.files).ok();
+        }
+        msgs
+    }
+
+    /// The reports of a check's applies, with the contests they changed.
+    fn messages(
+        &mut self,
+        outs: Vec<libtaskisol::Result<Report>>,
+        applied: bool,
+        now: Instant,
+    ) -> Vec<ScanMsg> {
+        let mut msgs = Vec::new();
+        for out in outs {
+            match out {
+                Ok(rep) => {
+                    for o in rep.outcomes.iter().filter(|o| rep.written.contains(&o.id)) {
+                        msgs.extend(
+                            self.contests
+                                .repaired(&o.id, &o.label, now)
+                                .map(ScanMsg::Contest),
+                        );
+                    }
+                    if !rep.outcomes.is_empty() || !rep.notes.is_empty() {
+                        msgs.push(ScanMsg::Report(rep));
+                    }
+                }
+                Err(e) => msgs.push(ScanMsg::Failed(e.to_string())),
+            }
+        }
+        let settled = self.contests.sweep(now);
+        let contests_changed = msgs.iter().any(|m| matches!(m, ScanMsg::Contest(_)))
+            || !settled.is_empty()
+            || applied && !self.contests.list().is_empty();
+        msgs.extend(settled.into_iter().map(ScanMsg::Contest));
+        if contests_changed {
+            msgs.push(ScanMsg::Contested(self.contests.list()));
+        }
+        msgs
+    }
+}
+
+/// Whether any value of `policy` differs from what it wants (read-only, no lock).
+fn drifted(root: &SysRoot, policy: &Policy, files: &StateFiles) -> libtaskisol::Result<bool> {
+    Ok(engine::verify(root, policy, files)?
+        .outcomes
+        .iter()
+        .any(|o| matches!(o.status, Status::Deviates { .. })))
+}

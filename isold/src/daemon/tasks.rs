@@ -1,0 +1,448 @@
+//! Task correction: threads that reach into the isolated CPUs narrowed as they appear
+//! (process events: fork, exec, comm), every known thread's affinity checked every
+//! `--task-interval`, or a full /proc scan where there are no events. The fast path
+//! ([`TaskFixer`]) takes one task in about 12 system calls; the engine takes the rest.
+
+use std::collections::{BTreeSet, HashSet};
+use std::time::{Duration, Instant};
+
+use libtaskisol::events::{ProcEvent, ProcEvents, Stamped};
+use libtaskisol::policy::config::glob_match;
+use libtaskisol::policy::fastpath::{Fix, TaskFixer};
+use libtaskisol::policy::{engine, Policy, Status};
+use libtaskisol::tasks::{self, Thread};
+use libtaskisol::{sched, CpuSet};
+
+use super::books::Books;
+use super::os::Env;
+use super::os::{give_back_memory, thread_cpu_ns};
+
+/// How long a new thread of a running process is left before it is looked at: a program that
+/// pins its threads into the isolated CPUs does so right after creating each (microseconds
+/// natively, milliseconds under emulation), and isold must never narrow a thread between its
+/// creation and its pin. The stress test pins up to 20 ms after creation.
+pub const NEW_THREAD_GRACE: Duration = Duration::from_millis(50);
+
+/// A thread to look at (pid, tid), with the time of the event that asked for it.
+type Ask = (i32, i32, Option<u64>);
+
+#[derive(Debug)]
+pub struct Tasks {
+    /// The process events connector (`None`: scans instead).
+    pub procs: Option<ProcEvents>,
+    /// Threads known to exist (connector mode): the task sweep checks their affinity.
+    known: BTreeSet<i32>,
+    /// Threads the policy leaves where they are although they reach into the isolated CPUs
+    /// (allow-listed, not changeable): not read again until exec, rename or exit.
+    settled: HashSet<i32>,
+    /// The fast path for single tasks.
+    fixer: TaskFixer,
+    /// kthreads forked by kthreadd, looked at once named: (when, forked at, pid, tid).
+    pub new_kthreads: Vec<(Instant, Instant, i32, i32)>,
+    /// New threads of running processes, looked at a moment later: (when, pid, tid, the
+    /// event's time). A program that pins a thread right after creating it (DPDK, QEMU's
+    /// vCPUs under libvirt) has done so by then.
+    pub new_threads: Vec<(Instant, i32, i32, u64)>,
+}
+
+/// What a pass needs of the daemon: where, which policy, and the books to report to.
+pub struct Ctx<'a> {
+    pub env: &'a Env,
+    pub policy: &'a Policy,
+    pub books: &'a mut Books,
+}
+
+impl Tasks {
+    pub fn new(fixer: TaskFixer) -> Tasks {
+        Tasks {
+            procs: None,
+            known: BTreeSet::new(),
+            settled: HashSet::new(),
+            fixer,
+            new_kthreads: Vec::new(),
+            new_threads: Vec::new(),
+        }
+    }
+
+    /// A new policy in force: every thread is judged again.
+    pub fn policy_changed(&mut self, log: &super::os::Log) {
+        self.settled.clear();
+        self.resync(log);
+    }
+
+    /// The fast path's memory of the state file renewed.
+    pub fn resync(&mut self, log: &super::os::Log) {
+        if let Err(e) = self.fixer.resync() {
+            log.warn(&format!("state file: {e}"));
+        }
+    }
+
+    /// The threads known after the first apply: their ids only (a directory listing per
+    /// process, no file of theirs read).
+    pub fn learn_all(&mut self, env: &Env) {
+        if let Ok(pids) = tasks::pids(&env.root) {
+            self.known = pids
+                .into_iter()
+                .flat_map(|pid| libtaskisol::procfs::thread_ids(&env.root, pid).unwrap_or_default())
+                .collect();
+        }
+    }
+
+    /// Whether a thread with this affinity needs reading: it reaches into the isolated CPUs
+    /// without being inside them (a workload).
+    fn suspicious(policy: &Policy, aff: &CpuSet) -> bool {
+        !aff.is_disjoint(&policy.isolated) && !aff.is_subset(&policy.isolated)
+    }
+
+    /// Read these threads and apply the thread items to them; `since`: when the event that
+    /// asked for it was read, for the log; `stamps`: the event time of threads that are
+    /// there in answer to an event.
+    fn fix_threads(
+        &mut self,
+        cx: &mut Ctx,
+        ids: &[(i32, i32)],
+        since: Option<(Instant, u64)>,
+        stamps: &[(i32, u64)],
+    ) {
+        let log = cx.env.log;
+        let mut threads: Vec<Thread> = Vec::new();
+        for &(pid, tid) in ids {
+            match tasks::read_thread(&cx.env.root, pid, tid) {
+                Ok(Some(t)) => threads.push(t),
+                Ok(None) => {}
+                Err(e) => log.debug(&format!("task {tid}: {e}")),
+            }
+        }
+        if threads.is_empty() {
+            return;
+        }
+        let rep = match engine::apply_threads(&cx.env.root, cx.policy, &cx.env.files, &threads) {
+            Ok(rep) => rep,
+            Err(e) => return log.warn(&format!("tasks: {e}")),
+        };
+        for o in &rep.outcomes {
+            if matches!(
+                o.status,
+                Status::LeftAlone { .. } | Status::NotChangeable { .. }
+            ) {
+                if let Some(t) = threads
+                    .iter()
+                    .find(|t| o.id.starts_with(&format!("task:{}:", t.tid)))
+                {
+                    self.settled.insert(t.tid);
+                }
+            }
+        }
+        for &(tid, at) in stamps {
+            let prefix = format!("task:{tid}:");
+            if rep.written.iter().any(|id| id.starts_with(&prefix)) {
+                cx.books.reacted(at);
+            }
+        }
+        if let Some((t, cpu)) = since.filter(|_| !rep.written.is_empty()) {
+            log.debug(&format!(
+                "{} thread(s) corrected {:.2} ms after the event was read ({:.2} ms of isold's CPU time)",
+                rep.written.len(),
+                t.elapsed().as_secs_f64() * 1000.0,
+                (thread_cpu_ns().saturating_sub(cpu)) as f64 / 1e6
+            ));
+        }
+        cx.books.take_report(&rep, false);
+    }
+
+    /// The fast path for one task (see libtaskisol::policy::fastpath); `true` when it must
+    /// take the general path instead.
+    fn fix_one(
+        &mut self,
+        cx: &mut Ctx,
+        (pid, tid): (i32, i32),
+        since: Option<(Instant, u64)>,
+        event_ns: Option<u64>,
+    ) -> bool {
+        let log = cx.env.log;
+        match self.fixer.fix(&cx.env.root, cx.policy, pid, tid) {
+            Ok(Fix::Fine) | Ok(Fix::Gone) => false,
+            Ok(Fix::Settled(why)) => {
+                self.settled.insert(tid);
+                log.debug(&format!("task {tid}: left alone: {why}"));
+                false
+            }
+            Ok(Fix::Changed { label, from, to }) => {
+                if let Some(at) = event_ns {
+                    cx.books.reacted(at);
+                }
+                if let Some((t, cpu)) = since {
+                    log.debug(&format!(
+                        "{label} corrected {:.2} ms after the event was read ({:.2} ms of isold's CPU time)",
+                        t.elapsed().as_secs_f64() * 1000.0,
+                        (thread_cpu_ns().saturating_sub(cpu)) as f64 / 1e6
+                    ));
+                }
+                cx.books
+                    .task_corrected(&label, &format!("changed: {from} -> {to}"));
+                false
+            }
+            Ok(Fix::UseEngine) => true,
+            Err(e) => {
+                log.warn(&format!("task {tid}: {e}"));
+                false
+            }
+        }
+    }
+
+    /// Tasks for the general path, then the fast path's memory of the state file renewed.
+    fn fix_with_engine(&mut self, cx: &mut Ctx, ids: &[(i32, i32)], stamps: &[(i32, u64)]) {
+        if ids.is_empty() {
+            return;
+        }
+        self.fix_threads(cx, ids, None, stamps);
+        self.resync(&cx.env.log);
+    }
+
+    /// The threads of `asks` through the fast path, those it cannot take (and `engine`)
+    /// through the engine; `since`: when their events were read, for the log.
+    fn fix_asked(
+        &mut self,
+        cx: &mut Ctx,
+        asks: Vec<Ask>,
+        mut engine: Vec<(i32, i32)>,
+        since: Option<(Instant, u64)>,
+    ) {
+        let mut stamps = Vec::new();
+        for (pid, tid, at_ns) in asks {
+            if engine.contains(&(pid, tid)) || self.settled.contains(&tid) {
+                continue;
+            }
+            if self.fix_one(cx, (pid, tid), since, at_ns) {
+                engine.push((pid, tid));
+                stamps.extend(at_ns.map(|at| (tid, at)));
+            }
+        }
+        self.fix_with_engine(cx, &engine, &stamps);
+    }
+
+    /// The process events waiting, each thread they name checked; `true` when events were
+    /// lost (the caller scans every task).
+    pub fn on_proc_events(&mut self, cx: &mut Ctx) -> bool {
+        let Some(p) = self.procs.as_mut() else {
+            return false;
+        };
+        let read_at = (Instant::now(), thread_cpu_ns());
+        let batch = match p.read() {
+            Ok(b) => b,
+            Err(e) => {
+                cx.env.log.warn(&format!("process events: {e}"));
+                return false;
+            }
+        };
+        let mut check: Vec<Ask> = Vec::new();
+        let mut engine: Vec<(i32, i32)> = Vec::new();
+        for Stamped { at_ns, event } in batch.events {
+            cx.env.log.trace(&format!("event {event:?}"));
+            self.on_event(cx, event, at_ns, &mut check, &mut engine);
+        }
+        self.fix_asked(cx, check, engine, Some(read_at));
+        batch.lost
+    }
+
+    /// One process event: the thread it names to check now (`check`), through the engine
+    /// (`engine`), later, or forgotten.
+    fn on_event(
+        &mut self,
+        cx: &mut Ctx,
+        event: ProcEvent,
+        at_ns: u64,
+        check: &mut Vec<Ask>,
+        engine: &mut Vec<(i32, i32)>,
+    ) {
+        let rules = &cx.policy.config.kthread_priority;
+        match event {
+            ProcEvent::Fork {
+                parent_tgid,
+                child_pid,
+                child_tgid,
+            } => {
+                self.known.insert(child_pid);
+                if parent_tgid == 2 {
+                    // A kthread: kthreadd forks it, then its creator names it. Its
+                    // priority rule is looked up once it has its name.
+                    if !rules.is_empty() && self.new_kthreads.len() < 4096 {
+                        self.new_kthreads.push((
+                            Instant::now() + Duration::from_millis(50),
+                            Instant::now(),
+                            child_tgid,
+                            child_pid,
+                        ));
+                    }
+                } else if child_pid != child_tgid && self.new_threads.len() < 65536 {
+                    // A thread of a running process: its creator may pin it at once.
+                    self.new_threads.push((
+                        Instant::now() + NEW_THREAD_GRACE,
+                        child_tgid,
+                        child_pid,
+                        at_ns,
+                    ));
+                } else {
+                    check.push((child_tgid, child_pid, Some(at_ns)));
+                }
+            }
+            ProcEvent::Exec { pid, tgid } => {
+                self.settled.remove(&pid);
+                check.push((tgid, pid, Some(at_ns)));
+            }
+            ProcEvent::Comm { pid, tgid, comm } => {
+                self.settled.remove(&pid);
+                // Only a name a priority rule matches needs the general path; the fast
+                // path reads the name itself for the allow-list. (An exec renames its
+                // task too: it must not cost the general path.)
+                if rules.iter().any(|(p, _)| glob_match(p, &comm)) {
+                    engine.push((tgid, pid));
+                } else {
+                    check.push((tgid, pid, Some(at_ns)));
+                }
+            }
+            ProcEvent::Exit { pid, .. } => {
+                self.known.remove(&pid);
+                self.settled.remove(&pid);
+                self.new_threads.retain(|t| t.2 != pid);
+                cx.books.forget_thread(pid);
+            }
+        }
+    }
+
+    /// New threads whose grace is over: checked as a process event's task is.
+    pub fn due_threads(&mut self, cx: &mut Ctx, now: Instant) {
+        let due = take_due(&mut self.new_threads, now, |t| t.0);
+        let asks = due
+            .into_iter()
+            .map(|(_, pid, tid, at_ns)| (pid, tid, Some(at_ns)))
+            .collect();
+        self.fix_asked(cx, asks, Vec::new(), None);
+    }
+
+    /// New kthreads whose names are due to be known: their priority rules applied.
+    /// A kthread still called `kthreadd` has not been named by its creator yet (naming sends
+    /// no process event): it is looked at again 100 ms later, for 5 s at most.
+    pub fn due_kthreads(&mut self, cx: &mut Ctx, now: Instant) {
+        let due = take_due(&mut self.new_kthreads, now, |t| t.0);
+        let mut later = std::mem::take(&mut self.new_kthreads);
+        let mut ids = Vec::new();
+        for (_, forked, pid, tid) in due {
+            let comm = cx
+                .env
+                .root
+                .read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                .unwrap_or_default();
+            if comm.trim() == "kthreadd" && now.duration_since(forked) < Duration::from_secs(5) {
+                later.push((now + Duration::from_millis(100), forked, pid, tid));
+            } else if !comm.is_empty() {
+                ids.push((pid, tid));
+            }
+        }
+        self.new_kthreads = later;
+        self.fix_with_engine(cx, &ids, &[]);
+    }
+
+    /// Every known thread's affinity by system call; the suspicious ones read and fixed.
+    pub fn sweep(&mut self, cx: &mut Ctx) {
+        if self.procs.is_none() || !cx.env.root.is_host() {
+            // No event stream: the full scan is the only way to see new tasks.
+            self.full_scan(cx);
+            return;
+        }
+        let mut read = Vec::new();
+        let mut gone = Vec::new();
+        for &tid in &self.known {
+            if self.settled.contains(&tid) {
+                continue;
+            }
+            match sched::get_affinity(tid) {
+                Ok(a) if Tasks::suspicious(cx.policy, &a) => read.push(tid),
+                Ok(_) => {}
+                Err(_) => gone.push(tid),
+            }
+        }
+        for tid in gone {
+            self.known.remove(&tid);
+        }
+        let mut asks = Vec::new();
+        for tid in read {
+            // The process of a thread: the Tgid line of its status (one read per suspicious
+            // thread).
+            let tgid = cx
+                .env
+                .root
+                .read_to_string(format!("/proc/{tid}/status"))
+                .ok()
+                .and_then(|st| {
+                    libtaskisol::procfs::status_field(&st, "Tgid")?
+                        .trim()
+                        .parse()
+                        .ok()
+                });
+            if let Some(tgid) = tgid {
+                asks.push((tgid, tid, None));
+            }
+        }
+        self.fix_asked(cx, asks, Vec::new(), None);
+    }
+
+    /// Every thread read from /proc and the thread items applied (start, lost events, no
+    /// connector).
+    pub fn full_scan(&mut self, cx: &mut Ctx) {
+        let threads = match tasks::all_threads_with(&cx.env.root, tasks::Detail::NoSwitches) {
+            Ok(t) => t,
+            Err(e) => return cx.env.log.warn(&format!("tasks: {e}")),
+        };
+        self.known = threads.iter().map(|t| t.tid).collect();
+        self.settled.retain(|t| self.known.contains(t));
+        match engine::apply_threads(&cx.env.root, cx.policy, &cx.env.files, &threads) {
+            Ok(rep) => {
+                cx.books.take_report(&rep, false);
+            }
+            Err(e) => cx.env.log.warn(&format!("tasks: {e}")),
+        }
+        drop(threads);
+        give_back_memory();
+    }
+
+    /// When the next new thread or kthread is due.
+    pub fn next_due(&self) -> Option<Instant> {
+        let k = self.new_kthreads.iter().map(|k| k.0).min();
+        let t = self.new_threads.iter().map(|t| t.0).min();
+        k.into_iter().chain(t).min()
+    }
+}
+
+/// Takes out of `pending` the entries due at `now` (`at` of each: when it is due), in their
+/// order; the others stay.
+fn take_due<T>(pending: &mut Vec<T>, now: Instant, at: impl Fn(&T) -> Instant) -> Vec<T> {
+    let (due, later): (Vec<T>, Vec<T>) = std::mem::take(pending)
+        .into_iter()
+        .partition(|t| at(t) <= now);
+    *pending = later;
+    due
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A new thread is looked at once its grace is over, to the instant, not before: the
+    /// ones still in their grace wait, in order.
+    #[test]
+    fn new_threads_wait_out_their_grace() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut pending = vec![(at(50), 1), (at(80), 2), (at(50), 3), (at(120), 4)];
+        assert_eq!(take_due(&mut pending, at(49), |t| t.0), []);
+        assert_eq!(pending.len(), 4);
+        assert_eq!(
+            take_due(&mut pending, at(50), |t| t.0),
+            [(at(50), 1), (at(50), 3)]
+        );
+        assert_eq!(pending, [(at(80), 2), (at(120), 4)]);
+        assert_eq!(take_due(&mut pending, at(200), |t| t.0).len(), 2);
+        assert!(pending.is_empty());
+    }
+}

@@ -1,0 +1,324 @@
+//! The daemon's status file (`status.json` next to the state file, written whole and renamed
+//! into place) and `isold status`, which reads it. Below the daemon, the run lock and the
+//! audit, which all read it.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::contest;
+
+/// What `isold status` reads: kept current by the daemon in `status.json` next to the state
+/// file (written whole and renamed into place, so a reader never sees half of it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DaemonStatus {
+    pub pid: i32,
+    /// Unix time of the start, seconds.
+    pub started: u64,
+    /// Unix time of the last write of this file.
+    pub updated: u64,
+    pub config: String,
+    pub preset: String,
+    pub isolated: String,
+    pub housekeeping: String,
+    /// How new and changed tasks are seen: "proc connector" or "periodic scans (why)".
+    pub task_events: String,
+    /// Whether device uevents trigger rescans ("uevents") or not (why).
+    pub device_events: String,
+    pub interval_s: f64,
+    pub task_interval_s: f64,
+    /// The PM QoS CPU latency request held on /dev/cpu_dma_latency, microseconds.
+    pub cpu_dma_latency_us: Option<u32>,
+    /// Corrections since the start, by item (tasks, irq_affinity, sysctl, ...).
+    pub corrections: BTreeMap<String, u64>,
+    pub last_correction: Option<Correction>,
+    /// Targets the kernel does not let isold change, with why.
+    pub not_changeable: Vec<String>,
+    pub reloads: u64,
+    /// "running", or "stopping" while it stops.
+    pub state: String,
+    /// The configuration's `on_stop` ("keep" or "restore").
+    #[serde(default)]
+    pub on_stop: String,
+    /// Files the policy wrote that are not in effect yet, each with what it waits for.
+    #[serde(default)]
+    pub waiting: Vec<String>,
+    /// Values something else keeps changing back, left alone for a growing back-off.
+    #[serde(default)]
+    pub contested: Vec<contest::Contested>,
+    /// How fast wide tasks were narrowed in answer to their process event (fast or general
+    /// path): from the kernel's event to the affinity read back, over the last
+    /// [`REACTIONS_KEPT`] corrections.
+    #[serde(default)]
+    pub task_reaction: Option<Reaction>,
+}
+
+/// How many of the last task corrections `task_reaction` covers.
+pub const REACTIONS_KEPT: usize = 1000;
+
+/// Percentiles of the reaction to wide tasks, milliseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reaction {
+    /// Corrections measured since the start (the percentiles cover the last 1000).
+    pub count: u64,
+    pub median_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl Reaction {
+    /// The percentiles of `ns` (nanoseconds; `count`: all corrections measured).
+    pub fn of(ns: &std::collections::VecDeque<u64>, count: u64) -> Option<Reaction> {
+        if ns.is_empty() {
+            return None;
+        }
+        let mut v: Vec<u64> = ns.iter().copied().collect();
+        v.sort_unstable();
+        let at =
+            |p: f64| v[((v.len() as f64 * p).ceil() as usize).clamp(1, v.len()) - 1] as f64 / 1e6;
+        Some(Reaction {
+            count,
+            median_ms: at(0.5),
+            p99_ms: at(0.99),
+            max_ms: at(1.0),
+        })
+    }
+}
+
+/// One value put right.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Correction {
+    /// Unix time, seconds.
+    pub at: u64,
+    pub item: String,
+    pub label: String,
+    /// The outcome as the engine reports it ("changed: 3 -> 0-1").
+    pub what: String,
+}
+
+/// Where the status file goes: next to the state file.
+pub fn status_path(state_path: &Path) -> PathBuf {
+    state_path
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("status.json")
+}
+
+fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The status file of the daemon whose state file is `state_path`, when it can be read.
+pub fn read(state_path: &Path) -> Option<DaemonStatus> {
+    fs::read_to_string(status_path(state_path))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+}
+
+/// `isold status`: the daemon's status file, and whether its process is alive. Exit 0 when
+/// it runs, 3 when it does not, 4 when that cannot be told (the file cannot be read: its
+/// directory is root's only under isold.service, or it is not a status file).
+pub fn status(state_path: &Path, json: bool) -> i32 {
+    let path = status_path(state_path);
+    let read = match fs::read_to_string(&path) {
+        Ok(t) => serde_json::from_str::<DaemonStatus>(&t)
+            .map(Some)
+            .map_err(|e| format!("{}: not an isold status file: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!(
+            "cannot read {}: {}{}",
+            path.display(),
+            libtaskisol::error::io_strerror(&e),
+            if e.kind() == std::io::ErrorKind::PermissionDenied {
+                " (run isold status as root)"
+            } else {
+                ""
+            }
+        )),
+    };
+    let st = match read {
+        Ok(st) => st,
+        Err(msg) => {
+            if json {
+                println!("{}", serde_json::json!({ "running": null, "error": msg }));
+            } else {
+                eprintln!("isold: {msg}");
+            }
+            return crate::exit::EXIT_STATUS_UNKNOWN;
+        }
+    };
+    let alive = st.as_ref().is_some_and(|s| {
+        fs::read_to_string(format!("/proc/{}/comm", s.pid)).is_ok_and(|c| c.trim() == "isold")
+    });
+    if json {
+        let v = serde_json::json!({ "running": alive, "status": st });
+        println!("{v}");
+    } else {
+        match (&st, alive) {
+            (Some(s), true) => print!("{}", human_status(s)),
+            (Some(s), false) => println!(
+                "isold run is not running (its last status, {}, names pid {}, which is gone)",
+                path.display(),
+                s.pid
+            ),
+            (None, _) => println!("isold run is not running (no {})", path.display()),
+        }
+    }
+    if alive {
+        crate::exit::EXIT_OK
+    } else {
+        crate::exit::EXIT_NOT_RUNNING
+    }
+}
+
+/// The human form of a running daemon's status.
+pub fn human_status(s: &DaemonStatus) -> String {
+    let mut out = format!(
+        "isold run: {} (pid {}), since {} s ago\n  policy {} ({}): isolated CPUs {}, housekeeping {}\n  tasks: {}; devices: {}\n  scans every {} s, every thread's affinity every {} s\n",
+        s.state,
+        s.pid,
+        now_s().saturating_sub(s.started),
+        s.config,
+        s.preset,
+        s.isolated,
+        s.housekeeping,
+        s.task_events,
+        s.device_events,
+        s.interval_s,
+        s.task_interval_s
+    );
+    if let Some(us) = s.cpu_dma_latency_us {
+        out.push_str(&format!("  holding /dev/cpu_dma_latency at {us} us\n"));
+    }
+    if !s.on_stop.is_empty() {
+        out.push_str(&format!(
+            "  on stop: {}\n",
+            if s.on_stop == "restore" {
+                "restore (a plain stop; never a restart or a shutdown)"
+            } else {
+                "keep every value (isold restore undoes them)"
+            }
+        ));
+    }
+    if !s.waiting.is_empty() {
+        out.push_str(&format!("  waiting ({}):\n", s.waiting.len()));
+        for w in &s.waiting {
+            out.push_str(&format!("    {w}\n"));
+        }
+    }
+    if !s.contested.is_empty() {
+        out.push_str(&format!(
+            "  contested: changed back by something else ({}):\n",
+            s.contested.len()
+        ));
+        for c in &s.contested {
+            out.push_str(&format!(
+                "    {}: {} repairs, now repaired every {} s\n",
+                c.label, c.repairs, c.backoff_s
+            ));
+        }
+    }
+    let total: u64 = s.corrections.values().sum();
+    if total == 0 {
+        out.push_str("  corrections: none\n");
+    } else {
+        let by: Vec<String> = s
+            .corrections
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        out.push_str(&format!("  corrections: {total} ({})\n", by.join(", ")));
+    }
+    if let Some(c) = &s.last_correction {
+        out.push_str(&format!(
+            "  last correction {} s ago: {}: {}\n",
+            now_s().saturating_sub(c.at),
+            c.label,
+            c.what
+        ));
+    }
+    if let Some(r) = &s.task_reaction {
+        out.push_str(&format!(
+            "  wide tasks narrowed {:.2} ms after their event (median; p99 {:.2} ms, max {:.2} ms, last {} of {})\n",
+            r.median_ms,
+            r.p99_ms,
+            r.max_ms,
+            r.count.min(REACTIONS_KEPT as u64),
+            r.count
+        ));
+    }
+    if s.reloads > 0 {
+        out.push_str(&format!("  reloads: {}\n", s.reloads));
+    }
+    // Threads the kernel pins (per-CPU kthreads, kworkers) are many and expected: counted;
+    // the rest (IRQs, files) listed.
+    let (threads, other): (Vec<&String>, Vec<&String>) = s
+        .not_changeable
+        .iter()
+        .partition(|n| n.starts_with("kthread ") || n.starts_with("task "));
+    if !other.is_empty() {
+        out.push_str(&format!("  not changeable ({}):\n", other.len()));
+        for n in other {
+            out.push_str(&format!("    {n}\n"));
+        }
+    }
+    if !threads.is_empty() {
+        out.push_str(&format!(
+            "  threads whose affinity the kernel manages: {} (--json lists them)\n",
+            threads.len()
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reaction_percentiles_cover_the_kept_times() {
+        let none = std::collections::VecDeque::new();
+        assert_eq!(Reaction::of(&none, 0), None);
+        // 1..=200 ms: the median is the 100th, the p99 the 198th, the max the 200th.
+        let ns: std::collections::VecDeque<u64> =
+            (1..=200u64).rev().map(|ms| ms * 1_000_000).collect();
+        let r = Reaction::of(&ns, 1234).unwrap();
+        assert_eq!(
+            r,
+            Reaction {
+                count: 1234,
+                median_ms: 100.0,
+                p99_ms: 198.0,
+                max_ms: 200.0,
+            }
+        );
+        let one: std::collections::VecDeque<u64> = [2_500_000].into();
+        let r = Reaction::of(&one, 1).unwrap();
+        assert_eq!((r.median_ms, r.p99_ms, r.max_ms), (2.5, 2.5, 2.5));
+    }
+
+    #[test]
+    fn status_shows_the_reaction_when_there_is_one() {
+        let mut s = DaemonStatus {
+            state: "running".into(),
+            ..DaemonStatus::default()
+        };
+        assert!(!human_status(&s).contains("narrowed"));
+        s.task_reaction = Some(Reaction {
+            count: 1500,
+            median_ms: 0.31,
+            p99_ms: 1.2,
+            max_ms: 4.567,
+        });
+        let text = human_status(&s);
+        assert!(
+            text.contains("  wide tasks narrowed 0.31 ms after their event (median; p99 1.20 ms, max 4.57 ms, last 1000 of 1500)\n"),
+            "{text}"
+        );
+    }
+}

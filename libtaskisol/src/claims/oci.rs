@@ -1,0 +1,257 @@
+//! The OCI hook's inputs: the container's state, which an OCI runtime gives a hook on
+//! standard input, and what isold reads of the bundle's `config.json`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::{valid_container_id, InputError, MAX_INPUT};
+use crate::cpuset::CpuSet;
+
+/// The container's state as an OCI runtime gives it to a hook on standard input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookState {
+    /// The container id.
+    pub id: String,
+    /// Its process, in the runtime's PID namespace (0 once it is gone, at poststop).
+    pub pid: i32,
+    /// The bundle directory (with `config.json`).
+    pub bundle: PathBuf,
+    /// The annotations, when the runtime passes them (it must, per the runtime spec).
+    pub annotations: BTreeMap<String, String>,
+    /// `creating`, `created`, `running` or `stopped`.
+    pub status: String,
+}
+
+#[derive(Deserialize)]
+struct RawState {
+    id: Option<String>,
+    #[serde(default)]
+    pid: Option<i64>,
+    bundle: Option<String>,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+    #[serde(default)]
+    status: String,
+}
+
+const STATE: &str = "the container state on standard input";
+
+impl HookState {
+    /// Parse the state a hook reads on standard input. Errors name the field and its value.
+    pub fn parse(bytes: &[u8]) -> Result<HookState, InputError> {
+        if bytes.len() > MAX_INPUT {
+            return Err(InputError::TooBig {
+                what: STATE.into(),
+                len: bytes.len(),
+            });
+        }
+        let raw: RawState = serde_json::from_slice(bytes).map_err(|e| InputError::Malformed {
+            what: STATE.into(),
+            expected: "an OCI state (JSON)",
+            error: e.to_string(),
+        })?;
+        let missing = |field| InputError::Missing {
+            what: STATE.into(),
+            field,
+        };
+        let invalid = |field, value: String, why| InputError::Invalid {
+            what: "the container state".into(),
+            field,
+            value,
+            why,
+        };
+        let id = raw.id.ok_or_else(|| missing("id"))?;
+        if !valid_container_id(&id) {
+            return Err(invalid(
+                "id",
+                id,
+                "is not a container id (1 to 128 of letters, digits, -, _, .)",
+            ));
+        }
+        let pid = match raw.pid {
+            None => 0,
+            Some(p) if (0..=i32::MAX as i64).contains(&p) => p as i32,
+            Some(p) => return Err(invalid("pid", p.to_string(), "is not a process id")),
+        };
+        let bundle = raw.bundle.ok_or_else(|| missing("bundle"))?;
+        if !bundle.starts_with('/') {
+            return Err(invalid("bundle", bundle, "is not an absolute path"));
+        }
+        Ok(HookState {
+            id,
+            pid,
+            bundle: PathBuf::from(bundle),
+            annotations: raw.annotations,
+            status: raw.status,
+        })
+    }
+}
+
+/// A Kubernetes pod's QoS class, as the kubelet's cgroup layout says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodQos {
+    /// Requests equal limits: with the static CPU manager, whole CPUs of its own.
+    Guaranteed,
+    /// Its cpuset is the shared pool.
+    Burstable,
+    /// Its cpuset is the shared pool.
+    BestEffort,
+}
+
+impl PodQos {
+    /// The kubelet's name of the class.
+    pub fn name(self) -> &'static str {
+        match self {
+            PodQos::Guaranteed => "Guaranteed",
+            PodQos::Burstable => "Burstable",
+            PodQos::BestEffort => "BestEffort",
+        }
+    }
+
+    /// The QoS class of a container whose OCI `linux.cgroupsPath` is `path`, read from the
+    /// kubelet's layout by its structure: `None` when the path is not a kubelet pod's.
+    ///
+    /// - systemd driver: `SLICE:PREFIX:NAME` with SLICE `kubepods-pod<uid>.slice`
+    ///   (Guaranteed) or `kubepods-<burstable|besteffort>-pod<uid>.slice`; systemd spells a
+    ///   slice's parents in its name, so the name's dash-separated parts are the levels.
+    /// - cgroupfs driver: `.../kubepods/pod<uid>/<container>` (Guaranteed) or
+    ///   `.../kubepods/<burstable|besteffort>/pod<uid>/<container>`.
+    ///
+    /// Only whole levels count: a pod or container whose name contains "burstable" is not
+    /// taken for a class.
+    pub fn of_cgroups_path(path: &str) -> Option<PodQos> {
+        let levels: Vec<&str> = if !path.starts_with('/') && path.split(':').count() == 3 {
+            let slice = path.split(':').next()?.strip_suffix(".slice")?;
+            slice.split('-').collect()
+        } else {
+            let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+            // The level under kubepods, then the pod, then the container.
+            let at = parts.iter().position(|p| *p == "kubepods")?;
+            let under = &parts[at..];
+            match under.get(1) {
+                Some(q) if is_pod(q) && under.len() == 3 => under[..2].to_vec(),
+                Some(_) if under.len() == 4 && is_pod(under[2]) => under[..3].to_vec(),
+                _ => return None,
+            }
+        };
+        match levels.as_slice() {
+            ["kubepods", pod] if is_pod(pod) => Some(PodQos::Guaranteed),
+            ["kubepods", "burstable", pod] if is_pod(pod) => Some(PodQos::Burstable),
+            ["kubepods", "besteffort", pod] if is_pod(pod) => Some(PodQos::BestEffort),
+            _ => None,
+        }
+    }
+}
+
+/// A pod level: `pod` and the pod's UID (dashes or, under systemd, underscores).
+fn is_pod(level: &str) -> bool {
+    level.strip_prefix("pod").is_some_and(|uid| {
+        !uid.is_empty()
+            && uid
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    })
+}
+
+/// What isold reads from a bundle's `config.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Bundle {
+    /// `annotations`.
+    pub annotations: BTreeMap<String, String>,
+    /// `linux.resources.cpu.cpus`: the container's cpuset, when it has one.
+    pub cpus: Option<CpuSet>,
+    /// `linux.cgroupsPath`.
+    pub cgroups_path: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawConfig {
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+    #[serde(default)]
+    linux: Option<RawLinux>,
+}
+#[derive(Deserialize)]
+struct RawLinux {
+    #[serde(default)]
+    resources: Option<RawResources>,
+    #[serde(default, rename = "cgroupsPath")]
+    cgroups_path: Option<String>,
+}
+#[derive(Deserialize)]
+struct RawResources {
+    #[serde(default)]
+    cpu: Option<RawCpu>,
+}
+#[derive(Deserialize)]
+struct RawCpu {
+    #[serde(default)]
+    cpus: Option<String>,
+}
+
+impl Bundle {
+    /// The pod's QoS class when the container is a kubelet pod's ([`PodQos::of_cgroups_path`]).
+    pub fn pod_qos(&self) -> Option<PodQos> {
+        PodQos::of_cgroups_path(self.cgroups_path.as_deref()?)
+    }
+
+    /// Read `DIR/config.json`.
+    pub fn read(dir: &Path) -> Result<Bundle, InputError> {
+        let path = dir.join("config.json");
+        let read = |e: std::io::Error| InputError::Read {
+            path: path.clone(),
+            error: crate::error::io_strerror(&e),
+        };
+        let mut bytes = Vec::new();
+        let f = std::fs::File::open(&path).map_err(read)?;
+        use std::io::Read;
+        f.take(MAX_INPUT as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(read)?;
+        Bundle::parse_named(&bytes, &path.display().to_string())
+    }
+
+    /// Parse a `config.json`.
+    pub fn parse(bytes: &[u8]) -> Result<Bundle, InputError> {
+        Bundle::parse_named(bytes, "the runtime configuration")
+    }
+
+    fn parse_named(bytes: &[u8], what: &str) -> Result<Bundle, InputError> {
+        if bytes.len() > MAX_INPUT {
+            return Err(InputError::TooBig {
+                what: what.into(),
+                len: bytes.len(),
+            });
+        }
+        let raw: RawConfig = serde_json::from_slice(bytes).map_err(|e| InputError::Malformed {
+            what: what.into(),
+            expected: "an OCI runtime configuration (JSON)",
+            error: e.to_string(),
+        })?;
+        let cgroups_path = raw.linux.as_ref().and_then(|l| l.cgroups_path.clone());
+        let cpus = match raw
+            .linux
+            .and_then(|l| l.resources)
+            .and_then(|r| r.cpu)
+            .and_then(|c| c.cpus)
+        {
+            None => None,
+            Some(s) if s.trim().is_empty() => None,
+            Some(s) => Some(
+                CpuSet::parse_list(s.trim()).map_err(|_| InputError::Invalid {
+                    what: what.into(),
+                    field: "linux.resources.cpu.cpus",
+                    value: s.clone(),
+                    why: "is not a CPU list",
+                })?,
+            ),
+        };
+        Ok(Bundle {
+            annotations: raw.annotations,
+            cpus,
+            cgroups_path,
+        })
+    }
+}
