@@ -13,7 +13,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use libtaskisol::claims::annotations::CONTAINER_NAME;
+use libtaskisol::claims::annotations::{pod_of, CONTAINER_NAME};
 use libtaskisol::claims::oci::{Bundle, HookState, PodQos};
 use libtaskisol::claims::wire::{Message, Reply};
 use libtaskisol::claims::{ClaimRequest, Request, MAX_INPUT};
@@ -142,6 +142,7 @@ pub fn hook(socket: &Path, args: &HookArgs) -> i32 {
     let msg = Message::Claim(ClaimRequest {
         container: state.id.clone(),
         name,
+        pod: pod_of(&ann),
         pid: state.pid,
         cpus: cpus.to_string(),
         request,
@@ -151,7 +152,17 @@ pub fn hook(socket: &Path, args: &HookArgs) -> i32 {
             eprintln!("isold: {}", r.message);
             0
         }
-        Ok(r) => hook_fail(&r.message),
+        Ok(r) => match args.if_refused {
+            IfDown::Start => {
+                eprintln!(
+                    "isold: {}; container {} starts without isolated CPUs (--if-refused start)",
+                    r.message,
+                    short(&state.id)
+                );
+                0
+            }
+            IfDown::Fail => hook_fail(&r.message),
+        },
         Err(None) => {
             let what = format!(
                 "isold run is not running (no daemon at {}): container {} asked for isolated CPUs {cpus}",

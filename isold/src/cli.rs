@@ -92,12 +92,21 @@ pub struct HookArgs {
     )]
     pub if_down: IfDown,
 
+    /// What the container does when `isold run` refuses its claim (CPUs the configuration does not give containers, another pod's CPUs): fail to start, or start without isolated CPUs.
+    #[arg(
+        long = "if-refused",
+        value_name = "WHAT",
+        value_enum,
+        default_value = "fail"
+    )]
+    pub if_refused: IfDown,
+
     /// The hook stage (poststop releases; any other claims) [default: from the state's status].
     #[arg(long = "stage", value_name = "STAGE", value_parser = ["prestart", "createRuntime", "createContainer", "poststop"])]
     pub stage: Option<String>,
 }
 
-/// `isold hook --if-down`.
+/// `isold hook --if-down` and `--if-refused`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum IfDown {
     /// The container starts, without isolated CPUs (said on standard error).

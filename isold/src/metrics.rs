@@ -34,6 +34,7 @@ pub const NAMES: &[&str] = &[
     "isold_drift_repairs_total",
     "isold_contested_values",
     "isold_policy_holds",
+    "isold_claims_refused_total",
     "isold_cpu_interrupts_total",
     "isold_cpu_softirqs_total",
     "isold_cpu_foreign_context_switches_total",
@@ -51,6 +52,7 @@ pub struct Metrics {
     drift_repairs: IntCounterVec,
     contested: IntGauge,
     holds: IntGauge,
+    claims_refused: IntCounterVec,
     cpu_interrupts: IntCounterVec,
     cpu_softirqs: IntCounterVec,
     cpu_foreign_switches: IntCounterVec,
@@ -156,6 +158,13 @@ impl Metrics {
             ),
             &["cpu"],
         ));
+        let claims_refused = must(IntCounterVec::new(
+            Opts::new(
+                "isold_claims_refused_total",
+                "Containers' claims refused, by reason (not_allowed, shared, no_housekeeping, power_conflict, no_process, invalid, state)",
+            ),
+            &["reason"],
+        ));
         let samples = must(IntCounter::new(
             "isold_health_samples_total",
             "Health samples taken",
@@ -170,6 +179,7 @@ impl Metrics {
         reg(Box::new(drift_repairs.clone()));
         reg(Box::new(contested.clone()));
         reg(Box::new(holds.clone()));
+        reg(Box::new(claims_refused.clone()));
         reg(Box::new(cpu_interrupts.clone()));
         reg(Box::new(cpu_softirqs.clone()));
         reg(Box::new(cpu_foreign_switches.clone()));
@@ -184,6 +194,7 @@ impl Metrics {
             drift_repairs,
             contested,
             holds,
+            claims_refused,
             cpu_interrupts,
             cpu_softirqs,
             cpu_foreign_switches,
@@ -223,6 +234,11 @@ impl Metrics {
     /// The number of contested values now.
     pub fn contested(&self, n: usize) {
         self.contested.set(n as i64);
+    }
+
+    /// A container's claim refused for `reason`.
+    pub fn claim_refused(&self, reason: &str) {
+        self.claims_refused.with_label_values(&[reason]).inc();
     }
 
     /// Whether the policy holds now.

@@ -34,6 +34,9 @@ pub struct DaemonStatus {
     pub cpu_dma_latency_us: Option<u32>,
     /// Corrections since the start, by item (tasks, irq_affinity, sysctl, ...).
     pub corrections: BTreeMap<String, u64>,
+    /// Containers' claims refused since the start, by reason.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub claims_refused: BTreeMap<String, u64>,
     pub last_correction: Option<Correction>,
     /// Targets the kernel does not let isold change, with why.
     pub not_changeable: Vec<String>,
@@ -233,6 +236,18 @@ pub fn human_status(s: &DaemonStatus) -> String {
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
         out.push_str(&format!("  corrections: {total} ({})\n", by.join(", ")));
+    }
+    if !s.claims_refused.is_empty() {
+        let by: Vec<String> = s
+            .claims_refused
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        out.push_str(&format!(
+            "  containers' claims refused: {} ({})\n",
+            s.claims_refused.values().sum::<u64>(),
+            by.join(", ")
+        ));
     }
     if let Some(c) = &s.last_correction {
         out.push_str(&format!(

@@ -280,6 +280,33 @@ fn stopping_keeps_the_policy_and_restore_waits_for_the_stop() {
 }
 
 /// A second `isold run` on the same state file is refused: two daemons would fight.
+/// A state directory someone else made 0755 (a kubelet's hostPath) is 0700 once the daemon
+/// has started, and the log says so.
+#[test]
+fn the_state_directories_are_made_private_at_every_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tree("isolated_cpus = \"2-3\"\n");
+    let dirs = ["run/isold", "var/lib/isold"].map(|d| t.root.join(d));
+    for d in &dirs {
+        std::fs::create_dir_all(d).unwrap();
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut c = start(&t, &[]);
+    eventually("started", || t.root.join("run/isold/status.json").exists());
+    for d in &dirs {
+        let mode = std::fs::metadata(d).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o700, "{}", d.display());
+    }
+    let mut child = c.0.take().unwrap();
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        log.contains("run/isold had mode 0755: made 0700 (it holds the original values)"),
+        "{log}"
+    );
+}
+
 #[test]
 fn a_second_run_is_refused() {
     let t = tree("isolated_cpus = \"2-3\"\n");
@@ -829,7 +856,7 @@ fn affinity_line(status: &str) -> &str {
 /// not running change nothing; the hook says why.
 #[test]
 fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
-    let t = tree("isolated_cpus = \"2\"\n");
+    let t = tree("isolated_cpus = \"2\"\n[containers]\ncpus = \"1,3\"\n");
     add_container_process(&t);
     let untouched = t._dir.path().join("untouched");
     copy_dir(&t.root, &untouched);
@@ -924,12 +951,44 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
     );
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("has no cpuset"), "{err}");
-    let all = bundle(&t, "all", r#""isold.io/isolate":"true""#, Some("0-3"));
-    let (code, err) = hook(&t, &[], &state("all1", "created", CONTAINER_PID, &all));
-    assert_eq!(code, 1, "{err}");
+    // The administrator's rule: CPU 0 is a housekeeping CPU, given to no container. Refused
+    // whole (the claimed values are checked unchanged below), the reason on the hook's
+    // stderr, the start failed; or started unisolated with --if-refused start.
+    for cpus in ["0-3", "0", "1-2,0"] {
+        let all = bundle(&t, "all", r#""isold.io/isolate":"true""#, Some(cpus));
+        let (code, err) = hook(&t, &[], &state("all1", "created", CONTAINER_PID, &all));
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains("claim refused: container all1: CPUs 0 are not for containers"),
+            "{err}"
+        );
+    }
+    let (code, err) = hook(
+        &t,
+        &["--if-refused", "start"],
+        &state(
+            "all2",
+            "created",
+            CONTAINER_PID,
+            &bundle(&t, "all", r#""isold.io/isolate":"true""#, Some("0")),
+        ),
+    );
+    assert_eq!(code, 0, "{err}");
     assert!(
-        err.contains("claim refused") && err.contains("leaves no housekeeping CPU"),
+        err.contains("are not for containers")
+            && err.contains("container all2 starts without isolated CPUs (--if-refused start)"),
         "{err}"
+    );
+    // Counted by reason in the status (and the metrics, which read the same count).
+    eventually("the refusals counted", || {
+        let (_, out, _) = common::isold_at(Some(&t.root), &["status", "--json"]);
+        serde_json::from_str::<serde_json::Value>(&out)
+            .is_ok_and(|st| st["status"]["claims_refused"]["not_allowed"] == 4)
+    });
+    let (_, out, _) = common::isold_at(Some(&t.root), &["status"]);
+    assert!(
+        out.contains("containers' claims refused: 4 (not_allowed 4)"),
+        "{out}"
     );
     let (code, err) = hook(&t, &[], &state("dead1", "created", "4243", &asks));
     assert_eq!(code, 1, "{err}");
@@ -1186,7 +1245,7 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
 /// release puts the configuration's back (not the kernel's original).
 #[test]
 fn a_claim_on_configured_cpus_adds_its_power_settings_and_gives_the_configurations_back() {
-    let t = tree("isolated_cpus = \"2\"\n[items]\npm_qos = 3\n");
+    let t = tree("isolated_cpus = \"2\"\n[items]\npm_qos = 3\n[containers]\ncpus = \"3\"\n");
     add_container_process(&t);
     let pm2 = "/sys/devices/system/cpu/cpu2/power/pm_qos_resume_latency_us";
     let b = bundle(

@@ -277,6 +277,35 @@ fn auto_takes_the_kernels_isolated_cpus() {
     );
 }
 
+/// `[containers] cpus` that would leave no housekeeping CPU with `isolated_cpus` is refused
+/// by check (and so by apply and run), naming the line; one that leaves some is accepted.
+#[test]
+fn check_refuses_containers_cpus_that_leave_no_housekeeping_cpu() {
+    let t = tempfile::tempdir().unwrap();
+    let r = t.path();
+    copy_dir(Path::new(FIXTURE_ISOL23), r);
+    put(r, "etc/isold/isold.toml", "");
+    let conf = r.join("etc/isold/isold.toml");
+    std::fs::write(
+        &conf,
+        "isolated_cpus = \"2-3\"\n\n[containers]\ncpus = \"0-1\"\n",
+    )
+    .unwrap();
+    let (rc, _, err) = isold(r, &["check"]);
+    assert_eq!(rc, 1, "{err}");
+    assert!(
+        err.contains(":4: containers.cpus: no housekeeping CPU left: 0-1 and isolated_cpus 2-3 cover every online CPU (0-3)"),
+        "{err}"
+    );
+    std::fs::write(
+        &conf,
+        "isolated_cpus = \"2\"\n[containers]\ncpus = \"1,3\"\n",
+    )
+    .unwrap();
+    let (rc, out, err) = isold(r, &["check"]);
+    assert_eq!(rc, 0, "{out}{err}");
+}
+
 /// cgroup_partition: the directory is made an isolated partition of the isolated CPUs, the
 /// workload pinned inside them moves in (and keeps its CPU), and restore removes the
 /// directory, moves the workload back and takes `cpuset` out of the subtree again.

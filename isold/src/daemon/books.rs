@@ -195,6 +195,20 @@ impl Books {
         self.corrected("tasks", label, what);
     }
 
+    /// A container's claim refused: said, and counted by `reason`.
+    pub fn refused(&mut self, reason: &str, msg: &str) {
+        self.log.warn(msg);
+        *self
+            .status
+            .claims_refused
+            .entry(reason.to_string())
+            .or_default() += 1;
+        if let Some((m, _)) = &self.metrics {
+            m.claim_refused(reason);
+        }
+        self.dirty = true;
+    }
+
     /// The summary line of the task corrections since the last one.
     pub fn log_tasks(&mut self) {
         if self.tasks_unlogged == 0 {

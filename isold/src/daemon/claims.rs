@@ -114,13 +114,7 @@ pub fn admit(
     req: &ClaimRequest,
 ) -> Result<(Claim, Vec<Claim>), claims::ClaimError> {
     let others = list.others(&req.container);
-    let claim = Claim::resolve(
-        root,
-        req,
-        &policy.online,
-        &policy.static_isolated(),
-        &others,
-    )?;
+    let claim = Claim::resolve(root, req, policy, &others)?;
     let mut all = others;
     all.push(claim.clone());
     Ok((claim, all))

@@ -442,18 +442,18 @@ impl Daemon {
 
     /// A container starts and asks for its CPUs: checked, kept, applied.
     fn claim(&mut self, req: &ClaimRequest) -> Reply {
-        let refused = |log: &Log, e: &dyn std::fmt::Display| {
-            log.warn(&format!("claim refused: {e}"));
+        let refused = |books: &mut Books, reason: &str, e: &dyn std::fmt::Display| {
+            books.refused(reason, &format!("claim refused: {e}"));
             Reply::said(false, format!("claim refused: {e}"))
         };
         let (claim, all) = match claims::admit(&self.env.root, &self.policy, &self.claims, req) {
             Ok(c) => c,
-            Err(e) => return refused(&self.env.log, &e),
+            Err(e) => return refused(&mut self.books, e.reason(), &e),
         };
         // Kept before it is applied: a daemon killed in the middle finds it at its next
         // start.
         if let Err(e) = self.claims.save(&all) {
-            return refused(&self.env.log, &e);
+            return refused(&mut self.books, "state", &e);
         }
         let rep = self.set_claims(all, Change::Claim);
         let changed = rep.as_ref().map_or(0, |r| {

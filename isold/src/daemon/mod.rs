@@ -71,6 +71,19 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
         files: files.clone(),
         log,
     };
+    // The state directories hold every original: 0700 at every start, whoever made them
+    // (a kubelet's hostPath is 0755; under isold.service systemd's RuntimeDirectory is).
+    for dir in [&files.runtime, &files.persistent].map(|f| f.parent()) {
+        let Some(dir) = dir else { continue };
+        match libtaskisol::policy::files::take_private_dir(dir) {
+            Ok(Some(mode)) => log.warn(&format!(
+                "{} had mode {mode:04o}: made 0700 (it holds the original values)",
+                dir.display()
+            )),
+            Ok(None) => {}
+            Err(e) => log.warn(&format!("cannot make {} private: {e}", dir.display())),
+        }
+    }
     // The claims of containers made before a restart are in force until found released:
     // the first apply keeps their CPUs quiet, then the dead ones are given back.
     let claims = claims::Claims::load(&env);

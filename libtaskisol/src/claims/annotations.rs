@@ -26,6 +26,18 @@ pub const CRIO_RUNTIME_ONLY: [&str; 2] = ["cpu-load-balancing.crio.io", "cpu-quo
 /// annotations above apply to that container only).
 pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
 
+/// The annotations in which runtimes name a container's pod (its sandbox): CRI-O's, then
+/// containerd's CRI plugin's.
+pub const SANDBOX_IDS: [&str; 2] = [
+    "io.kubernetes.cri-o.SandboxID",
+    "io.kubernetes.cri.sandbox-id",
+];
+
+/// The container's pod, from the runtime's annotations (`None` outside a pod).
+pub fn pod_of(ann: &BTreeMap<String, String>) -> Option<String> {
+    SANDBOX_IDS.iter().find_map(|k| ann.get(*k).cloned())
+}
+
 /// An annotation whose value isold does not understand: the container must not start
 /// believing it is isolated.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

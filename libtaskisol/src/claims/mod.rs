@@ -125,6 +125,14 @@ pub enum ClaimError {
         /// The online CPUs.
         online: CpuSet,
     },
+    /// A pod id that is not a sandbox id.
+    #[error("{who}: pod '{}' is not a sandbox id", shown(value))]
+    BadPod {
+        /// The container.
+        who: String,
+        /// The value received.
+        value: String,
+    },
     /// The pid is not one.
     #[error("{who}: pid {pid} is not a process")]
     NoPid {
@@ -190,6 +198,28 @@ pub enum ClaimError {
         /// This one's.
         mine: Box<str>,
     },
+    /// CPUs the administrator did not give containers (`[containers] cpus`).
+    #[error("{}", not_allowed(who, outside, allowed, *table))]
+    NotAllowed {
+        /// The container.
+        who: String,
+        /// Its CPUs that no claim may have.
+        outside: CpuSet,
+        /// The CPUs a claim may have: `isolated_cpus` and `[containers] cpus`.
+        allowed: CpuSet,
+        /// Whether the configuration has a `[containers]` table.
+        table: bool,
+    },
+    /// CPUs another pod's container holds.
+    #[error("{who}: CPUs {cpus} are claimed by {other}, a container of another pod: two pods never share a claimed CPU")]
+    Shared {
+        /// The container.
+        who: String,
+        /// The CPUs both have.
+        cpus: CpuSet,
+        /// The container that holds them.
+        other: String,
+    },
     /// No CPU would be left for housekeeping.
     #[error(
         "{who}: isolating CPUs {isolated} leaves no housekeeping CPU (isolated already: {already})"
@@ -202,6 +232,44 @@ pub enum ClaimError {
         /// The CPUs isolated already (the configuration's and the other claims').
         already: CpuSet,
     },
+}
+
+fn not_allowed(who: &str, outside: &CpuSet, allowed: &CpuSet, table: bool) -> String {
+    if table {
+        format!("{who}: CPUs {outside} are not for containers: a claim may have only CPUs of isolated_cpus and [containers] cpus ({allowed})")
+    } else {
+        format!("{who}: CPUs {outside} are not isolated by the configuration, and it has no [containers] table: a container may only ask for PM QoS and governor on isolated CPUs ({allowed})")
+    }
+}
+
+impl ClaimError {
+    /// The reason in a word, for the metrics (`isold_claims_refused_total{reason}`).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ClaimError::NotAllowed { .. } => "not_allowed",
+            ClaimError::Shared { .. } => "shared",
+            ClaimError::NoHousekeeping { .. } => "no_housekeeping",
+            ClaimError::PowerConflict { .. } => "power_conflict",
+            ClaimError::NoPid { .. } | ClaimError::Unreadable { .. } => "no_process",
+            ClaimError::NotCpuList { .. }
+            | ClaimError::NoCpuset { .. }
+            | ClaimError::BadPod { .. }
+            | ClaimError::Offline { .. }
+            | ClaimError::BadPmQos { .. }
+            | ClaimError::BadGovernor { .. }
+            | ClaimError::NoSuchGovernor { .. } => "invalid",
+        }
+    }
+}
+
+/// The CPUs a claim may have under `policy`: the configuration's isolated CPUs and
+/// `[containers] cpus` (none beyond the isolated ones without the table).
+pub fn allowed_cpus(policy: &Policy) -> CpuSet {
+    let stat = policy.static_isolated();
+    match &policy.config.containers {
+        Some(c) => stat.union(&c.cpus),
+        None => stat,
+    }
 }
 
 /// A power setting a claim asks for.
@@ -231,6 +299,10 @@ pub struct Claim {
     /// Its name, for messages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Its pod (the runtime's sandbox id), when it has one: containers of one pod may share
+    /// CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
     /// Its process.
     pub pid: i32,
     /// That process's start time (clock ticks after boot): a reused pid is not the container.
@@ -256,6 +328,9 @@ pub struct ClaimRequest {
     /// Its name, for messages.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Its pod (the runtime's sandbox id), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
     /// Its process (in the daemon's PID namespace): the claim lasts as long as it does.
     pub pid: i32,
     /// Its cpuset, as a CPU list.
@@ -280,16 +355,18 @@ impl Claim {
         who(&self.container, self.name.as_deref())
     }
 
-    /// Check request `req` against the machine and the claims already in force (`others`,
-    /// which it does not replace), with `online` the online CPUs and `static_isolated` the
-    /// ones the policy isolates anyway. The claim's process must be alive.
+    /// Check request `req` against the administrator's rule (`policy`: its online CPUs, the
+    /// ones its configuration isolates, its `[containers] cpus`), the machine and the claims
+    /// already in force (`others`, which it does not replace). The claim's CPUs must all be
+    /// the configuration's isolated CPUs or `[containers] cpus`, none another pod's claim's,
+    /// and its process must be alive.
     pub fn resolve(
         root: &SysRoot,
         req: &ClaimRequest,
-        online: &CpuSet,
-        static_isolated: &CpuSet,
+        policy: &Policy,
         others: &[Claim],
     ) -> Result<Claim, ClaimError> {
+        let (online, static_isolated) = (&policy.online, &policy.static_isolated());
         let who = who(&req.container, req.name.as_deref());
         let cpus = CpuSet::parse_list(&req.cpus).map_err(|e| ClaimError::NotCpuList {
             who: who.clone(),
@@ -306,6 +383,24 @@ impl Claim {
                 off,
                 online: online.clone(),
             });
+        }
+        let allowed = allowed_cpus(policy);
+        let outside = cpus.difference(&allowed);
+        if !outside.is_empty() {
+            return Err(ClaimError::NotAllowed {
+                who,
+                outside,
+                allowed,
+                table: policy.config.containers.is_some(),
+            });
+        }
+        if let Some(pod) = &req.pod {
+            if !valid_container_id(pod) {
+                return Err(ClaimError::BadPod {
+                    who,
+                    value: pod.clone(),
+                });
+            }
         }
         if req.pid <= 0 {
             return Err(ClaimError::NoPid { who, pid: req.pid });
@@ -330,6 +425,13 @@ impl Claim {
             let shared = o.cpu_set().intersection(&cpus);
             if shared.is_empty() {
                 continue;
+            }
+            if req.pod.is_none() || req.pod != o.pod {
+                return Err(ClaimError::Shared {
+                    who,
+                    cpus: shared,
+                    other: o.who(),
+                });
             }
             for (what, mine, theirs) in [
                 (PowerSetting::PmQos, &r.pm_qos, &o.pm_qos),
@@ -359,6 +461,7 @@ impl Claim {
         Ok(Claim {
             container: req.container.clone(),
             name: req.name.clone(),
+            pod: req.pod.clone(),
             pid: req.pid,
             starttime,
             cpus: cpus.to_string(),

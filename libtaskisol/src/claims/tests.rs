@@ -260,6 +260,7 @@ fn claim(cpus: &str, isolated: &str) -> Claim {
     Claim {
         container: format!("c{cpus}"),
         name: None,
+        pod: None,
         pid: 1,
         starttime: 1,
         cpus: cpus.into(),
@@ -267,6 +268,16 @@ fn claim(cpus: &str, isolated: &str) -> Claim {
         pm_qos: None,
         governor: None,
     }
+}
+
+/// A policy isolating `isolated` of CPUs 0-7, with `[containers] cpus` when given.
+fn allowing(isolated: &str, containers: Option<&str>) -> crate::policy::Policy {
+    let mut p = policy(isolated);
+    p.config.containers = containers.map(|c| crate::policy::config::ContainersConfig {
+        cpus: c.parse().unwrap(),
+        cpus_line: None,
+    });
+    p
 }
 
 fn policy(isolated: &str) -> crate::policy::Policy {
@@ -328,11 +339,12 @@ fn a_claim_is_resolved_against_the_machine_and_the_other_claims() {
         "/sys/devices/system/cpu/cpu4/topology/thread_siblings_list",
         "4,6\n",
     );
-    let online: CpuSet = "0-7".parse().unwrap();
-    let stat: CpuSet = "2".parse().unwrap();
+    // Every CPU is the containers': the checks below are the machine's and the others'.
+    let pol = allowing("2", Some("0-1,3-7"));
     let req = |cpus: &str, isolate: Isolate, q: Option<&str>| ClaimRequest {
         container: "abc".into(),
         name: Some("rt".into()),
+        pod: Some("p1".into()),
         pid: 7,
         cpus: cpus.into(),
         request: Request {
@@ -341,36 +353,15 @@ fn a_claim_is_resolved_against_the_machine_and_the_other_claims() {
             governor: None,
         },
     };
-    let c = Claim::resolve(
-        &root,
-        &req("3", Isolate::All, Some("n/a")),
-        &online,
-        &stat,
-        &[],
-    )
-    .unwrap();
+    let c = Claim::resolve(&root, &req("3", Isolate::All, Some("n/a")), &pol, &[]).unwrap();
     assert_eq!(
         (c.starttime, c.cpus.as_str(), c.isolated.as_str()),
         (99, "3", "3")
     );
     assert_eq!(c.who(), "container rt (abc)");
-    let c = Claim::resolve(
-        &root,
-        &req("4-7", Isolate::Housekeeping, None),
-        &online,
-        &stat,
-        &[],
-    )
-    .unwrap();
+    let c = Claim::resolve(&root, &req("4-7", Isolate::Housekeeping, None), &pol, &[]).unwrap();
     assert_eq!(c.isolated, "5,7");
-    let c = Claim::resolve(
-        &root,
-        &req("3", Isolate::No, Some("5")),
-        &online,
-        &stat,
-        &[],
-    )
-    .unwrap();
+    let c = Claim::resolve(&root, &req("3", Isolate::No, Some("5")), &pol, &[]).unwrap();
     assert_eq!(c.isolated, "");
     put(
         "/sys/devices/system/cpu/cpu3/cpufreq/scaling_available_governors",
@@ -378,10 +369,10 @@ fn a_claim_is_resolved_against_the_machine_and_the_other_claims() {
     );
     let mut g = req("3", Isolate::No, None);
     g.request.governor = Some("performance".into());
-    let c = Claim::resolve(&root, &g, &online, &stat, &[]).unwrap();
+    let c = Claim::resolve(&root, &g, &pol, &[]).unwrap();
     assert_eq!(c.governor.as_deref(), Some("performance"));
     g.request.governor = Some("schedutil".into());
-    let e = Claim::resolve(&root, &g, &online, &stat, &[])
+    let e = Claim::resolve(&root, &g, &pol, &[])
         .unwrap_err()
         .to_string();
     assert!(
@@ -389,7 +380,7 @@ fn a_claim_is_resolved_against_the_machine_and_the_other_claims() {
         "{e}"
     );
     g.request.governor = Some("Bad".into());
-    let e = Claim::resolve(&root, &g, &online, &stat, &[])
+    let e = Claim::resolve(&root, &g, &pol, &[])
         .unwrap_err()
         .to_string();
     assert!(
@@ -399,6 +390,7 @@ fn a_claim_is_resolved_against_the_machine_and_the_other_claims() {
     let mut other = claim("3-4", "0-1,3-7");
     other.pm_qos = Some("n/a".into());
     other.name = Some("db".into());
+    other.pod = Some("p1".into());
     for (r, others, why) in [
         (
             req("3", Isolate::All, Some("5")),
@@ -422,7 +414,7 @@ fn a_claim_is_resolved_against_the_machine_and_the_other_claims() {
             "cpus 'x' is not a CPU list",
         ),
     ] {
-        let e = Claim::resolve(&root, &r, &online, &stat, &others)
+        let e = Claim::resolve(&root, &r, &pol, &others)
             .unwrap_err()
             .to_string();
         assert!(
@@ -433,45 +425,25 @@ fn a_claim_is_resolved_against_the_machine_and_the_other_claims() {
     // The same PM QoS is no conflict; another container's isolated CPUs count.
     let mut same = other.clone();
     same.isolated = "3".into();
-    assert!(Claim::resolve(
-        &root,
-        &req("3", Isolate::All, Some("n/a")),
-        &online,
-        &stat,
-        &[same]
-    )
-    .is_ok());
+    assert!(Claim::resolve(&root, &req("3", Isolate::All, Some("n/a")), &pol, &[same]).is_ok());
     let mut wide = claim("0-1,4-7", "0-1,4-7");
     wide.container = "wide".into();
-    let e = Claim::resolve(
-        &root,
-        &req("3", Isolate::All, None),
-        &online,
-        &stat,
-        &[wide.clone()],
-    )
-    .unwrap_err()
-    .to_string();
+    let e = Claim::resolve(&root, &req("3", Isolate::All, None), &pol, &[wide.clone()])
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("leaves no housekeeping CPU"), "{e}");
     // A claim replacing its own earlier one does not conflict with it.
     let mut mine = wide;
     mine.container = "abc".into();
-    assert!(Claim::resolve(
-        &root,
-        &req("3", Isolate::All, None),
-        &online,
-        &stat,
-        &[mine]
-    )
-    .is_ok());
+    assert!(Claim::resolve(&root, &req("3", Isolate::All, None), &pol, &[mine]).is_ok());
     let mut gone = req("3", Isolate::All, None);
     gone.pid = 8;
-    let e = Claim::resolve(&root, &gone, &online, &stat, &[])
+    let e = Claim::resolve(&root, &gone, &pol, &[])
         .unwrap_err()
         .to_string();
     assert!(e.contains("its process 8 cannot be read"), "{e}");
     // Alive while the same process; gone when it is not (or reused).
-    let mut c = Claim::resolve(&root, &req("3", Isolate::All, None), &online, &stat, &[]).unwrap();
+    let mut c = Claim::resolve(&root, &req("3", Isolate::All, None), &pol, &[]).unwrap();
     assert!(c.alive(&root));
     c.starttime = 98;
     assert!(!c.alive(&root));
@@ -550,6 +522,7 @@ fn power_follows_each_claims_cpus() {
     let c = |cpus: &str, q: Option<&str>, g: Option<&str>| Claim {
         container: "c".into(),
         name: None,
+        pod: None,
         pid: 1,
         starttime: 1,
         cpus: cpus.into(),
@@ -575,6 +548,7 @@ fn claims_files_of_another_boot_hold_nothing_and_bad_ones_are_refused() {
     let claim = Claim {
         container: "abc".into(),
         name: Some("rt".into()),
+        pod: None,
         pid: 5,
         starttime: 7,
         cpus: "3".into(),
@@ -615,6 +589,7 @@ fn claims_files_of_another_boot_hold_nothing_and_bad_ones_are_refused() {
     let good = Claim {
         container: "abc".into(),
         name: None,
+        pod: Some("p9".into()),
         pid: 5,
         starttime: 7,
         cpus: "3".into(),
@@ -732,4 +707,82 @@ fn container_names_and_ids_are_escaped_in_messages() {
         .to_string();
     assert!(!e.contains('\n'), "{e}");
     assert!(e.contains("isold.io/isolate/a\\nb: 'x\\ny'"), "{e}");
+}
+
+/// The administrator's rule: a claim has only CPUs of isolated_cpus and [containers] cpus;
+/// without the table, only the isolated ones (for its power settings); never another pod's.
+#[test]
+fn a_claim_takes_only_what_the_administrator_gave_containers() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = SysRoot::new(dir.path());
+    let stat = dir.path().join("proc/7/task/7/stat");
+    std::fs::create_dir_all(stat.parent().unwrap()).unwrap();
+    std::fs::write(&stat, "7 (rt) S 1 7 7 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 99 2314240 379 18446744073709551615 4198400 5785993 140721731535456 0 0 0 0 4 65538 1 0 0 17 3 0 0 0 0 0 6141704 6178576 911699968 140721731538890 140721731538912 140721731538912 140721731538930 0\n").unwrap();
+    let req = |id: &str, cpus: &str, pod: Option<&str>| ClaimRequest {
+        container: id.into(),
+        name: None,
+        pod: pod.map(Into::into),
+        pid: 7,
+        cpus: cpus.into(),
+        request: Request {
+            isolate: Isolate::All,
+            pm_qos: Some("n/a".into()),
+            governor: None,
+        },
+    };
+    let table = allowing("2", Some("3-4"));
+    let bare = allowing("2", None);
+    // Allowed: isolated_cpus, [containers] cpus, or both.
+    for cpus in ["3", "2-4", "4"] {
+        let c = Claim::resolve(&root, &req("a", cpus, None), &table, &[]).unwrap();
+        assert_eq!(c.cpus, cpus);
+    }
+    // A housekeeping CPU, with or without an allowed one: refused whole.
+    for cpus in ["0-1", "1,3", "5"] {
+        let e = Claim::resolve(&root, &req("a", cpus, None), &table, &[]).unwrap_err();
+        assert_eq!(e.reason(), "not_allowed", "{cpus}");
+        let text = e.to_string();
+        assert!(
+            text.contains("are not for containers") && text.contains("(2-4)"),
+            "{text}"
+        );
+    }
+    // Without the table: only the isolated CPUs, for their power settings.
+    let c = Claim::resolve(&root, &req("a", "2", None), &bare, &[]).unwrap();
+    assert_eq!(
+        (c.isolated.as_str(), c.pm_qos.as_deref()),
+        ("2", Some("n/a"))
+    );
+    assert_eq!(policy_with(&bare, &[c]).isolated.to_string(), "2");
+    let e = Claim::resolve(&root, &req("a", "3", None), &bare, &[]).unwrap_err();
+    assert_eq!(e.reason(), "not_allowed");
+    assert!(
+        e.to_string().contains("it has no [containers] table"),
+        "{e}"
+    );
+    // Another pod's CPUs are refused; the same pod's shared.
+    let held = Claim::resolve(&root, &req("a", "3-4", Some("pod1")), &table, &[]).unwrap();
+    for (other, pod) in [("b", None), ("b", Some("pod2"))] {
+        let e = Claim::resolve(
+            &root,
+            &req(other, "4", pod),
+            &table,
+            std::slice::from_ref(&held),
+        )
+        .unwrap_err();
+        assert_eq!(e.reason(), "shared", "{pod:?}");
+        assert!(
+            e.to_string().contains("CPUs 4 are claimed by container a"),
+            "{e}"
+        );
+    }
+    let mut no_pod = held.clone();
+    no_pod.pod = None;
+    let e = Claim::resolve(&root, &req("b", "4", None), &table, &[no_pod]).unwrap_err();
+    assert_eq!(e.reason(), "shared");
+    let c = Claim::resolve(&root, &req("b", "4", Some("pod1")), &table, &[held]).unwrap();
+    assert_eq!(c.pod.as_deref(), Some("pod1"));
+    // A pod id that is not an id.
+    let e = Claim::resolve(&root, &req("b", "4", Some("a/b")), &table, &[]).unwrap_err();
+    assert_eq!(e.reason(), "invalid");
 }

@@ -95,6 +95,7 @@ const TOP_KEYS: &[&str] = &[
     "kvm",
     "irqs",
     "metrics",
+    "containers",
 ];
 const TASK_KEYS: &[&str] = &["allow_comm", "allow_cgroup"];
 const IRQ_KEYS: &[&str] = &["allow"];
@@ -218,7 +219,21 @@ pub struct Config {
     pub systemd_cpuaffinity: bool,
     /// `[metrics]`: what `isold run` publishes; `None` without the table.
     pub metrics: Option<MetricsConfig>,
+    /// `[containers]`: what containers' claims may take; `None` without the table.
+    pub containers: Option<ContainersConfig>,
 }
+
+/// `[containers]` of the configuration: the administrator's rule for containers' claims.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ContainersConfig {
+    /// `cpus`: the only CPUs, beyond `isolated_cpus`, that a container's claim may isolate
+    /// (on Kubernetes: the CPUs the kubelet hands out exclusively).
+    pub cpus: CpuSet,
+    /// The line of `cpus`.
+    pub cpus_line: Option<usize>,
+}
+
+const CONTAINERS_KEYS: &[&str] = &["cpus"];
 
 /// `[metrics]` of the configuration: where `isold run` publishes its metrics (Prometheus's
 /// text format), and how often it samples the isolated CPUs' health.
@@ -394,6 +409,7 @@ impl Config {
             cgroup_partition: None,
             systemd_cpuaffinity: false,
             metrics: None,
+            containers: None,
         };
         for s in preset::settings(preset) {
             let r = match s.key.split_once(':') {
@@ -831,6 +847,22 @@ impl Config {
             }
             c.metrics = Some(m);
         }
+        if let Some(t) = table("containers")? {
+            let mut cc = ContainersConfig::default();
+            walk(t, "containers", &mut |k, v| match k {
+                "cpus" => {
+                    let Value::String(s) = v else {
+                        return Err("containers.cpus must be a string (a CPU list, \"4-7\")".into());
+                    };
+                    cc.cpus = CpuSet::parse_list(s.value().trim())
+                        .map_err(|e| format!("containers.cpus: {e}"))?;
+                    cc.cpus_line = line_of(text, s.span());
+                    Ok(())
+                }
+                _ => Err(unknown("key", k, CONTAINERS_KEYS)),
+            })?;
+            c.containers = Some(cc);
+        }
         Ok(c)
     }
 
@@ -1166,6 +1198,28 @@ mod tests {
             !c.sysctl_lines.contains_key("vm.dirty_ratio"),
             "a preset's has no line"
         );
+    }
+
+    #[test]
+    fn containers_name_the_cpus_claims_may_take() {
+        assert_eq!(parse("isolated_cpus = \"2\"\n").unwrap().containers, None);
+        let c = parse("isolated_cpus = \"2\"\n\n[containers]\ncpus = \"3-5,7\"\n")
+            .unwrap()
+            .containers
+            .unwrap();
+        assert_eq!((c.cpus.to_string(), c.cpus_line), ("3-5,7".into(), Some(4)));
+        let empty = parse("isolated_cpus = \"2\"\n[containers]\n").unwrap();
+        assert_eq!(empty.containers.unwrap().cpus, CpuSet::new());
+        for (line, why) in [
+            ("cpus = 3", "containers.cpus must be a string"),
+            ("cpus = \"3-x\"", "containers.cpus: "),
+            ("cpu = \"3\"", "unknown key 'cpu' (did you mean 'cpus'?)"),
+        ] {
+            let e = parse(&format!("isolated_cpus = \"2\"\n[containers]\n{line}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(why) && e.contains(":3: "), "{line}: {e}");
+        }
     }
 
     #[test]

@@ -34,6 +34,25 @@ pub fn private_dir(dir: &Path) -> std::io::Result<()> {
     fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
 }
 
+/// Make `dir` private to its owner (0700) whoever created it and with whatever mode: a
+/// directory of originals that others can read or enter is taken back. `Ok(Some(mode))`
+/// when it had another mode. A symlink in its place is refused, never followed.
+pub fn take_private_dir(dir: &Path) -> std::io::Result<Option<u32>> {
+    match fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => private_dir(dir).map(|()| None),
+        Err(e) => Err(e),
+        Ok(m) if m.file_type().is_symlink() || !m.is_dir() => Err(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            format!("{} is not a directory", dir.display()),
+        )),
+        Ok(m) if m.mode() & 0o7777 == 0o700 => Ok(None),
+        Ok(m) => {
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+            Ok(Some(m.mode() & 0o7777))
+        }
+    }
+}
+
 /// Create `path` for writing, exclusively and never through a symlink, mode `mode`. A file
 /// (or symlink) already there under that name is removed first (unlink never follows a
 /// symlink); if another appears before the create, the create fails rather than use it.

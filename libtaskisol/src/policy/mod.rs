@@ -144,6 +144,22 @@ impl Policy {
                 ))
                 .into());
         }
+        if let Some(cc) = &config.containers {
+            // Claims of every CPU the table names must still leave housekeeping CPUs: the
+            // kubelet hands them all out exclusively at once.
+            let left = housekeeping.difference(&cc.cpus);
+            if left.is_empty() {
+                return Err(config
+                    .error_at(
+                        cc.cpus_line,
+                        format!(
+                            "containers.cpus: no housekeeping CPU left: {} and isolated_cpus {isolated} cover every online CPU ({online})",
+                            cc.cpus
+                        ),
+                    )
+                    .into());
+            }
+        }
         Ok(Policy {
             config,
             online,

@@ -328,7 +328,13 @@ fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
         0o644,
         HOOKS_D,
     );
-    s.file("/etc/isold/isold.toml", 0o644, b"isolated_cpus = \"2\"\n");
+    // CPU 3 is the containers' (the kubelet's exclusive CPUs, on a node); 0-1 stay the
+    // housekeeping CPUs whatever a container asks.
+    s.file(
+        "/etc/isold/isold.toml",
+        0o644,
+        b"isolated_cpus = \"2\"\n[containers]\ncpus = \"3\"\n",
+    );
     s.step_with_timeout(
         "setup",
         &format!(
@@ -383,6 +389,28 @@ fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
             quiet("audit_during"),
             Expect::field("stop_rc", "0"),
             Expect::field("pm3_after", "0"),
+            Expect::field("differences", "0"),
+        ],
+    );
+    // A tenant asks for the housekeeping CPUs: refused whole, its start failed, nothing
+    // changed, the reason in the journal and counted in the status.
+    s.step_with_timeout(
+        "refused",
+        &format!(
+            "{PRE}{FUNCS}podman run --rm --name hk --network none --cpuset-cpus 0-1 \
+             --annotation isold.io/isolate=true {IMAGE} true >/dev/null 2>/tmp/hk.err; rc=$?; echo hk_rc=$rc; [ $rc -ne 0 ] && echo hk_failed=yes\n\
+             grep -q 'CPUs 0-1 are not for containers' /tmp/hk.err && echo hk_reason_podman=shown; tail -3 /tmp/hk.err\n\
+             journalctl -u isold -o cat | grep -q 'claim refused: container .*CPUs 0-1 are not for containers' && echo hk_reason_journal=logged\n\
+             counted() {{ isold status | grep -q 'claims refused: 1 (not_allowed 1)'; }}\n\
+             wait_for 10 counted && echo hk_counted=yes\n\
+             no_claims\n\
+             isold_snapshot /tmp/s_hk\nsnapshot_diff /tmp/s0 /tmp/s_hk"
+        ),
+        Duration::from_secs(300),
+        vec![
+            Expect::field("hk_failed", "yes"),
+            Expect::field("hk_reason_journal", "logged"),
+            Expect::field("hk_counted", "yes"),
             Expect::field("differences", "0"),
         ],
     );
@@ -520,7 +548,7 @@ fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
         "daemonset",
         &format!(
             "{PRE}{FUNCS}mkdir -p /etc/systemd/system.conf.d\n\
-             printf 'isolated_cpus = \"2\"\\n[metrics]\\nlisten = \"127.0.0.1:9645\"\\ninterval = 1\\n' >/etc/isold/isold.toml\n\
+             printf 'isolated_cpus = \"2\"\\n[containers]\\ncpus = \"3\"\\n[metrics]\\nlisten = \"127.0.0.1:9645\"\\ninterval = 1\\n' >/etc/isold/isold.toml\n\
              {DAEMONSET_RUN} >/dev/null 2>/tmp/ds.err; echo run_rc=$?; cat /tmp/ds.err\n\
              irq4_kept() {{ [ \"$(cat /proc/irq/4/smp_affinity_list)\" = 0-1,3 ]; }}\n\
              scraped() {{ /usr/bin/busybox wget -qO /tmp/metrics http://127.0.0.1:9645/metrics && grep -q '^isold_drift_repairs_total{{item=\"irq_affinity\"' /tmp/metrics && grep -q 'cpu=\"2\"' /tmp/metrics; }}\n\
