@@ -43,6 +43,18 @@ pub const NAMES: &[&str] = &[
     "isold_health_sample_duration_seconds",
 ];
 
+/// The reasons of `isold_claims_refused_total` (libtaskisol's `ClaimError::reason`, and
+/// `state`: the claims file could not be written).
+pub const CLAIM_REFUSALS: [&str; 7] = [
+    "not_allowed",
+    "shared",
+    "no_housekeeping",
+    "power_conflict",
+    "no_process",
+    "invalid",
+    "state",
+];
+
 /// The daemon's metrics. Cheap to update from any thread (atomics); encoded on demand.
 pub struct Metrics {
     registry: Registry,
@@ -165,6 +177,11 @@ impl Metrics {
             ),
             &["reason"],
         ));
+        // Every reason at 0 from the start: a rate or an alert sees the series before the
+        // first refusal.
+        for reason in CLAIM_REFUSALS {
+            claims_refused.with_label_values(&[reason]);
+        }
         let samples = must(IntCounter::new(
             "isold_health_samples_total",
             "Health samples taken",
