@@ -272,7 +272,7 @@ fn prometheus_expects() -> Vec<Expect> {
             },
         ),
         Expect::that(
-            "Prometheus evaluates the four shipped alert rules without error",
+            "Prometheus evaluates the five shipped alert rules without error",
             |o: &StepOutput| {
                 let v = json_field(o, "prom_rules")?;
                 let rules: Vec<(String, String)> = v["data"]["groups"]
@@ -293,6 +293,7 @@ fn prometheus_expects() -> Vec<Expect> {
                         "IsolatedCpuInterrupted",
                         "IsolatedCpuShared",
                         "IsolatedCpuTicking",
+                        "ContainerClaimRefused",
                         "IsolationPolicyBroken",
                     ]
                     || rules.iter().any(|(_, h)| h != "ok")
