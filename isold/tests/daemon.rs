@@ -1241,6 +1241,61 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
     assert!(diffs.is_empty(), "not restored: {diffs:?}");
 }
 
+/// A claim whose record is lost while the daemon is down (a cut write, a corrupt or foreign
+/// file) is given back at the next start although its container still runs: the state file
+/// says what was narrowed, [containers] cpus what a claim could have taken. The bad file is
+/// set aside for the administrator, and the daemon starts.
+#[test]
+fn a_claim_whose_record_is_lost_is_given_back_at_the_start() {
+    for bad in ["{", "{\"version\":9,\"boot_id\":\"x\",\"claims\":[]}", ""] {
+        let t = tree("isolated_cpus = \"2\"\n[containers]\ncpus = \"3\"\n");
+        add_container_process(&t);
+        let asks = bundle(&t, "asks", r#""isold.io/isolate":"true""#, Some("3"));
+        let mut c = start(&t, &[]);
+        eventually("started", || running(&t));
+        // The configuration's values, without a claim.
+        let before = claimed_values(&t);
+        let (code, err) = hook(&t, &[], &state("lost1", "created", CONTAINER_PID, &asks));
+        assert_eq!(code, 0, "{err}");
+        assert_ne!(claimed_values(&t), before, "the claim changed nothing");
+        let mut child = c.0.take().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let file = t.root.join("run/isold/claims.json");
+        std::fs::write(&file, bad).unwrap();
+        let mut c = start(&t, &[]);
+        let ok = (0..50).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            claimed_values(&t) == before
+        });
+        if !ok {
+            let mut child = c.0.take().unwrap();
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{bad:?}: not given back: {:?} vs {:?}\n{}",
+                claimed_values(&t),
+                before,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let aside = t.root.join("run/isold/claims.json.bad");
+        assert_eq!(std::fs::read_to_string(&aside).unwrap(), bad);
+        assert!(running(&t), "the daemon did not start with {bad:?}");
+        let (_, out, _) = common::isold_at(Some(&t.root), &["claims"]);
+        assert_eq!(out.trim(), "no container claims CPUs");
+        let mut child = c.0.take().unwrap();
+        child.kill().unwrap();
+        let out = child.wait_with_output().unwrap();
+        let log = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            log.contains("claims.json.bad; starting without the containers' claims")
+                && log.contains("reconcile: CPUs 3 given back to"),
+            "{log}"
+        );
+    }
+}
+
 /// On a CPU the configuration isolates, a container adds only its power settings, and its
 /// release puts the configuration's back (not the kernel's original).
 #[test]

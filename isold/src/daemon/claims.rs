@@ -37,8 +37,16 @@ impl Claims {
                 c
             }
             Err(e) => {
-                env.log
-                    .warn(&format!("{e}; starting without the containers' claims"));
+                // Kept for the administrator, out of the way of the next write; what its
+                // claims narrowed is given back by the start's reconciliation.
+                let aside = path.with_extension("json.bad");
+                let moved = match std::fs::rename(&path, &aside) {
+                    Ok(()) => format!("set aside as {}", aside.display()),
+                    Err(e) => format!("not set aside: {e}"),
+                };
+                env.log.warn(&format!(
+                    "{e}; {moved}; starting without the containers' claims: what they isolated is given back"
+                ));
                 Vec::new()
             }
         };
@@ -77,6 +85,21 @@ impl Claims {
     pub fn of(&self, container: &str) -> Option<&Claim> {
         self.list.iter().find(|c| c.container == container)
     }
+}
+
+/// The CPUs a claim may ever have isolated beyond the configuration: `[containers] cpus`
+/// and those of the claims in force. Effects on them that no live claim wants are given
+/// back at the start, whatever happened to the claims file.
+pub fn claimable(policy: &libtaskisol::policy::Policy, list: &[Claim]) -> libtaskisol::CpuSet {
+    let table = policy
+        .config
+        .containers
+        .as_ref()
+        .map(|c| c.cpus.clone())
+        .unwrap_or_default();
+    table
+        .union(&claims::isolated_by(list))
+        .intersection(&policy.online)
 }
 
 /// What a claim made: the reply's sentence.

@@ -384,6 +384,16 @@ impl Daemon {
         rep
     }
 
+    /// The effects the state file holds on claimable CPUs that neither the configuration
+    /// nor a live claim isolates, given back: after a start whose claims file was missing,
+    /// corrupt or of another version, what its claims narrowed does not stay narrowed. (While
+    /// the daemon runs, every claim released and every reload gives its freed CPUs back in
+    /// `change_policy`.)
+    pub(super) fn reconcile(&mut self, claimable: &libtaskisol::CpuSet) {
+        let freed = claimable.difference(&self.policy.isolated);
+        self.give_back("reconcile", &freed);
+    }
+
     /// Release the claims whose container's process is gone (killed, its poststop hook never
     /// run): `true` when there were any.
     pub(super) fn release_dead_claims(&mut self) -> bool {

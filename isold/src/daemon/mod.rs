@@ -99,6 +99,7 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
         Err(code) => return code,
     };
     let policy = libtaskisol::claims::policy_with(&base, &claims.list);
+    let claimable = claims::claimable(&policy, &claims.list);
     if root.is_host() {
         // Never a source of noise itself: nothing of isold runs on an isolated CPU.
         if let Err(e) = sched::set_affinity(0, &policy.housekeeping) {
@@ -117,6 +118,7 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
         return code;
     }
     d.release_dead_claims();
+    d.reconcile(&claimable);
     d.ready();
     d.books.metrics = publish::start(&d.env, &d.policy, d.books.status.contested.is_empty());
     serve::serve(d, &signals, args)
