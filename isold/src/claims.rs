@@ -29,7 +29,7 @@ pub fn socket_path(runtime_state: &Path) -> PathBuf {
 const REPLY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// One line of at most [`MAX_INPUT`] bytes.
-pub fn read_line(s: &UnixStream) -> Result<Vec<u8>, String> {
+fn read_line(s: &UnixStream) -> Result<Vec<u8>, String> {
     let mut line = Vec::new();
     BufReader::new(s.take(MAX_INPUT as u64 + 1))
         .read_until(b'\n', &mut line)
@@ -38,13 +38,6 @@ pub fn read_line(s: &UnixStream) -> Result<Vec<u8>, String> {
         return Err(format!("request over {MAX_INPUT} bytes"));
     }
     Ok(line)
-}
-
-/// Write `reply` as one line and close.
-pub fn answer(mut stream: UnixStream, reply: &Reply) {
-    let mut bytes = serde_json::to_vec(reply).expect("reply serializes");
-    bytes.push(b'\n');
-    let _ = stream.write_all(&bytes);
 }
 
 /// Send `msg` to the daemon at `socket` and wait for its answer. `Err(None)` when no daemon

@@ -9,6 +9,7 @@ pub mod daemon;
 pub mod exit;
 pub mod lifecycle;
 pub mod metrics;
+pub mod peers;
 pub mod status;
 
 use clap::Parser;

@@ -612,6 +612,132 @@ fn http(port: u16, request: &str) -> String {
     out
 }
 
+/// Clients that connect and send nothing, or drip a byte at a time.
+struct Pests {
+    tcp: Vec<std::net::TcpStream>,
+    unix: Vec<std::os::unix::net::UnixStream>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    drips: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Pests {
+    /// `tcp` idle connections to the metrics port, `unix` to the claims socket, and one
+    /// slow-drip client on each (a byte every 200 ms, never a whole request).
+    fn start(port: u16, sock: &Path, tcp: usize, unix: usize) -> Pests {
+        use std::io::Write;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let tcp_c = (0..tcp)
+            .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
+            .collect();
+        let unix_c = (0..unix)
+            .map(|_| std::os::unix::net::UnixStream::connect(sock).unwrap())
+            .collect();
+        let mut drips = Vec::new();
+        let mut w1 = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let mut w2 = std::os::unix::net::UnixStream::connect(sock).unwrap();
+        let st = stop.clone();
+        drips.push(std::thread::spawn(move || {
+            while !st.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = w1.write_all(b"G");
+                let _ = w2.write_all(b"{");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }));
+        Pests {
+            tcp: tcp_c,
+            unix: unix_c,
+            stop,
+            drips,
+        }
+    }
+}
+
+impl Drop for Pests {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for d in self.drips.drain(..) {
+            let _ = d.join();
+        }
+    }
+}
+
+/// No local client can stall the daemon: with 20 idle and a slow-drip connection on the
+/// metrics listener and 5 idle and a slow-drip one on the claims socket, a scrape and
+/// `isold claims` are answered at once, drift is put back, the idle clients are closed at
+/// their deadline, and SIGTERM ends the daemon at once. (One at a time, 20 idle scrapers
+/// held a scrape for 30 s and an idle hook client the main loop for seconds.)
+#[test]
+fn no_idle_or_slow_client_stalls_the_daemon() {
+    use std::io::Read;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let t = tree(&format!(
+        "isolated_cpus = \"2-3\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\ninterval = 1\n"
+    ));
+    let c = start(&t, &[]);
+    eventually("applied", || read(&t, STAT_INTERVAL).trim() == "10");
+    eventually("status written", || running(&t));
+    let sock = t.root.join("run/isold/isold.sock");
+    let mut pests = Pests::start(port, &sock, 20, 5);
+    std::thread::sleep(Duration::from_millis(300));
+
+    let t0 = Instant::now();
+    let out = http(port, "GET /metrics HTTP/1.0\r\n\r\n");
+    let scrape = t0.elapsed();
+    assert!(
+        out.starts_with("HTTP/1.1 200 OK") && out.contains("isold_info"),
+        "{out}"
+    );
+    assert!(scrape < Duration::from_secs(2), "a scrape took {scrape:?}");
+    let t0 = Instant::now();
+    let (code, out, err) = common::isold_at(Some(&t.root), &["claims"]);
+    let claims = t0.elapsed();
+    assert_eq!((code, out.trim()), (0, "no container claims CPUs"), "{err}");
+    assert!(
+        claims < Duration::from_secs(2),
+        "isold claims took {claims:?}"
+    );
+    write(&t, STAT_INTERVAL, "1\n");
+    write(&t, IRQ4, "3\n");
+    eventually("drift put back", || {
+        read(&t, STAT_INTERVAL).trim() == "10" && read(&t, IRQ4).trim() == "0-1"
+    });
+
+    // Each idle client is closed at its deadline (2 s for a scraper, 5 s on the socket),
+    // not served forever.
+    for s in &mut pests.tcp {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        assert_eq!(
+            s.read(&mut [0u8; 64]).unwrap(),
+            0,
+            "an idle scraper kept open"
+        );
+    }
+    for s in &mut pests.unix {
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        assert_eq!(
+            s.read(&mut [0u8; 64]).unwrap(),
+            0,
+            "an idle hook client kept open"
+        );
+    }
+
+    // SIGTERM with idle clients connected ends the daemon at once.
+    let _again = Pests::start(port, &sock, 20, 5);
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    let (code, log) = stop(c);
+    assert_eq!(code, 0, "{log}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "the stop took {:?}",
+        t0.elapsed()
+    );
+}
+
 /// `[metrics]`: the textfile and the loopback listener publish the same metrics; the
 /// isolated CPUs' interrupt and softirq counters equal the kernel's and follow them, the
 /// housekeeping CPUs have none; a drift repair is counted by item and value.

@@ -245,7 +245,7 @@ impl Daemon {
     /// policy with the scan thread stopped (`Some(exit code)` if it cannot be started again).
     fn on_socket(&mut self, scanner: &mut Scanner, interval: Duration) -> Option<i32> {
         loop {
-            let (stream, msg) = self.server.as_ref()?.next()?;
+            let (id, msg) = self.server.as_ref()?.next()?;
             let reply = match msg {
                 Err(e) => {
                     self.env.log.warn(&format!("socket: {e}"));
@@ -255,17 +255,23 @@ impl Daemon {
                 Ok(m) => {
                     scanner.stop();
                     let r = self.on_request(m);
-                    *scanner = match self.scanner(interval) {
-                        Some(s) => s,
+                    match self.scanner(interval) {
+                        Some(s) => *scanner = s,
                         None => {
-                            crate::claims::answer(stream, &r);
+                            self.answer(id, &r);
                             return Some(self.stop(Signal::SIGTERM).max(crate::exit::EXIT_FAILURE));
                         }
-                    };
+                    }
                     r
                 }
             };
-            crate::claims::answer(stream, &reply);
+            self.answer(id, &reply);
+        }
+    }
+
+    fn answer(&self, id: u64, reply: &Reply) {
+        if let Some(s) = &self.server {
+            s.answer(id, reply);
         }
     }
 

@@ -786,3 +786,42 @@ fn a_claim_takes_only_what_the_administrator_gave_containers() {
     let e = Claim::resolve(&root, &req("b", "4", Some("a/b")), &table, &[]).unwrap_err();
     assert_eq!(e.reason(), "invalid");
 }
+
+proptest::proptest! {
+    /// Any bytes on the socket: a message or an error, never a panic.
+    #[test]
+    fn any_socket_line_parses_or_is_refused(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+        let _ = Message::parse(&bytes);
+    }
+
+    /// Every message a hook sends is read back as sent, with its newline; a container id
+    /// that is not one is refused whatever else the message holds.
+    #[test]
+    fn messages_are_read_back_as_sent(
+        id in "[a-zA-Z0-9][a-zA-Z0-9._-]{0,60}",
+        name in proptest::option::of("[ -~\n\t]{0,20}"),
+        pod in proptest::option::of("[a-f0-9]{1,64}"),
+        pid in 1i32..i32::MAX,
+        cpus in "[0-9]{1,3}(-[0-9]{1,3})?",
+        release in proptest::bool::ANY,
+        bad in "[/ \n]",
+    ) {
+        let msg = if release {
+            Message::Release { container: id.clone() }
+        } else {
+            Message::Claim(ClaimRequest {
+                container: id.clone(),
+                name,
+                pod,
+                pid,
+                cpus,
+                request: Request { isolate: Isolate::All, pm_qos: None, governor: None },
+            })
+        };
+        let mut line = serde_json::to_vec(&msg).unwrap();
+        line.push(b'\n');
+        proptest::prop_assert_eq!(Message::parse(&line).unwrap(), msg.clone());
+        let text = String::from_utf8(line).unwrap().replace(&format!("\"{id}\""), &format!("\"{id}{bad}\""));
+        proptest::prop_assert!(Message::parse(text.as_bytes()).is_err());
+    }
+}
