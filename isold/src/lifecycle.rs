@@ -93,6 +93,10 @@ pub enum StopKind {
     Restart,
     /// The system is shutting down, rebooting, halting or switching kernels.
     Shutdown,
+    /// A container's stop (a Kubernetes pod or a podman container): a rollout, a drain, a
+    /// node's shutdown or a pod deleted cannot be told apart from inside, and none is an
+    /// undo (the uninstall runs `isold restore` itself).
+    Container(String),
     /// It cannot be told (said why): treated as a restart, never undone.
     Unknown(String),
 }
@@ -104,6 +108,9 @@ impl StopKind {
             StopKind::Stop => "a stop".into(),
             StopKind::Restart => "a restart of the service".into(),
             StopKind::Shutdown => "the system shutting down".into(),
+            StopKind::Container(what) => format!(
+                "the stop of {what} (a rollout, a drain or a node's shutdown look the same)"
+            ),
             StopKind::Unknown(why) => format!("a stop of unknown cause ({why})"),
         }
     }
@@ -163,6 +170,13 @@ pub fn own_unit(cgroup_file: &str) -> Option<String> {
 /// service's cgroup; started by hand from a shell that runs inside some service, whose
 /// environment it inherits) was signalled by whoever started it: a plain stop.
 pub fn stop_kind() -> StopKind {
+    if let Some(what) = container(
+        |k| std::env::var_os(k).is_some(),
+        |p| std::path::Path::new(p).exists(),
+        &std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
+    ) {
+        return StopKind::Container(what);
+    }
     if std::env::var_os("INVOCATION_ID").is_none() {
         return StopKind::Stop;
     }
@@ -185,6 +199,37 @@ pub fn stop_kind() -> StopKind {
     // is-system-running exits non-zero for every state but "running": only its output counts.
     let state = systemctl(&["is-system-running"]).unwrap_or_else(|e| e);
     classify(&jobs, &unit, &state)
+}
+
+/// Whether this process runs in a container, and which kind: from the environment a pod or
+/// a runtime gives (`KUBERNETES_SERVICE_HOST`, podman's `container`), the file podman
+/// leaves (`/run/.containerenv`), or its cgroup (a kubelet's `kubepods`, podman's
+/// `libpod-`, docker's, containerd's `cri-containerd-`). `env` and `exists` answer for the
+/// environment and the files.
+pub fn container(
+    env: impl Fn(&str) -> bool,
+    exists: impl Fn(&str) -> bool,
+    cgroup: &str,
+) -> Option<String> {
+    if env("KUBERNETES_SERVICE_HOST") {
+        return Some("a Kubernetes pod".into());
+    }
+    let path = cgroup
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .unwrap_or("");
+    if path.split('/').any(|c| c.starts_with("kubepods")) {
+        return Some("a Kubernetes pod".into());
+    }
+    // Not /.dockerenv: a build or CI machine is often a docker container whose processes
+    // belong to no pod and no rollout.
+    if env("container") || exists("/run/.containerenv") {
+        return Some("a container".into());
+    }
+    let runtime = ["libpod-", "docker-", "cri-containerd-", "crio-"];
+    path.split('/')
+        .any(|c| runtime.iter().any(|r| c.starts_with(r)) && c.ends_with(".scope"))
+        .then(|| "a container".into())
 }
 
 /// Run systemctl with `args`, for at most 10 s: its standard output, or why not.
@@ -386,5 +431,52 @@ mod tests {
         drop(l);
         assert_eq!(running(&state), None);
         assert!(lock_run(&state).is_ok());
+    }
+
+    /// A pod or a container is told by its environment, the files its runtime leaves or its
+    /// cgroup; a service or a shell is not a container.
+    #[test]
+    fn a_containers_stop_is_told_from_a_services() {
+        let none = |_: &str| false;
+        let pod = container(|k| k == "KUBERNETES_SERVICE_HOST", none, "0::/\n");
+        assert_eq!(pod.as_deref(), Some("a Kubernetes pod"));
+        for cg in [
+            "0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-abc.scope\n",
+            "0::/kubepods/besteffort/pod1/abc\n",
+        ] {
+            assert_eq!(
+                container(none, none, cg).as_deref(),
+                Some("a Kubernetes pod"),
+                "{cg}"
+            );
+        }
+        assert_eq!(
+            container(|k| k == "container", none, "0::/\n").as_deref(),
+            Some("a container")
+        );
+        assert_eq!(
+            container(none, |p| p == "/run/.containerenv", "0::/\n").as_deref(),
+            Some("a container")
+        );
+        assert_eq!(
+            container(
+                none,
+                none,
+                "0::/machine.slice/libpod-0123abc.scope/container\n"
+            )
+            .as_deref(),
+            Some("a container")
+        );
+        for cg in [
+            "0::/system.slice/isold.service\n",
+            "0::/user.slice/user-0.slice/session-1.scope\n",
+            "0::/system.slice/libpod-like.service\n",
+            "",
+        ] {
+            assert_eq!(container(none, none, cg), None, "{cg}");
+        }
+        assert!(StopKind::Container("a Kubernetes pod".into())
+            .describe()
+            .contains("a rollout, a drain or a node's shutdown"));
     }
 }

@@ -236,6 +236,37 @@ fn a_task_widened_later_is_narrowed_by_the_task_scan_and_restored_wide() {
     assert_restored(&t);
 }
 
+/// In a container (a pod, podman: no systemd to ask), SIGTERM is a rollout, a drain or a
+/// node's shutdown as much as a stop: even with on_stop = "restore" every value stays.
+#[test]
+fn a_containers_sigterm_never_restores() {
+    let t = tree(RESTORE);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_isold"))
+        .arg("--root")
+        .arg(&t.root)
+        .arg("--config")
+        .arg(&t.config)
+        .args(["run", "--interval", "0.1", "--task-interval", "0.2"])
+        .env_remove("INVOCATION_ID")
+        .env("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    eventually("applied", || read(&t, STAT_INTERVAL).trim() == "10");
+    eventually("status written", || running(&t));
+    // SAFETY: a signal to the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{log}");
+    assert_eq!(read(&t, STAT_INTERVAL).trim(), "10", "restored: {log}");
+    assert!(
+        log.contains("on_stop = \"restore\", but this is the stop of a Kubernetes pod"),
+        "{log}"
+    );
+}
+
 /// The default, on_stop = "keep": SIGTERM stops the watching and leaves every value as
 /// applied (a restart or a crash never gives the workload's CPUs back to the noise);
 /// `isold restore` is the undo, refused while the daemon runs, since it would be undone at
