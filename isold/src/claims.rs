@@ -110,6 +110,19 @@ pub fn hook(socket: &Path, args: &HookArgs) -> i32 {
         Ok(None) => return 0,
         Err(e) => return hook_fail(&format!("container {}: {e}", short(&state.id))),
     };
+    let euid = nix::unistd::geteuid();
+    if !euid.is_root() {
+        // A rootless runtime runs its hooks as its user, who may not reach isold's socket
+        // (root's, in a 0700 directory): said plainly, not as a connection error.
+        return refused(
+            args,
+            &state.id,
+            &format!(
+                "container {} asks for isolated CPUs, but it runs rootless (uid {euid}): only root's containers (rootful podman, CRI-O, containerd) may claim CPUs",
+                short(&state.id)
+            ),
+        );
+    }
     if let Some(qos) = bundle.pod_qos().filter(|q| *q != PodQos::Guaranteed) {
         // As CRI-O's hooks: only a Guaranteed pod has CPUs of its own to isolate.
         eprintln!(
@@ -145,17 +158,7 @@ pub fn hook(socket: &Path, args: &HookArgs) -> i32 {
             eprintln!("isold: {}", r.message);
             0
         }
-        Ok(r) => match args.if_refused {
-            IfDown::Start => {
-                eprintln!(
-                    "isold: {}; container {} starts without isolated CPUs (--if-refused start)",
-                    r.message,
-                    short(&state.id)
-                );
-                0
-            }
-            IfDown::Fail => hook_fail(&r.message),
-        },
+        Ok(r) => refused(args, &state.id, &r.message),
         Err(None) => {
             let what = format!(
                 "isold run is not running (no daemon at {}): container {} asked for isolated CPUs {cpus}",
@@ -174,7 +177,26 @@ pub fn hook(socket: &Path, args: &HookArgs) -> i32 {
     }
 }
 
+/// A claim refused (by the daemon, or because the container is rootless): the container's
+/// start fails with `why`, or it starts without isolated CPUs (`--if-refused start`).
+fn refused(args: &HookArgs, id: &str, why: &str) -> i32 {
+    match args.if_refused {
+        IfDown::Start => {
+            eprintln!(
+                "isold: {why}; container {} starts without isolated CPUs (--if-refused start)",
+                short(id)
+            );
+            crate::exit::EXIT_OK
+        }
+        IfDown::Fail => hook_fail(why),
+    }
+}
+
 fn release(socket: &Path, id: &str) -> i32 {
+    if !nix::unistd::geteuid().is_root() {
+        // A rootless container claimed nothing.
+        return crate::exit::EXIT_OK;
+    }
     let msg = Message::Release {
         container: id.to_string(),
     };

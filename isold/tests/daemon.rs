@@ -1453,6 +1453,118 @@ fn a_claim_whose_record_is_lost_is_given_back_at_the_start() {
     }
 }
 
+/// A rootless runtime runs the hook as its user: a container that asks for isolated CPUs is
+/// refused plainly (or starts unisolated with --if-refused start), one that asks nothing
+/// starts, and its poststop is quiet.
+#[test]
+fn a_rootless_containers_claim_is_refused_plainly() {
+    use std::os::unix::fs::PermissionsExt;
+    let t = tree("isolated_cpus = \"2\"\n[containers]\ncpus = \"3\"\n");
+    let _c = start(&t, &[]);
+    eventually("started", || running(&t));
+    // The rootless user's bundle, readable by it.
+    let dir = tempfile::Builder::new()
+        .prefix("isold-rootless")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let write_bundle = |name: &str, ann: &str| {
+        let b = dir.path().join(name);
+        std::fs::create_dir(&b).unwrap();
+        std::fs::set_permissions(&b, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(
+            b.join("config.json"),
+            format!(
+                r#"{{"annotations":{{{ann}}},"linux":{{"resources":{{"cpu":{{"cpus":"3"}}}}}}}}"#
+            ),
+        )
+        .unwrap();
+        b
+    };
+    let asks = write_bundle("asks", r#""isold.io/isolate":"true""#);
+    let plain = write_bundle("plain", "");
+    let as_nobody = |args: &[&str], stdin: &str| {
+        use std::io::Write;
+        let mut c = Command::new(env!("CARGO_BIN_EXE_isold"))
+            .arg("--root")
+            .arg(&t.root)
+            .arg("hook")
+            .args(args)
+            .uid(65534)
+            .gid(65534)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        let out = c.wait_with_output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = as_nobody(&[], &state("rl1", "created", "4242", &asks));
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err.trim(),
+        "isold: container rl1 asks for isolated CPUs, but it runs rootless (uid 65534): only root's containers (rootful podman, CRI-O, containerd) may claim CPUs"
+    );
+    let (code, err) = as_nobody(
+        &["--if-refused", "start"],
+        &state("rl1", "created", "4242", &asks),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("container rl1 starts without isolated CPUs (--if-refused start)"),
+        "{err}"
+    );
+    let (code, err) = as_nobody(&[], &state("rl2", "created", "4242", &plain));
+    assert_eq!((code, err.as_str()), (Some(0), ""));
+    let (code, err) = as_nobody(&[], &state("rl1", "stopped", "0", &asks));
+    assert_eq!((code, err.as_str()), (Some(0), ""));
+}
+
+/// A container's name is the tenant's: with a newline and control characters in it, no
+/// log line, hook message or `isold claims` line can pass for isold's own.
+#[test]
+fn a_containers_name_is_escaped_wherever_it_is_shown() {
+    let t = tree("isolated_cpus = \"2\"\n[containers]\ncpus = \"3\"\n");
+    add_container_process(&t);
+    let c = start(&t, &[]);
+    eventually("started", || running(&t));
+    let name = "rt\nisold: corrected forged\r\u{1b}[2K";
+    let ann = format!(
+        r#""isold.io/isolate":"true","io.kubernetes.container.name":{}"#,
+        serde_json::to_string(name).unwrap()
+    );
+    let b = bundle(&t, "named", &ann, Some("3"));
+    let (code, err) = hook(&t, &[], &state("esc1", "created", CONTAINER_PID, &b));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err:?}");
+    assert!(
+        err.contains("container rt\\nisold: corrected forged\\r\\u{1b}[2K (esc1)"),
+        "{err:?}"
+    );
+    let (_, out, _) = common::isold_at(Some(&t.root), &["claims"]);
+    assert_eq!(out.lines().count(), 1, "{out:?}");
+    assert!(!out.contains('\r') && !out.contains('\u{1b}'), "{out:?}");
+    let (_, out, _) = common::isold_at(Some(&t.root), &["claims", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v[0]["name"], name,
+        "the JSON keeps the name, escaped by JSON"
+    );
+    let (_, log) = stop(c);
+    for line in log.lines() {
+        assert!(
+            line.starts_with("isold: ") && !line.contains('\r') && !line.contains('\u{1b}'),
+            "{line:?}"
+        );
+    }
+    assert!(!log.contains("\nisold: corrected forged"), "{log}");
+}
+
 /// On a CPU the configuration isolates, a container adds only its power settings, and its
 /// release puts the configuration's back (not the kernel's original).
 #[test]
