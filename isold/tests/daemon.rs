@@ -241,7 +241,7 @@ fn a_task_widened_later_is_narrowed_by_the_task_scan_and_restored_wide() {
 #[test]
 fn a_containers_sigterm_never_restores() {
     let t = tree(RESTORE);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_isold"))
+    let child = Command::new(env!("CARGO_BIN_EXE_isold"))
         .arg("--root")
         .arg(&t.root)
         .arg("--config")
