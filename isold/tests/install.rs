@@ -161,4 +161,25 @@ fn the_kubernetes_manifests_are_valid_and_carry_a_valid_configuration() {
     assert!(yaml.contains("image: localhost/isold:latest"));
     let build = std::fs::read_to_string(repo.join("scripts/build-image")).unwrap();
     assert!(build.contains("-t localhost/isold:latest"));
+    // The uninstall Job: valid, and running the script the image carries.
+    let job = repo.join("dist/kubernetes/isold-uninstall.yaml");
+    let out = Command::new(&tool)
+        .arg("--strict")
+        .arg(&job)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("passed for resource job/isold-uninstall"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job = std::fs::read_to_string(&job).unwrap();
+    assert!(job.contains("/usr/share/isold/uninstall-host.sh"));
+    assert!(build.contains("dist/container/uninstall-host.sh"));
+    // /etc/default is not mounted whole (GRUB's configuration is there): only the file.
+    for y in [&yaml, &job] {
+        assert!(!y.contains("path: /etc/default,") && !y.contains("mountPath: /etc/default }"));
+        assert!(y.contains("mountPath: /etc/default/irqbalance"));
+    }
 }

@@ -123,6 +123,11 @@ pub fn replace(path: &Path, bytes: &[u8], new_mode: Option<u32>) -> std::io::Res
     })();
     if let Err(e) = written {
         let _ = fs::remove_file(&tmp);
+        // A file mounted alone (a pod's hostPath of one file, a unit's BindPaths=) cannot be
+        // renamed over: it is rewritten in place.
+        if old.is_some() && e.raw_os_error() == Some(libc::EBUSY) {
+            return rewrite_in_place(path, bytes);
+        }
         return Err(e);
     }
     sync_dir(path)

@@ -27,7 +27,7 @@ use std::time::Duration;
 use serde_json::Value;
 use taskisol_tests::qemu::{run, Expect, Scenario, StepOutput, BUSYBOX_IMAGE_TAR};
 
-use super::{at_least, num, UNIT};
+use super::{at_least, at_most, num, UNIT};
 
 const IMAGE: &str = "localhost/busybox:taskisol";
 const HOOKS_D: &[u8] = include_bytes!("../../../dist/oci/isold.json");
@@ -162,11 +162,27 @@ fn stage_image(s: &mut Scenario) {
 
 /// `podman run` of the image as the DaemonSet runs it: privileged, the host's PID, network and
 /// cgroup namespaces, the node's state, configuration and the directories its items write.
-const DAEMONSET_RUN: &str = "podman run -d --name isold --privileged --pid=host --network=host \
-     --cgroupns=host -v /etc/isold:/etc/isold:ro -v /run/isold:/run/isold \
+/// The node's files the DaemonSet's container mounts (dist/kubernetes/isold.yaml): of
+/// /etc/default only irqbalance's file.
+macro_rules! daemonset_mounts {
+    () => {
+        "-v /etc/isold:/etc/isold:ro -v /run/isold:/run/isold \
      -v /var/lib/isold:/var/lib/isold -v /etc/modprobe.d:/etc/modprobe.d \
-     -v /etc/default:/etc/default -v /etc/systemd/system.conf.d:/etc/systemd/system.conf.d \
-     localhost/isold:test run";
+     -v /etc/default/irqbalance:/etc/default/irqbalance \
+     -v /etc/systemd/system.conf.d:/etc/systemd/system.conf.d"
+    };
+}
+const DAEMONSET_MOUNTS: &str = daemonset_mounts!();
+/// The image run as the DaemonSet runs it.
+const DAEMONSET_RUN: &str = concat!(
+    "podman run -d --name isold --privileged --pid=host --network=host --cgroupns=host ",
+    daemonset_mounts!(),
+    " localhost/isold:test run"
+);
+
+/// The host directories the install and uninstall scripts work on, under /host.
+const HOST_FILES: &str = "-v /usr/local/bin:/host/usr/local/bin \
+     -v /usr/share/containers/oci/hooks.d:/host/usr/share/containers/oci/hooks.d";
 
 /// Where Debian's Prometheus goes in the guest.
 const PROMETHEUS: &str = "/usr/local/share/taskisol/prometheus";
@@ -323,6 +339,8 @@ fn prometheus_expects() -> Vec<Expect> {
 #[test]
 fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
     let mut s = Scenario::debian_containers("rt612_isold_containers", "");
+    s.binaries
+        .extend(["isol-idle", "isol-reaction"].map(String::from));
     s.file("/etc/systemd/system/isold.service", 0o644, UNIT);
     s.file(
         "/usr/share/containers/oci/hooks.d/isold.json",
@@ -412,6 +430,119 @@ fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
             Expect::field("hk_failed", "yes"),
             Expect::field("hk_reason_journal", "logged"),
             Expect::field("hk_counted", "yes"),
+            Expect::field("differences", "0"),
+        ],
+    );
+    // No local client stalls the daemon: with the listener on (its unit drop-in), 20 idle
+    // and a slow-drip scraper, 5 idle and a slow-drip client of the claims socket (root's,
+    // as any root process could): a scrape and `isold claims` answer at once, 20 new wide
+    // tasks are narrowed within 2 s, the idle ones are closed at their deadline, and
+    // `systemctl stop` returns at once with fresh idle clients connected.
+    s.step_with_timeout(
+        "pests",
+        &format!(
+            "{PRE}{FUNCS}mkdir -p /etc/systemd/system/isold.service.d\n\
+             printf '[Service]\\nRestrictAddressFamilies=AF_INET AF_INET6\\nIPAddressAllow=localhost\\n' >/etc/systemd/system/isold.service.d/metrics.conf\n\
+             printf 'isolated_cpus = \"2\"\\n[containers]\\ncpus = \"3\"\\n[metrics]\\nlisten = \"127.0.0.1:9645\"\\ninterval = 1\\n' >/etc/isold/isold.toml\n\
+             systemctl daemon-reload; systemctl restart isold; echo restart_rc=$?\n\
+             up() {{ /usr/bin/busybox wget -qO /dev/null http://127.0.0.1:9645/metrics; }}\n\
+             wait_for 30 up; echo up_rc=$?\n\
+             isol-idle tcp 127.0.0.1:9645 20 8 >/tmp/idle_tcp.out &\n\
+             isol-idle unix /run/isold/isold.sock 5 8 >/tmp/idle_unix.out &\n\
+             isol-idle drip-tcp 127.0.0.1:9645 8 >/dev/null &\n\
+             isol-idle drip-unix /run/isold/isold.sock 8 >/dev/null &\n\
+             sleep 1\n\
+             t0=$(now_cs); /usr/bin/busybox wget -qO /tmp/m http://127.0.0.1:9645/metrics; echo scrape_rc=$?\n\
+             echo scrape_s=$(secs $(($(now_cs) - t0)))\n\
+             t0=$(now_cs); isold claims >/dev/null; echo claims_rc=$?\n\
+             echo claims_s=$(secs $(($(now_cs) - t0)))\n\
+             isol-reaction 20 0-3 2-3 2000 5 | grep -v '^task '\n\
+             wait\n\
+             sed 's/^/tcp_/' /tmp/idle_tcp.out; sed 's/^/unix_/' /tmp/idle_unix.out\n\
+             isol-idle tcp 127.0.0.1:9645 20 30 >/dev/null & a=$!\n\
+             isol-idle unix /run/isold/isold.sock 5 30 >/dev/null & b=$!\n\
+             sleep 1\n\
+             t0=$(now_cs); systemctl stop isold; echo stop_rc=$?\n\
+             echo stop_s=$(secs $(($(now_cs) - t0)))\n\
+             kill $a $b; wait\n\
+             systemctl start isold; echo start_rc=$?"
+        ),
+        Duration::from_secs(300),
+        vec![
+            Expect::field("restart_rc", "0"),
+            Expect::field("up_rc", "0"),
+            Expect::field("scrape_rc", "0"),
+            at_most("scrape_s", 2.0),
+            Expect::field("claims_rc", "0"),
+            at_most("claims_s", 2.0),
+            Expect::field("narrowed", "20"),
+            Expect::field("tcp_connected", "20"),
+            Expect::field("tcp_closed", "20"),
+            Expect::field("unix_connected", "5"),
+            Expect::field("unix_closed", "5"),
+            Expect::field("stop_rc", "0"),
+            at_most("stop_s", 5.0),
+            Expect::field("start_rc", "0"),
+        ],
+    );
+    // A claim whose record is made unreadable while the daemon is down is given back at its
+    // start, although its container still runs; the bad file is set aside.
+    s.step_with_timeout(
+        "lost_record",
+        &format!(
+            "{PRE}{FUNCS}podman run -d --name lost --network none --cpuset-cpus 3 \
+             --annotation isold.io/isolate=true {IMAGE} sleep 100000 >/dev/null; echo lost_rc=$?\n\
+             echo irq4_claimed=$(cat /proc/irq/4/smp_affinity_list)\n\
+             systemctl stop isold\n\
+             echo '{{' >/run/isold/claims.json\n\
+             systemctl start isold; echo start_rc=$?\n\
+             back() {{ [ \"$(cat /proc/irq/4/smp_affinity_list)\" = 0-1,3 ]; }}\n\
+             wait_for 20 back; echo given_back_rc=$?\n\
+             echo irq4_after=$(cat /proc/irq/4/smp_affinity_list)\n\
+             [ -f /run/isold/claims.json.bad ] && echo set_aside=yes\n\
+             journalctl -u isold -o cat | grep -q 'claims.json.bad; starting without' && echo logged=yes\n\
+             echo still_running=$(podman inspect -f '{{{{.State.Running}}}}' lost)\n\
+             podman rm -f lost >/dev/null; rm -f /run/isold/claims.json.bad\n\
+             no_claims\n\
+             isold_snapshot /tmp/s_lost\nsnapshot_diff /tmp/s0 /tmp/s_lost"
+        ),
+        Duration::from_secs(300),
+        vec![
+            Expect::field("lost_rc", "0"),
+            Expect::field("irq4_claimed", "0-1"),
+            Expect::field("start_rc", "0"),
+            Expect::field("given_back_rc", "0"),
+            Expect::field("irq4_after", "0-1,3"),
+            Expect::field("set_aside", "yes"),
+            Expect::field("logged", "yes"),
+            Expect::field("still_running", "true"),
+            Expect::field("differences", "0"),
+        ],
+    );
+    // Rootless podman: the hook runs as the user, who cannot reach isold's socket: the
+    // container's start fails with that said, and nothing changes.
+    s.step_with_timeout(
+        "rootless",
+        &format!(
+            "{PRE}{FUNCS}useradd -m tenant; echo useradd_rc=$?\n\
+             sed -i '/^tenant:/d' /etc/subuid /etc/subgid 2>/dev/null\n\
+             mkdir -p /tmp/tenant-run; chown tenant /tmp/tenant-run; chmod 700 /tmp/tenant-run\n\
+             cp {BUSYBOX_IMAGE_TAR} /tmp/busybox.tar; chmod 644 /tmp/busybox.tar\n\
+             su tenant -s /bin/sh -c 'cd /tmp && export XDG_RUNTIME_DIR=/tmp/tenant-run && \
+             podman --cgroup-manager cgroupfs --storage-driver vfs import /tmp/busybox.tar localhost/rl:1 >/dev/null 2>/tmp/rl-import.err; echo rl_import_rc=$?; \
+             podman --cgroup-manager cgroupfs --storage-driver vfs run --rm --network none \
+             --annotation isold.io/isolate=true localhost/rl:1 true >/dev/null 2>/tmp/rl.err; echo rl_rc=$?'\n\
+             tail -3 /tmp/rl-import.err; tail -3 /tmp/rl.err\n\
+             grep -q 'it runs rootless (uid [0-9]*): only root' /tmp/rl.err && echo rl_reason=shown\n\
+             journalctl -u isold -o cat | grep -q 'rootless' && echo rl_daemon=asked || echo rl_daemon=not_asked\n\
+             isold_snapshot /tmp/s_rl\nsnapshot_diff /tmp/s0 /tmp/s_rl"
+        ),
+        Duration::from_secs(300),
+        vec![
+            Expect::field("useradd_rc", "0"),
+            Expect::field("rl_import_rc", "0"),
+            Expect::field("rl_reason", "shown"),
+            Expect::field("rl_daemon", "not_asked"),
             Expect::field("differences", "0"),
         ],
     );
@@ -530,6 +661,9 @@ fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
             "{PRE}systemctl stop isold; echo stop_rc=$?\n\
              isold restore >/dev/null; echo restore_rc=$?\n\
              echo irq4_restored=$(cat /proc/irq/4/smp_affinity_list)\n\
+             printf 'ENABLED=\"1\"\\n# an administrator'\\''s line\\n' >/etc/default/irqbalance\n\
+             cp /etc/default/irqbalance /tmp/irqbalance.orig\n\
+             isold_snapshot /tmp/s_orig\n\
              mkdir -p {CONTEXT}/rootfs/run {CONTEXT}/rootfs/var/lib {CONTEXT}/rootfs/tmp {CONTEXT}/rootfs/etc/isold\n\
              t0=$(now_cs)\n\
              podman build --network none -t localhost/isold:test {CONTEXT} >/tmp/build.out 2>&1; echo build_rc=$?\n\
@@ -549,12 +683,17 @@ fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
         "daemonset",
         &format!(
             "{PRE}{FUNCS}mkdir -p /etc/systemd/system.conf.d\n\
-             printf 'isolated_cpus = \"2\"\\n[containers]\\ncpus = \"3\"\\n[metrics]\\nlisten = \"127.0.0.1:9645\"\\ninterval = 1\\n' >/etc/isold/isold.toml\n\
+             printf 'isolated_cpus = \"2\"\\non_stop = \"restore\"\\n[containers]\\ncpus = \"3\"\\n[metrics]\\nlisten = \"127.0.0.1:9645\"\\ninterval = 1\\n' >/etc/isold/isold.toml\n\
+             podman run --rm --privileged {HOST_FILES} --entrypoint /bin/busybox localhost/isold:test \
+             sh /usr/share/isold/install-host.sh; echo install_rc=$?\n\
+             grep -q '\"path\": \"/usr/local/bin/isold\"' /usr/share/containers/oci/hooks.d/isold.json && [ -x /usr/local/bin/isold ] && echo installed=yes\n\
+             mkdir -p /run/isold /var/lib/isold; chmod 755 /run/isold /var/lib/isold\n\
              {DAEMONSET_RUN} >/dev/null 2>/tmp/ds.err; echo run_rc=$?; cat /tmp/ds.err\n\
              irq4_kept() {{ [ \"$(cat /proc/irq/4/smp_affinity_list)\" = 0-1,3 ]; }}\n\
              scraped() {{ /usr/bin/busybox wget -qO /tmp/metrics http://127.0.0.1:9645/metrics && grep -q '^isold_drift_repairs_total{{item=\"irq_affinity\"' /tmp/metrics && grep -q 'cpu=\"2\"' /tmp/metrics; }}\n\
              wait_for 20 irq4_kept\n\
              echo irq4=$(cat /proc/irq/4/smp_affinity_list)\n\
+             echo run_mode=$(stat -c %a /run/isold) lib_mode=$(stat -c %a /var/lib/isold)\n\
              isold status >/dev/null; echo status_rc=$?\n\
              echo 0-3 >/proc/irq/4/smp_affinity_list\n\
              wait_for 10 irq4_kept\n\
@@ -573,11 +712,27 @@ fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
              echo irq4_claimed=$(cat /proc/irq/4/smp_affinity_list)\n\
              podman rm -f claimer >/dev/null; no_claims\n\
              echo irq4_released=$(cat /proc/irq/4/smp_affinity_list)\n\
+             echo banned=$(sed -n 's/^IRQBALANCE_BANNED_CPULIST=//p' /etc/default/irqbalance)\n\
+             # The roll: SIGTERM to the pod (on_stop = \"restore\": a pod's stop is no undo),\n\
+             # a new pod; sampled every 50 ms throughout.\n\
+             rm -f /tmp/roll.done\n\
+             ( while [ ! -e /tmp/roll.done ]; do echo \"$(cat /proc/sys/kernel/timer_migration) $(cat /proc/irq/4/smp_affinity_list)\"; /usr/bin/busybox usleep 50000; done >/tmp/roll.samples ) &\n\
+             sampler=$!\n\
+             /usr/bin/busybox usleep 300000\n\
              podman stop -t 30 isold >/dev/null; echo stop_rc=$?\n\
              echo exit_code=$(podman inspect -f '{{{{.State.ExitCode}}}}' isold)\n\
              echo irq4_after_stop=$(cat /proc/irq/4/smp_affinity_list)\n\
              isold verify >/dev/null; echo verify_rc=$?\n\
-             podman logs isold 2>&1 | tail -5"
+             podman logs isold 2>&1 | grep -m1 'the policy stays in force'\n\
+             podman rm isold >/dev/null\n\
+             {DAEMONSET_RUN} >/dev/null 2>>/tmp/ds.err; echo rerun_rc=$?\n\
+             running_again() {{ isold status >/dev/null; }}\n\
+             wait_for 30 running_again; echo status_again_rc=$?\n\
+             /usr/bin/busybox usleep 300000\n\
+             touch /tmp/roll.done; wait $sampler\n\
+             echo roll_samples=$(wc -l </tmp/roll.samples)\n\
+             echo roll_lapses=$(grep -vc '^0 0-1,3$' /tmp/roll.samples)\n\
+             grep -v '^0 0-1,3$' /tmp/roll.samples | head -3"
         ),
         Duration::from_secs(300),
         vec![
@@ -597,10 +752,47 @@ fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
             Expect::field("exit_code", "0"),
             Expect::field("irq4_after_stop", "0-1,3"),
             Expect::field("verify_rc", "0"),
+            Expect::field("run_mode", "700"),
+            Expect::field("lib_mode", "700"),
+            Expect::field("install_rc", "0"),
+            Expect::field("installed", "yes"),
+            // irqbalance's file, mounted alone, is rewritten in place.
+            Expect::field("banned", "2"),
+            Expect::field("rerun_rc", "0"),
+            Expect::field("status_again_rc", "0"),
+            at_least("roll_samples", 10.0),
+            Expect::field("roll_lapses", "0"),
         ]
         .into_iter()
         .chain(prometheus_expects())
         .collect(),
+    );
+    // Uninstall as docs/KUBERNETES.md says: the DaemonSet's pod gone, the uninstall Job's
+    // script (the image's) restores every value and removes the hook, the binary and the
+    // state; the node is as it was before the DaemonSet.
+    s.step_with_timeout(
+        "uninstall",
+        &format!(
+            "{PRE}{FUNCS}podman stop -t 30 isold >/dev/null; podman rm isold >/dev/null; echo ds_gone=$?\n\
+             echo isolated_before=$(cat /proc/irq/4/smp_affinity_list)\n\
+             podman run --rm --privileged --pid=host --network=host --cgroupns=host {DAEMONSET_MOUNTS} {HOST_FILES} \
+             --entrypoint /bin/busybox localhost/isold:test sh /usr/share/isold/uninstall-host.sh >/tmp/un.out 2>&1; echo uninstall_rc=$?\n\
+             tail -3 /tmp/un.out\n\
+             echo host_files_left=$(ls /usr/share/containers/oci/hooks.d/isold.json /usr/local/bin/isold 2>/dev/null | wc -l)\n\
+             echo state_left=$(ls -A /run/isold /var/lib/isold 2>/dev/null | wc -l)\n\
+             cmp -s /etc/default/irqbalance /tmp/irqbalance.orig && echo irqbalance=original\n\
+             isold_snapshot /tmp/s_un\nsnapshot_diff /tmp/s_orig /tmp/s_un"
+        ),
+        Duration::from_secs(300),
+        vec![
+            Expect::field("ds_gone", "0"),
+            Expect::field("isolated_before", "0-1,3"),
+            Expect::field("uninstall_rc", "0"),
+            Expect::field("host_files_left", "0"),
+            Expect::field("state_left", "0"),
+            Expect::field("irqbalance", "original"),
+            Expect::field("differences", "0"),
+        ],
     );
     let o = run(&s).unwrap_or_else(|e| panic!("{e}"));
     let f = |step: &str, key: &str| {

@@ -27,6 +27,17 @@ fn num(out: &StepOutput, key: &str) -> Option<f64> {
     out.field(key).and_then(|v| v.parse().ok())
 }
 
+/// A step printed `key=value` with a value of at most `max`.
+fn at_most(key: &'static str, max: f64) -> Expect {
+    Expect::that(
+        &format!("{key} <= {max}"),
+        move |o: &StepOutput| match num(o, key) {
+            Some(n) if n <= max => Ok(()),
+            other => Err(format!("{key} = {other:?}")),
+        },
+    )
+}
+
 /// A step printed `key=value` with a value of at least `min`.
 fn at_least(key: &'static str, min: f64) -> Expect {
     Expect::that(

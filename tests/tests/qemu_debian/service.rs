@@ -10,17 +10,7 @@ use std::time::Duration;
 
 use taskisol_tests::qemu::{hotplug_virtio_net, run, Expect, Scenario, StepOutput};
 
-use super::{at_least, num, PRE, UNIT};
-
-fn at_most(key: &'static str, max: f64) -> Expect {
-    Expect::that(
-        &format!("{key} <= {max}"),
-        move |o: &StepOutput| match num(o, key) {
-            Some(n) if n <= max => Ok(()),
-            other => Err(format!("{key} = {other:?}")),
-        },
-    )
-}
+use super::{at_least, at_most, PRE, UNIT};
 
 /// The checks of the service's start: it is active, said READY=1 with its STATUS line only
 /// after applying, and `isold status` describes it.
