@@ -79,7 +79,8 @@ pub fn send(socket: &Path, msg: &Message) -> Result<Reply, Option<String>> {
 /// (at creation) or release (at poststop) its CPUs. Exit 0 lets the container go on; 1 stops
 /// its start (a refused claim, a bad annotation, and a daemon not running with `--if-down
 /// fail`).
-pub fn hook(socket: &Path, args: &HookArgs) -> i32 {
+pub fn hook(socket: &Path, args: &HookArgs, syslog: bool) -> i32 {
+    SYSLOG.store(syslog, std::sync::atomic::Ordering::Relaxed);
     let mut input = Vec::new();
     if let Err(e) = std::io::stdin()
         .take(MAX_INPUT as u64 + 1)
@@ -216,9 +217,27 @@ fn release(socket: &Path, id: &str) -> i32 {
     }
 }
 
+/// Whether a refusal also goes to syslog (the running system's hook; not `--root`).
+static SYSLOG: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// A container not started: why, on the hook's standard error for the runtime, and in the
+/// system log (`journalctl -t isold-hook`), since runtimes keep a hook's output from their
+/// user (crun reports only the hook's exit code).
 fn hook_fail(msg: &str) -> i32 {
     eprintln!("isold: {msg}");
+    if SYSLOG.load(std::sync::atomic::Ordering::Relaxed) {
+        syslog(msg);
+    }
     crate::exit::EXIT_FAILURE
+}
+
+/// One line to the system log socket, as syslog(3) sends it (facility daemon, level err):
+/// open to every user, so a rootless runtime's hook is heard too.
+fn syslog(msg: &str) {
+    let line = format!("<27>isold-hook[{}]: {msg}", std::process::id());
+    if let Ok(s) = std::os::unix::net::UnixDatagram::unbound() {
+        let _ = s.send_to(line.as_bytes(), "/dev/log");
+    }
 }
 
 fn short(id: &str) -> &str {

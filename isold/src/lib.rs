@@ -138,7 +138,9 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
         },
         Command::Run(args) => daemon::run(&root, &config_path, &files, args),
         Command::Status(args) => status::status(&state_path, args.json),
-        Command::Hook(args) => claims::hook(&claims::socket_path(&state_path), args),
+        Command::Hook(args) => {
+            claims::hook(&claims::socket_path(&state_path), args, root.is_host())
+        }
         Command::Claims(args) => claims::list(&claims::socket_path(&state_path), args.json),
     };
     if let Some(t) = started {

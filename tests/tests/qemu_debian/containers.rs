@@ -420,6 +420,7 @@ fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
              --annotation isold.io/isolate=true {IMAGE} true >/dev/null 2>/tmp/hk.err; rc=$?; echo hk_rc=$rc; [ $rc -ne 0 ] && echo hk_failed=yes\n\
              grep -q 'CPUs 0-1 are not for containers' /tmp/hk.err && echo hk_reason_podman=shown; tail -3 /tmp/hk.err\n\
              journalctl -u isold -o cat | grep -q 'claim refused: container .*CPUs 0-1 are not for containers' && echo hk_reason_journal=logged\n\
+             journalctl -t isold-hook -o cat | grep -q 'claim refused: container .*CPUs 0-1 are not for containers' && echo hk_reason_hook=logged\n\
              counted() {{ isold status | grep -q 'claims refused: 1 (not_allowed 1)'; }}\n\
              wait_for 10 counted && echo hk_counted=yes\n\
              no_claims\n\
@@ -429,6 +430,7 @@ fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
         vec![
             Expect::field("hk_failed", "yes"),
             Expect::field("hk_reason_journal", "logged"),
+            Expect::field("hk_reason_hook", "logged"),
             Expect::field("hk_counted", "yes"),
             Expect::field("differences", "0"),
         ],
@@ -456,7 +458,7 @@ fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
              echo scrape_s=$(secs $(($(now_cs) - t0)))\n\
              t0=$(now_cs); isold claims >/dev/null; echo claims_rc=$?\n\
              echo claims_s=$(secs $(($(now_cs) - t0)))\n\
-             isol-reaction 20 0-3 2-3 2000 5 | grep -v '^task '\n\
+             isol-reaction 20 0-3 2 2000 5 | grep -v '^task '\n\
              wait\n\
              sed 's/^/tcp_/' /tmp/idle_tcp.out; sed 's/^/unix_/' /tmp/idle_unix.out\n\
              isol-idle tcp 127.0.0.1:9645 20 30 >/dev/null & a=$!\n\
@@ -533,7 +535,8 @@ fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
              podman --cgroup-manager cgroupfs --storage-driver vfs run --rm --network none \
              --annotation isold.io/isolate=true localhost/rl:1 true >/dev/null 2>/tmp/rl.err; echo rl_rc=$?'\n\
              tail -3 /tmp/rl-import.err; tail -3 /tmp/rl.err\n\
-             grep -q 'it runs rootless (uid [0-9]*): only root' /tmp/rl.err && echo rl_reason=shown\n\
+             grep -q 'error executing hook .*(exit code: 1)' /tmp/rl.err && echo rl_failed=by_the_hook\n\
+             journalctl -t isold-hook -o cat | grep -q 'it runs rootless (uid [0-9]*): only root' && echo rl_reason=logged\n\
              journalctl -u isold -o cat | grep -q 'rootless' && echo rl_daemon=asked || echo rl_daemon=not_asked\n\
              isold_snapshot /tmp/s_rl\nsnapshot_diff /tmp/s0 /tmp/s_rl"
         ),
@@ -541,7 +544,8 @@ fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
         vec![
             Expect::field("useradd_rc", "0"),
             Expect::field("rl_import_rc", "0"),
-            Expect::field("rl_reason", "shown"),
+            Expect::field("rl_failed", "by_the_hook"),
+            Expect::field("rl_reason", "logged"),
             Expect::field("rl_daemon", "not_asked"),
             Expect::field("differences", "0"),
         ],
@@ -693,7 +697,7 @@ fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
              scraped() {{ /usr/bin/busybox wget -qO /tmp/metrics http://127.0.0.1:9645/metrics && grep -q '^isold_drift_repairs_total{{item=\"irq_affinity\"' /tmp/metrics && grep -q 'cpu=\"2\"' /tmp/metrics; }}\n\
              wait_for 20 irq4_kept\n\
              echo irq4=$(cat /proc/irq/4/smp_affinity_list)\n\
-             echo run_mode=$(stat -c %a /run/isold) lib_mode=$(stat -c %a /var/lib/isold)\n\
+             echo run_mode=$(stat -c %a /run/isold)\necho lib_mode=$(stat -c %a /var/lib/isold)\n\
              isold status >/dev/null; echo status_rc=$?\n\
              echo 0-3 >/proc/irq/4/smp_affinity_list\n\
              wait_for 10 irq4_kept\n\
@@ -779,7 +783,7 @@ fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
              --entrypoint /bin/busybox localhost/isold:test sh /usr/share/isold/uninstall-host.sh >/tmp/un.out 2>&1; echo uninstall_rc=$?\n\
              tail -3 /tmp/un.out\n\
              echo host_files_left=$(ls /usr/share/containers/oci/hooks.d/isold.json /usr/local/bin/isold 2>/dev/null | wc -l)\n\
-             echo state_left=$(ls -A /run/isold /var/lib/isold 2>/dev/null | wc -l)\n\
+             echo state_left=$(find /run/isold /var/lib/isold -mindepth 1 2>/dev/null | wc -l)\n\
              cmp -s /etc/default/irqbalance /tmp/irqbalance.orig && echo irqbalance=original\n\
              isold_snapshot /tmp/s_un\nsnapshot_diff /tmp/s_orig /tmp/s_un"
         ),
