@@ -433,6 +433,7 @@ fn apply_threads_narrows_the_given_threads_and_keeps_their_first_original() {
 #[test]
 fn give_back_returns_the_freed_cpus_each_original_had() {
     let s = setup("isolated_cpus = \"2-3\"\n");
+    let iso: libtaskisol::CpuSet = "2-3".parse().unwrap();
     let read = |p: &str| {
         std::fs::read_to_string(s.tree.join(p.trim_start_matches('/')))
             .unwrap()
@@ -448,9 +449,9 @@ fn give_back_returns_the_freed_cpus_each_original_had() {
     );
     assert_eq!(affinity(&s), "0-1");
     // Nothing freed: nothing written.
-    let rep = engine::give_back(&s.root, &s.files, &"".parse().unwrap()).unwrap();
+    let rep = engine::give_back(&s.root, &s.files, &"".parse().unwrap(), &iso).unwrap();
     assert!(rep.outcomes.is_empty());
-    let rep = engine::give_back(&s.root, &s.files, &"3".parse().unwrap()).unwrap();
+    let rep = engine::give_back(&s.root, &s.files, &"3".parse().unwrap(), &iso).unwrap();
     assert_eq!(
         (read(irq4), read(default), read(wq)),
         ("0-1,3".into(), "b".into(), "b".into())
@@ -459,7 +460,7 @@ fn give_back_returns_the_freed_cpus_each_original_had() {
     assert!(rep.problems().count() == 0, "{:?}", rep.outcomes);
     let changed = rep.outcomes.len();
     // Again: every value has CPU 3 already, nothing to write.
-    let rep = engine::give_back(&s.root, &s.files, &"3".parse().unwrap()).unwrap();
+    let rep = engine::give_back(&s.root, &s.files, &"3".parse().unwrap(), &iso).unwrap();
     assert!(rep.outcomes.is_empty(), "{:?}", rep.outcomes);
     // An IRQ some other owner moved to CPU 0 alone gets CPU 2 back, not CPU 1.
     std::fs::write(s.tree.join("proc/irq/4/smp_affinity_list"), "0\n").unwrap();
@@ -467,7 +468,7 @@ fn give_back_returns_the_freed_cpus_each_original_had() {
     std::fs::remove_dir_all(s.tree.join("proc/193")).unwrap();
     let state = State::load(&s.state).unwrap().unwrap();
     let before = state.entries().len();
-    let rep = engine::give_back(&s.root, &s.files, &"2".parse().unwrap()).unwrap();
+    let rep = engine::give_back(&s.root, &s.files, &"2".parse().unwrap(), &iso).unwrap();
     assert_eq!(read(irq4), "0,2");
     // The masks and the other IRQs are their originals again (f, 0-3): they left the state
     // file; IRQ 4 (0,2 is not its original 0-3) stays.
@@ -495,11 +496,12 @@ fn give_back_returns_the_freed_cpus_each_original_had() {
 #[test]
 fn give_back_skips_what_is_gone_and_says_what_it_cannot_read() {
     let s = setup("isolated_cpus = \"2-3\"\n");
+    let iso: libtaskisol::CpuSet = "2-3".parse().unwrap();
     std::fs::remove_dir_all(s.tree.join("proc/irq/4")).unwrap();
     let irq1 = s.tree.join("proc/irq/1/smp_affinity_list");
     std::fs::remove_file(&irq1).unwrap();
     std::fs::create_dir(&irq1).unwrap();
-    let rep = engine::give_back(&s.root, &s.files, &"3".parse().unwrap()).unwrap();
+    let rep = engine::give_back(&s.root, &s.files, &"3".parse().unwrap(), &iso).unwrap();
     let problems: Vec<_> = rep.problems().map(|o| o.id.clone()).collect();
     assert_eq!(problems, ["irq:1"], "{:?}", rep.outcomes);
     assert!(!rep.outcomes.iter().any(|o| o.id == "irq:4"));
@@ -510,7 +512,24 @@ fn give_back_skips_what_is_gone_and_says_what_it_cannot_read() {
         "00000000-0000-0000-0000-000000000000\n",
     )
     .unwrap();
-    let rep = engine::give_back(&s.root, &s.files, &"3".parse().unwrap()).unwrap();
+    let rep = engine::give_back(&s.root, &s.files, &"3".parse().unwrap(), &iso).unwrap();
     assert!(rep.outcomes.is_empty(), "{:?}", rep.outcomes);
     assert_eq!(affinity(&s), "0-1");
+}
+
+/// A thread its owner pinned since isold narrowed it (to a housekeeping CPU: libvirt's
+/// emulator thread, `taskset -p`) keeps its pin when CPUs are given back; one as isold left
+/// it gets them.
+#[test]
+fn give_back_leaves_a_thread_its_owner_pinned() {
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    let iso: libtaskisol::CpuSet = "2-3".parse().unwrap();
+    assert_eq!(affinity(&s), "0-1");
+    set_affinity(&s, "1");
+    let rep = engine::give_back(&s.root, &s.files, &"3".parse().unwrap(), &iso).unwrap();
+    assert_eq!(affinity(&s), "1", "{:?}", rep.outcomes);
+    assert!(!rep.outcomes.iter().any(|o| o.id.starts_with("task:193:")));
+    set_affinity(&s, "0-1");
+    engine::give_back(&s.root, &s.files, &"3".parse().unwrap(), &iso).unwrap();
+    assert_eq!(affinity(&s), "0-1,3");
 }

@@ -306,7 +306,8 @@ impl Daemon {
                 || (claims_only && !id.starts_with("pm_qos:") && !id.starts_with("cpufreq:"))
         });
         let freed = self.policy.isolated.difference(&new.isolated);
-        self.give_back(why, &freed);
+        let before = self.policy.isolated.clone();
+        self.give_back(why, &freed, &before);
         self.policy = new;
         self.books.policy_changed(&self.config_path, &self.policy);
         let rep = match engine::apply(&self.env.root, &scoped, &self.env.files) {
@@ -355,9 +356,14 @@ impl Daemon {
     }
 
     /// CPUs `freed` given back to the values that had them.
-    fn give_back(&mut self, why: &str, freed: &libtaskisol::CpuSet) {
+    fn give_back(
+        &mut self,
+        why: &str,
+        freed: &libtaskisol::CpuSet,
+        isolated_before: &libtaskisol::CpuSet,
+    ) {
         let log = self.env.log;
-        match engine::give_back(&self.env.root, &self.env.files, freed) {
+        match engine::give_back(&self.env.root, &self.env.files, freed, isolated_before) {
             Ok(rep) => {
                 if !rep.outcomes.is_empty() {
                     log.info(&format!(
@@ -391,7 +397,8 @@ impl Daemon {
     /// `change_policy`.)
     pub(super) fn reconcile(&mut self, claimable: &libtaskisol::CpuSet) {
         let freed = claimable.difference(&self.policy.isolated);
-        self.give_back("reconcile", &freed);
+        let before = self.policy.static_isolated().union(claimable);
+        self.give_back("reconcile", &freed, &before);
     }
 
     /// Release the claims whose container's process is gone (killed, its poststop hook never

@@ -1261,7 +1261,16 @@ fn narrowed_original(e: &Entry) -> Option<(Narrowed, CpuSet)> {
 /// `current ∪ (original ∩ freed)`. Nothing else moves: a value is never taken off a CPU, and a
 /// CPU it never had is never added. One that is its original again is put back byte for byte
 /// and leaves the state file; the others keep their original there for `isold restore`.
-pub fn give_back(root: &SysRoot, files: &StateFiles, freed: &CpuSet) -> Result<Report> {
+///
+/// `isolated_before`: the CPUs that were isolated when the values were narrowed. A thread
+/// missing a CPU of its original outside them was pinned by its owner (libvirt, DPDK,
+/// `taskset -p`) since: its pin stands, it gets nothing back.
+pub fn give_back(
+    root: &SysRoot,
+    files: &StateFiles,
+    freed: &CpuSet,
+    isolated_before: &CpuSet,
+) -> Result<Report> {
     let _lock = lock(&files.runtime)?;
     let mut rep = report("give back", None);
     if freed.is_empty() {
@@ -1307,6 +1316,11 @@ pub fn give_back(root: &SysRoot, files: &StateFiles, freed: &CpuSet) -> Result<R
                 continue;
             }
         };
+        if matches!(what, Narrowed::Thread { .. })
+            && !orig.difference(&current).is_subset(isolated_before)
+        {
+            continue;
+        }
         let want = current.union(&orig.intersection(freed));
         if want == current {
             continue;
