@@ -8,6 +8,7 @@ bb=/bin/busybox
 /usr/bin/isold restore
 # The hook first: a container started from now on asks nothing of a daemon that is gone.
 $bb rm -f /host/usr/share/containers/oci/hooks.d/isold.json /host/usr/local/bin/isold
-$bb rm -rf /run/isold/* /var/lib/isold/*
+# Their contents, dot files (the run lock) included: the directories are the pod's mounts.
+$bb rm -rf /run/isold/* /run/isold/.[!.]* /var/lib/isold/* /var/lib/isold/.[!.]*
 $bb rmdir /run/isold /var/lib/isold 2>/dev/null || true
 echo "isold: uninstalled: every value restored, the hook and isold's state removed from the node"

@@ -111,15 +111,14 @@ pub fn hook(socket: &Path, args: &HookArgs, syslog: bool) -> i32 {
         Ok(None) => return 0,
         Err(e) => return hook_fail(&format!("container {}: {e}", short(&state.id))),
     };
-    let euid = nix::unistd::geteuid();
-    if !euid.is_root() {
+    if let Some(uid) = rootless() {
         // A rootless runtime runs its hooks as its user, who may not reach isold's socket
         // (root's, in a 0700 directory): said plainly, not as a connection error.
         return refused(
             args,
             &state.id,
             &format!(
-                "container {} asks for isolated CPUs, but it runs rootless (uid {euid}): only root's containers (rootful podman, CRI-O, containerd) may claim CPUs",
+                "container {} asks for isolated CPUs, but it runs rootless (uid {uid}): only root's containers (rootful podman, CRI-O, containerd) may claim CPUs",
                 short(&state.id)
             ),
         );
@@ -193,8 +192,35 @@ fn refused(args: &HookArgs, id: &str, why: &str) -> i32 {
     }
 }
 
+/// The user a rootless runtime runs this hook for: not root, or root of a user namespace
+/// other than the initial one (rootless podman runs its hooks inside its namespace, as its
+/// uid 0); its uid on the host.
+fn rootless() -> Option<u32> {
+    let euid = nix::unistd::geteuid().as_raw();
+    if euid != 0 {
+        return Some(euid);
+    }
+    let map = std::fs::read_to_string("/proc/self/uid_map").ok()?;
+    host_uid_of_root(&map)
+}
+
+/// Root's uid on the host in a uid map, when the map is not the initial namespace's.
+fn host_uid_of_root(map: &str) -> Option<u32> {
+    let mut lines = map
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>());
+    let first = lines.next()?;
+    if let ["0", "0", "4294967295"] = first[..] {
+        return None;
+    }
+    std::iter::once(first)
+        .chain(lines)
+        .find(|f| f.first() == Some(&"0"))
+        .and_then(|f| f.get(1)?.parse().ok())
+}
+
 fn release(socket: &Path, id: &str) -> i32 {
-    if !nix::unistd::geteuid().is_root() {
+    if rootless().is_some() {
         // A rootless container claimed nothing.
         return crate::exit::EXIT_OK;
     }
@@ -294,4 +320,23 @@ pub fn list(socket: &Path, json: bool) -> i32 {
         );
     }
     crate::exit::EXIT_OK
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_uid_of_root;
+
+    /// The initial namespace's map is not rootless; a rootless podman's (its uid as root,
+    /// its subuids after) names the user's uid.
+    #[test]
+    fn a_user_namespaces_root_is_its_users_uid() {
+        assert_eq!(host_uid_of_root("         0          0 4294967295\n"), None);
+        assert_eq!(
+            host_uid_of_root("         0       1001          1\n"),
+            Some(1001)
+        );
+        assert_eq!(host_uid_of_root("0 1001 1\n1 100000 65536\n"), Some(1001));
+        assert_eq!(host_uid_of_root("1 100000 65536\n"), None);
+        assert_eq!(host_uid_of_root(""), None);
+    }
 }
