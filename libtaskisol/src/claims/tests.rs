@@ -667,6 +667,9 @@ fn the_pod_qos_class_comes_from_the_kubelets_cgroup_levels() {
         ("machine.slice:libpod:abc", None),
         ("mykubepods-burstable-pod1.slice:crio:abc", None),
         ("kubepods-burstable-pod1.slice", None),
+        ("kubepods-burstable-notapod.slice:crio:abc", None),
+        ("kubepods-besteffort-pod.slice:crio:abc", None),
+        ("kubepods-pod.slice:crio:abc", None),
         // cgroupfs driver
         ("/kubepods/pod1-2/abc", Some(Guaranteed)),
         ("/kubepods/burstable/pod1/abc", Some(Burstable)),
@@ -677,6 +680,7 @@ fn the_pod_qos_class_comes_from_the_kubelets_cgroup_levels() {
         ("/kubepods/burstable/abc", None),
         ("/kubepods/other/pod1/abc", None),
         ("/kubepods/burstable/pod1/abc/extra", None),
+        ("/kubepods/pod1/abc/extra", None),
         ("/machine.slice/libpod-abc.scope", None),
         ("/burstable/kubepods-x", None),
         ("/kubepods/pod/abc", None),

@@ -220,6 +220,28 @@ fn hunks(a: &[&str], b: &[&str]) -> Vec<Hunk> {
 mod tests {
     use super::*;
 
+    /// A state directory someone else made 0755 is taken back to 0700 (and said); one that is
+    /// 0700 is left; a missing one is made 0700; a symlink in its place is refused.
+    #[test]
+    fn state_directories_are_taken_back_private() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("run/isold");
+        fs::create_dir_all(&d).unwrap();
+        fs::set_permissions(&d, fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(take_private_dir(&d).unwrap(), Some(0o755));
+        assert_eq!(fs::metadata(&d).unwrap().mode() & 0o7777, 0o700);
+        assert_eq!(take_private_dir(&d).unwrap(), None);
+        let new = t.path().join("var/lib/isold");
+        assert_eq!(take_private_dir(&new).unwrap(), None);
+        assert_eq!(fs::metadata(&new).unwrap().mode() & 0o7777, 0o700);
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&d, &link).unwrap();
+        assert!(take_private_dir(&link).is_err());
+        let file = t.path().join("file");
+        fs::write(&file, "").unwrap();
+        assert!(take_private_dir(&file).is_err());
+    }
+
     const DEBIAN: &str = "#IRQBALANCE_ONESHOT=\n#IRQBALANCE_BANNED_CPULIST=\n#OPTIONS=\"\"\n";
 
     #[test]
