@@ -15,6 +15,8 @@
 //!   restore with a crash-safe state file), used by isold.
 //! * [`claims`]: containers' claims on CPUs (the domain, and its OCI and socket inputs),
 //!   made into a policy by [`claims::policy_with`].
+//! * [`nri`]: the NRI plugin protocol (multiplexer, ttrpc, messages) and a container's claim
+//!   from what NRI says of it.
 //! * [`sysroot`]: where `/proc` and `/sys` are read, so everything can run on fixture trees.
 //!
 //! ```
@@ -41,6 +43,7 @@ pub mod events;
 pub mod irq;
 pub mod isolation;
 pub mod launch;
+pub mod nri;
 pub mod osnoise;
 pub mod par;
 pub mod policy;

@@ -1,0 +1,52 @@
+//! NRI (the Node Resource Interface of containerd 2.x and CRI-O): the protocol of a plugin,
+//! in isold's own code. [`mux`] cuts the trunk into logical connections, [`ttrpc`] each
+//! connection into calls, [`api`] decodes the messages, [`wire`] is the protobuf wire format
+//! under them. [`claim_of`] turns a container NRI describes into the claim the OCI hook would
+//! make of it: the same annotations, the same rule.
+
+pub mod api;
+pub mod mux;
+pub mod ttrpc;
+pub mod wire;
+
+use std::collections::BTreeMap;
+
+use crate::claims::annotations::AnnotationError;
+use crate::claims::{ClaimRequest, Request};
+
+/// The name isold registers under.
+pub const PLUGIN_NAME: &str = "isold";
+/// Its index: plugins are called in ascending order of theirs; isold adjusts nothing, so it
+/// goes late, after the plugins that may change a container's cpuset.
+pub const PLUGIN_IDX: &str = "90";
+
+/// The claim a container asks for, as its annotations say (the pod's, then the container's,
+/// which win): `None` when it asks for nothing. `pid` is the container's process (NRI gives
+/// it from the start on).
+pub fn claim_of(
+    pod: &api::PodSandbox,
+    c: &api::Container,
+) -> Result<Option<ClaimRequest>, AnnotationError> {
+    let mut ann: BTreeMap<String, String> = pod.annotations.clone();
+    ann.extend(c.annotations.clone());
+    let name = (!c.name.is_empty()).then_some(c.name.as_str());
+    let Some(request) = Request::from_annotations(&ann, name)? else {
+        return Ok(None);
+    };
+    let pod_id = if pod.id.is_empty() {
+        &c.pod_sandbox_id
+    } else {
+        &pod.id
+    };
+    Ok(Some(ClaimRequest {
+        container: c.id.clone(),
+        name: name.map(str::to_string),
+        pod: (!pod_id.is_empty()).then(|| pod_id.clone()),
+        pid: c.pid as i32,
+        cpus: c.cpus.clone(),
+        request,
+    }))
+}
+
+#[cfg(test)]
+mod tests;

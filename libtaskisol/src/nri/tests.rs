@@ -1,0 +1,388 @@
+//! Tests of the NRI codec: byte streams written out by hand from the protocol's definition
+//! (the multiplexer's and ttrpc's headers, the protobuf keys of api.proto v0.8.0), so that the
+//! encoder and the decoder are each checked against the wire, not only against each other.
+
+use std::collections::BTreeMap;
+
+use super::api::{self, Container, ContainerState, Event, PodContainer, PodSandbox, Synchronize};
+use super::mux::{self, Demux};
+use super::ttrpc::{self, Reader, Request, Response};
+use super::*;
+
+/// A length-delimited protobuf field: key, one-byte length, bytes.
+fn ld(number: u8, bytes: &[u8]) -> Vec<u8> {
+    assert!(bytes.len() < 128);
+    let mut v = vec![(number << 3) | 2, bytes.len() as u8];
+    v.extend_from_slice(bytes);
+    v
+}
+
+/// The plugin's registration as it goes on the trunk: frame header (conn 2, length), ttrpc
+/// header (length, stream 1, request, flags 0), the request envelope, RegisterPluginRequest.
+#[test]
+fn the_registration_is_written_byte_for_byte() {
+    let body = api::register_plugin("isold", "90");
+    assert_eq!(
+        body,
+        [0x0a, 5, b'i', b's', b'o', b'l', b'd', 0x12, 2, b'9', b'0']
+    );
+    let env = Request {
+        service: api::RUNTIME_SERVICE.into(),
+        method: "RegisterPlugin".into(),
+        payload: body.clone(),
+        timeout_nano: 0,
+    }
+    .encode();
+    let mut want = ld(1, b"nri.pkg.api.v1alpha1.Runtime");
+    want.extend(ld(2, b"RegisterPlugin"));
+    want.extend(ld(3, &body));
+    assert_eq!(env, want);
+    let msg = ttrpc::Message {
+        stream: 1,
+        kind: ttrpc::REQUEST,
+        flags: 0,
+        data: env.clone(),
+    }
+    .encode();
+    let mut want = (env.len() as u32).to_be_bytes().to_vec();
+    want.extend([0, 0, 0, 1, 1, 0]);
+    want.extend(&env);
+    assert_eq!(msg, want);
+    let trunk = mux::frames(mux::RUNTIME_CONN, &msg);
+    assert_eq!(&trunk[..8], &[0, 0, 0, 2, 0, 0, 0, msg.len() as u8]);
+    assert_eq!(&trunk[8..], &msg[..]);
+}
+
+/// containerd's Configure as it arrives on conn 1 (the values seen live from 2.1.9), read
+/// whatever the pieces the trunk delivers it in.
+#[test]
+fn configure_is_read_from_the_trunk_in_any_pieces() {
+    let mut conf = ld(2, b"containerd");
+    conf.extend(ld(3, b"2.1.9+unknown"));
+    conf.extend([4 << 3, 0x88, 0x27]); // registration_timeout = 5000
+    conf.extend([5 << 3, 0xd0, 0x0f]); // request_timeout = 2000
+    let mut env = ld(1, b"nri.pkg.api.v1alpha1.Plugin");
+    env.extend(ld(2, b"Configure"));
+    env.extend(ld(3, &conf));
+    env.extend([4 << 3, 0x80, 0xa8, 0xd6, 0xb9, 0x07]); // timeout_nano = 2e9
+    let mut stream = (env.len() as u32).to_be_bytes().to_vec();
+    stream.extend([0, 0, 0, 3, 1, 0]);
+    stream.extend(&env);
+    let mut trunk = Vec::new();
+    // The runtime's sender may cut a message anywhere: two frames.
+    for part in [&stream[..7], &stream[7..]] {
+        trunk.extend((mux::PLUGIN_CONN).to_be_bytes());
+        trunk.extend((part.len() as u32).to_be_bytes());
+        trunk.extend_from_slice(part);
+    }
+    for step in [1, 3, 8, 9, 64, trunk.len()] {
+        let mut d = Demux::default();
+        let mut r = Reader::default();
+        let mut got = Vec::new();
+        for piece in trunk.chunks(step) {
+            d.push(piece);
+            while let Some((conn, payload)) = d.next_frame().unwrap() {
+                assert_eq!(conn, mux::PLUGIN_CONN);
+                r.push(&payload);
+                while let Some(m) = r.next_message().unwrap() {
+                    got.push(m);
+                }
+            }
+        }
+        assert_eq!(got.len(), 1, "pieces of {step}");
+        let m = &got[0];
+        assert_eq!((m.stream, m.kind, m.flags), (3, ttrpc::REQUEST, 0));
+        let req = Request::decode(&m.data).unwrap();
+        assert_eq!(
+            (req.service.as_str(), req.method.as_str(), req.timeout_nano),
+            (api::PLUGIN_SERVICE, "Configure", 2_000_000_000)
+        );
+        let c = api::Configure::decode(&req.payload).unwrap();
+        assert_eq!(
+            c,
+            api::Configure {
+                config: String::new(),
+                runtime_name: "containerd".into(),
+                runtime_version: "2.1.9+unknown".into(),
+                registration_timeout: 5000,
+                request_timeout: 2000,
+            }
+        );
+    }
+}
+
+/// What the plugin answers: the subscription (events = field 2), an empty reply as no bytes,
+/// a refusal as a status, a split synchronization echoing `more`.
+#[test]
+fn replies_are_encoded_as_the_runtime_reads_them() {
+    let events = api::mask(&[
+        Event::RunPodSandbox,
+        Event::CreateContainer,
+        Event::StopContainer,
+        Event::RemoveContainer,
+        Event::RemovePodSandbox,
+    ]);
+    assert_eq!(events, 0x1 | 0x4 | 0x8 | 0x200 | 0x400);
+    assert_eq!(api::configure_response(events), [0x10, 0x8d, 0x0c]);
+    assert_eq!(Response::default().encode(), Vec::<u8>::new());
+    let refused = Response {
+        code: ttrpc::code::FAILED_PRECONDITION,
+        message: "no".into(),
+        payload: Vec::new(),
+    };
+    let bytes = refused.encode();
+    let mut status = vec![0x08, 9];
+    status.extend(ld(2, b"no"));
+    assert_eq!(bytes, ld(1, &status));
+    assert_eq!(Response::decode(&bytes).unwrap(), refused);
+    assert_eq!(api::synchronize_response(true), [0x10, 1]);
+    assert_eq!(api::synchronize_response(false), Vec::<u8>::new());
+}
+
+fn pod() -> PodSandbox {
+    PodSandbox {
+        id: "a1b2c3".into(),
+        name: "rt-pod".into(),
+        uid: "0f1e-2d3c".into(),
+        namespace: "default".into(),
+        annotations: BTreeMap::from([
+            ("isold.io/isolate".to_string(), "true".to_string()),
+            ("cpu-c-states.crio.io".to_string(), "disable".to_string()),
+        ]),
+        cgroup_parent: "/kubepods/pod0f1e-2d3c".into(),
+        pid: 0,
+    }
+}
+
+fn container() -> Container {
+    Container {
+        id: "c0ffee".into(),
+        pod_sandbox_id: "a1b2c3".into(),
+        name: "rt".into(),
+        state: ContainerState::Created,
+        annotations: BTreeMap::from([(
+            "io.kubernetes.cri.container-name".to_string(),
+            "rt".to_string(),
+        )]),
+        cpus: "3".into(),
+        cgroups_path: "/kubepods/pod0f1e-2d3c/c0ffee".into(),
+        pid: 4242,
+    }
+}
+
+/// A container's cpuset and cgroups path sit three and one levels down
+/// (linux=11 > resources=3 > cpu=2 > cpus=6; linux=11 > cgroups_path=5): read from bytes
+/// written out by hand, with fields isold skips (a fixed64, an unknown varint) in between.
+#[test]
+fn a_containers_cpuset_and_annotations_are_read_from_its_bytes() {
+    let cpu = ld(6, b"3");
+    let mut resources = vec![0x09, 1, 2, 3, 4, 5, 6, 7, 8]; // memory as a fixed64 (skipped)
+    resources.extend(ld(2, &cpu));
+    let mut linux = ld(3, &resources);
+    linux.extend(ld(5, b"/kubepods/pod0f1e-2d3c/c0ffee"));
+    let mut entry = ld(1, b"io.kubernetes.cri.container-name");
+    entry.extend(ld(2, b"rt"));
+    let mut c = ld(1, b"c0ffee");
+    c.extend(ld(2, b"a1b2c3"));
+    c.extend(ld(3, b"rt"));
+    c.extend([4 << 3, 1]);
+    c.extend(ld(6, &entry));
+    c.extend([15 << 3, 42]); // a field of a later version
+    c.extend(ld(11, &linux));
+    c.extend([12 << 3, 0xca, 0x21]); // pid: 0x4a + (0x21 << 7)
+    let got = Container::decode(&c).unwrap();
+    let mut want = container();
+    want.pid = 0x4a + (0x21 << 7);
+    assert_eq!(got, want);
+    assert_eq!(Container::decode(&want.encode().0).unwrap(), want);
+    let p = pod();
+    assert_eq!(PodSandbox::decode(&p.encode().0).unwrap(), p);
+}
+
+/// The claim NRI's container asks for is the OCI hook's: the same annotations (the pod's,
+/// the container's winning), its name for `KEY/NAME`, its pod for sharing CPUs.
+#[test]
+fn a_container_asks_for_the_claim_its_annotations_say() {
+    let (p, c) = (pod(), container());
+    let req = claim_of(&p, &c).unwrap().unwrap();
+    assert_eq!(
+        (
+            req.container.as_str(),
+            req.name.as_deref(),
+            req.pod.as_deref(),
+            req.pid,
+            req.cpus.as_str()
+        ),
+        ("c0ffee", Some("rt"), Some("a1b2c3"), 4242, "3")
+    );
+    assert_eq!(req.request.isolate, crate::claims::Isolate::All);
+    assert_eq!(req.request.pm_qos.as_deref(), Some("n/a"));
+    // The container's own annotation wins; `KEY/NAME` for another container does not apply.
+    let mut c2 = c.clone();
+    c2.annotations
+        .insert("isold.io/isolate".into(), "false".into());
+    let mut p2 = p.clone();
+    p2.annotations.remove("cpu-c-states.crio.io");
+    assert_eq!(claim_of(&p2, &c2).unwrap(), None);
+    p2.annotations
+        .insert("isold.io/isolate/other".into(), "true".into());
+    c2.annotations.remove("isold.io/isolate");
+    p2.annotations
+        .insert("isold.io/isolate".into(), "false".into());
+    assert_eq!(claim_of(&p2, &c2).unwrap(), None);
+    p2.annotations
+        .insert("isold.io/isolate/rt".into(), "true".into());
+    assert!(claim_of(&p2, &c2).unwrap().is_some());
+    // A bad value is an error, as the hook's.
+    p2.annotations
+        .insert("isold.io/isolate/rt".into(), "yes".into());
+    assert!(claim_of(&p2, &c2)
+        .unwrap_err()
+        .to_string()
+        .contains("'yes' is not true or false"));
+}
+
+/// Synchronize, the lifecycle requests and the pod events, each from its field numbers.
+#[test]
+fn synchronize_requests_and_events_carry_pods_and_containers() {
+    let (p, c) = (pod(), container());
+    // The container is longer than 127 bytes: its length as a two-byte varint.
+    let body = c.encode().0;
+    let mut sync = ld(1, &p.encode().0);
+    sync.push(2 << 3 | 2);
+    sync.extend([(body.len() as u8) | 0x80, (body.len() >> 7) as u8]);
+    sync.extend(&body);
+    sync.extend([3 << 3, 1]);
+    let s = Synchronize::decode(&sync).unwrap();
+    assert_eq!(s.pods, std::slice::from_ref(&p));
+    assert_eq!(s.containers, std::slice::from_ref(&c));
+    assert!(s.more);
+    let mut req = wire::Encoder::default();
+    req.message(1, &p.encode()).message(2, &c.encode());
+    let pc = PodContainer::decode_request(&req.0).unwrap();
+    assert_eq!(
+        (pc.event, &pc.pod, pc.container.as_ref()),
+        (None, &p, Some(&c))
+    );
+    let mut ev = wire::Encoder::default();
+    ev.varint(1, 3).message(2, &p.encode());
+    let pc = PodContainer::decode_event(&ev.0).unwrap();
+    assert_eq!(
+        (pc.event, &pc.pod, pc.container),
+        (Some(Event::RemovePodSandbox), &p, None)
+    );
+    assert_eq!(Event::of(12), None);
+    assert_eq!(Event::of(0), None);
+}
+
+/// The plugin never sends a frame over 4096 bytes (containerd closes the trunk on one), and
+/// the frames give the payload back whole; a frame announced over the limit is refused.
+#[test]
+fn frames_the_plugin_sends_stay_under_4096_bytes() {
+    let payload: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+    let trunk = mux::frames(mux::RUNTIME_CONN, &payload);
+    let mut d = Demux::default();
+    d.push(&trunk);
+    let mut back = Vec::new();
+    let mut n = 0;
+    while let Some((conn, p)) = d.next_frame().unwrap() {
+        assert_eq!(conn, mux::RUNTIME_CONN);
+        assert!(p.len() <= mux::MAX_SENT_PAYLOAD);
+        back.extend(p);
+        n += 1;
+    }
+    assert_eq!((n, back), (3, payload));
+    let mut d = Demux::default();
+    let mut big = 1u32.to_be_bytes().to_vec();
+    big.extend(((mux::MAX_RECEIVED_PAYLOAD + 1) as u32).to_be_bytes());
+    d.push(&big);
+    assert_eq!(
+        d.next_frame().unwrap_err(),
+        mux::FrameTooBig {
+            conn: 1,
+            len: mux::MAX_RECEIVED_PAYLOAD + 1
+        }
+    );
+    let mut r = Reader::default();
+    let mut huge = ((ttrpc::MAX_DATA + 1) as u32).to_be_bytes().to_vec();
+    huge.extend([0, 0, 0, 1, 1, 0]);
+    r.push(&huge);
+    assert!(r.next_message().is_err());
+}
+
+/// Broken messages are errors that say what and where, never a panic.
+#[test]
+fn broken_messages_are_errors() {
+    for (bytes, why) in [
+        (&[0x0a, 5, b'a'][..], "length 5 past the end"),
+        (&[0x0a][..], "varint cut short"),
+        (&[0x0b, 0][..], "wire type 3"),
+        (&[0x00, 0][..], "field number 0"),
+        (&[0x09, 1, 2][..], "fixed-size value cut short"),
+        (
+            &[
+                0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f,
+            ][..],
+            "over 64 bits",
+        ),
+        (&[0x0a, 1, 0xff][..], "not UTF-8"),
+    ] {
+        let e = Container::decode(bytes).unwrap_err().to_string();
+        assert!(
+            e.starts_with("Container: ") && e.contains(why),
+            "{bytes:?}: {e}"
+        );
+    }
+}
+
+proptest::proptest! {
+    /// Any trunk bytes, pushed in any pieces: frames or an error, never a panic, and the
+    /// frames of a valid stream come back whatever the cuts.
+    #[test]
+    fn framing_holds_for_any_cut(
+        payloads in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..9000), 1..4),
+        cuts in proptest::collection::vec(1usize..5000, 1..20),
+    ) {
+        let mut trunk = Vec::new();
+        for (i, p) in payloads.iter().enumerate() {
+            trunk.extend(mux::frames(1 + i as u32 % 2, p));
+        }
+        let mut d = Demux::default();
+        let mut got: Vec<Vec<u8>> = vec![Vec::new(); 2];
+        let mut at = 0;
+        let mut k = 0;
+        while at < trunk.len() {
+            let n = cuts[k % cuts.len()].min(trunk.len() - at);
+            d.push(&trunk[at..at + n]);
+            at += n;
+            k += 1;
+            while let Some((conn, p)) = d.next_frame().unwrap() {
+                proptest::prop_assert!(p.len() <= mux::MAX_SENT_PAYLOAD);
+                got[conn as usize - 1].extend(p);
+            }
+        }
+        let mut want: Vec<Vec<u8>> = vec![Vec::new(); 2];
+        for (i, p) in payloads.iter().enumerate() {
+            want[i % 2].extend(p);
+        }
+        proptest::prop_assert_eq!(got, want);
+    }
+
+    /// Any bytes as any message: decoded or refused, never a panic.
+    #[test]
+    fn any_bytes_decode_or_are_refused(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+        let _ = Container::decode(&bytes);
+        let _ = PodSandbox::decode(&bytes);
+        let _ = Synchronize::decode(&bytes);
+        let _ = PodContainer::decode_event(&bytes);
+        let _ = api::Configure::decode(&bytes);
+        let _ = Request::decode(&bytes);
+        let _ = Response::decode(&bytes);
+        let mut d = Demux::default();
+        d.push(&bytes);
+        while let Ok(Some(_)) = d.next_frame() {}
+        let mut r = Reader::default();
+        r.push(&bytes);
+        while let Ok(Some(_)) = r.next_message() {}
+    }
+}
