@@ -149,6 +149,7 @@ pub fn hook(socket: &Path, args: &HookArgs, syslog: bool) -> i32 {
         container: state.id.clone(),
         name,
         pod: pod_of(&ann),
+        source: None,
         pid: state.pid,
         cpus: cpus.to_string(),
         request,

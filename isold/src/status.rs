@@ -34,6 +34,9 @@ pub struct DaemonStatus {
     pub cpu_dma_latency_us: Option<u32>,
     /// Corrections since the start, by item (tasks, irq_affinity, sysctl, ...).
     pub corrections: BTreeMap<String, u64>,
+    /// The NRI plugin's connection to the runtime (`[containers] nri`), when it is on.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub nri: String,
     /// Containers' claims refused since the start, by reason.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub claims_refused: BTreeMap<String, u64>,
@@ -236,6 +239,9 @@ pub fn human_status(s: &DaemonStatus) -> String {
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
         out.push_str(&format!("  corrections: {total} ({})\n", by.join(", ")));
+    }
+    if !s.nri.is_empty() {
+        out.push_str(&format!("  NRI: {}\n", s.nri));
     }
     if !s.claims_refused.is_empty() {
         let by: Vec<String> = s

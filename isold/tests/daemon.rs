@@ -1565,6 +1565,238 @@ fn a_containers_name_is_escaped_wherever_it_is_shown() {
     assert!(!log.contains("\nisold: corrected forged"), "{log}");
 }
 
+/// containerd's side of NRI, as the test plays it: it accepts the plugin, answers its
+/// registration and calls it as the runtime does.
+struct Runtime {
+    stream: std::os::unix::net::UnixStream,
+    demux: libtaskisol::nri::mux::Demux,
+    /// Replies of the plugin (conn 1), calls of the plugin (conn 2).
+    replies: libtaskisol::nri::ttrpc::Reader,
+    calls: libtaskisol::nri::ttrpc::Reader,
+    next_stream: u32,
+}
+
+impl Runtime {
+    /// Accept the plugin's connection on `listener` (within 10 s) and answer its
+    /// RegisterPlugin: the name and index it registered with.
+    fn accept(listener: &std::os::unix::net::UnixListener) -> (Runtime, String) {
+        use libtaskisol::nri::{api, mux, ttrpc};
+        listener.set_nonblocking(true).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let stream = loop {
+            match listener.accept() {
+                Ok((s, _)) => break s,
+                Err(_) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Err(e) => panic!("the plugin did not connect: {e}"),
+            }
+        };
+        stream.set_nonblocking(false).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut rt = Runtime {
+            stream,
+            demux: Default::default(),
+            replies: Default::default(),
+            calls: Default::default(),
+            next_stream: 1,
+        };
+        let m = rt.read(false);
+        let req = ttrpc::Request::decode(&m.data).unwrap();
+        assert_eq!(
+            (req.service.as_str(), req.method.as_str()),
+            (api::RUNTIME_SERVICE, "RegisterPlugin")
+        );
+        let f = libtaskisol::nri::wire::fields("test", &req.payload).unwrap();
+        let text =
+            |v: &libtaskisol::nri::wire::Value| libtaskisol::nri::wire::string("test", v).unwrap();
+        let who = format!("{} {}", text(&f[0].1), text(&f[1].1));
+        let reply = ttrpc::Message {
+            stream: m.stream,
+            kind: ttrpc::RESPONSE,
+            flags: 0,
+            data: Vec::new(),
+        };
+        use std::io::Write;
+        rt.stream
+            .write_all(&mux::frames(mux::RUNTIME_CONN, &reply.encode()))
+            .unwrap();
+        (rt, who)
+    }
+
+    /// The next message of the plugin: a reply on conn 1 (`reply`), or a call on conn 2.
+    fn read(&mut self, reply: bool) -> libtaskisol::nri::ttrpc::Message {
+        use std::io::Read;
+        loop {
+            let r = if reply {
+                &mut self.replies
+            } else {
+                &mut self.calls
+            };
+            if let Some(m) = r.next_message().unwrap() {
+                return m;
+            }
+            while let Some((conn, p)) = self.demux.next_frame().unwrap() {
+                assert!(p.len() <= 4096, "a frame of {} bytes", p.len());
+                match conn {
+                    1 => self.replies.push(&p),
+                    2 => self.calls.push(&p),
+                    c => panic!("a frame for connection {c}"),
+                }
+            }
+            let r = if reply {
+                &mut self.replies
+            } else {
+                &mut self.calls
+            };
+            if let Some(m) = r.next_message().unwrap() {
+                return m;
+            }
+            let mut buf = [0u8; 65536];
+            let n = self.stream.read(&mut buf).expect("the plugin's answer");
+            assert!(n > 0, "the plugin closed the connection");
+            self.demux.push(&buf[..n]);
+        }
+    }
+
+    /// Call the plugin's `method` with `payload`: its reply.
+    fn call(&mut self, method: &str, payload: Vec<u8>) -> libtaskisol::nri::ttrpc::Response {
+        use libtaskisol::nri::{api, mux, ttrpc};
+        use std::io::Write;
+        let req = ttrpc::Request {
+            service: api::PLUGIN_SERVICE.into(),
+            method: method.into(),
+            payload,
+            timeout_nano: 2_000_000_000,
+        };
+        let m = ttrpc::Message {
+            stream: self.next_stream,
+            kind: ttrpc::REQUEST,
+            flags: 0,
+            data: req.encode(),
+        };
+        self.next_stream += 2;
+        self.stream
+            .write_all(&mux::frames(mux::PLUGIN_CONN, &m.encode()))
+            .unwrap();
+        let r = self.read(true);
+        assert_eq!((r.stream, r.kind), (m.stream, ttrpc::RESPONSE));
+        ttrpc::Response::decode(&r.data).unwrap()
+    }
+}
+
+/// isold as an NRI plugin of a runtime that speaks containerd's protocol: it registers as
+/// `isold 90`, subscribes to the container lifecycle, fails the creation of a container
+/// whose claim the rule refuses (with the reason), claims a started container's CPUs,
+/// dials again when the runtime goes away, and at the new Synchronize releases the claim of
+/// a container that no longer exists.
+#[test]
+fn isold_is_an_nri_plugin_that_claims_and_reconciles() {
+    use libtaskisol::nri::api::{self, Container, ContainerState, PodSandbox};
+    use libtaskisol::nri::ttrpc::code;
+    let sock_dir = tempfile::tempdir().unwrap();
+    let sock = sock_dir.path().join("nri.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let t = tree(&format!(
+        "isolated_cpus = \"2\"\n[containers]\ncpus = \"3\"\nnri = true\nnri_socket = \"{}\"\n",
+        sock.display()
+    ));
+    add_container_process(&t);
+    let c = start(&t, &[]);
+    eventually("started", || running(&t));
+    let before = claimed_values(&t);
+    let (mut rt, who) = Runtime::accept(&listener);
+    assert_eq!(who, "isold 90");
+    let mut conf = libtaskisol::nri::wire::Encoder::default();
+    conf.string(2, "containerd")
+        .string(3, "2.1.9+unknown")
+        .varint(4, 5000)
+        .varint(5, 2000);
+    let r = rt.call("Configure", conf.0);
+    assert_eq!(r.code, code::OK, "{r:?}");
+    assert_eq!(
+        r.payload,
+        api::configure_response(0x8 | 0x20 | 0x200 | 0x400)
+    );
+    let r = rt.call("Synchronize", Vec::new());
+    assert_eq!((r.code, r.payload.len()), (code::OK, 0));
+    let pod = PodSandbox {
+        id: "pod1".into(),
+        name: "rt".into(),
+        annotations: [("isold.io/isolate".to_string(), "true".to_string())].into(),
+        ..Default::default()
+    };
+    let container = |id: &str, cpus: &str, pid: u32| Container {
+        id: id.into(),
+        pod_sandbox_id: "pod1".into(),
+        name: "rt".into(),
+        state: ContainerState::Created,
+        cpus: cpus.into(),
+        pid,
+        ..Default::default()
+    };
+    let request = |c: &Container| {
+        let mut e = libtaskisol::nri::wire::Encoder::default();
+        e.message(1, &pod.encode()).message(2, &c.encode());
+        e.0
+    };
+    // The housekeeping CPUs: its creation fails, with the reason, and nothing changes.
+    let r = rt.call("CreateContainer", request(&container("hk1", "0-1", 0)));
+    assert_eq!(r.code, code::FAILED_PRECONDITION, "{r:?}");
+    assert!(
+        r.message
+            .contains("claim refused: container rt (hk1): CPUs 0-1 are not for containers"),
+        "{}",
+        r.message
+    );
+    assert_eq!(claimed_values(&t), before);
+    // CPU 3: created, then claimed at its start.
+    let r = rt.call("CreateContainer", request(&container("rt1", "3", 0)));
+    assert_eq!((r.code, r.payload.len()), (code::OK, 0), "{r:?}");
+    let mut ev = libtaskisol::nri::wire::Encoder::default();
+    ev.varint(1, 6)
+        .message(2, &pod.encode())
+        .message(3, &container("rt1", "3", 4242).encode());
+    let r = rt.call("StateChange", ev.0);
+    assert_eq!(r.code, code::OK, "{r:?}");
+    eventually("claimed", || read(&t, IRQ4).trim() == "0-1");
+    let (_, out, _) = common::isold_at(Some(&t.root), &["claims", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v[0]["container"].as_str(), v[0]["source"].as_str()),
+        (Some("rt1"), Some("nri"))
+    );
+    // The runtime restarts: the plugin dials again; the new Synchronize does not list rt1.
+    drop(rt);
+    let (mut rt, _) = Runtime::accept(&listener);
+    let r = rt.call("Configure", Vec::new());
+    assert_eq!(r.code, code::OK);
+    let mut sync = libtaskisol::nri::wire::Encoder::default();
+    sync.message(1, &pod.encode());
+    let r = rt.call("Synchronize", sync.0);
+    assert_eq!(r.code, code::OK);
+    eventually("released at the synchronization", || {
+        claimed_values(&t) == before
+    });
+    eventually("the reconnection in the status", || {
+        status_json(&t)["status"]["nri"]
+            .as_str()
+            .is_some_and(|s| s.contains("registered with") && s.contains("connections: 2"))
+    });
+    // A method isold does not have (a newer runtime's) is UNIMPLEMENTED, so that the
+    // runtime falls back to StateChange.
+    let r = rt.call("PostStartContainer", Vec::new());
+    assert_eq!(r.code, code::UNIMPLEMENTED);
+    let (code, log) = stop(c);
+    assert_eq!(code, 0, "{log}");
+    assert!(
+        log.contains("NRI: configured by containerd 2.1.9+unknown"),
+        "{log}"
+    );
+}
+
 /// On a CPU the configuration isolates, a container adds only its power settings, and its
 /// release puts the configuration's back (not the kernel's original).
 #[test]

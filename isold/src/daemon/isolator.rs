@@ -69,6 +69,8 @@ pub(super) struct Daemon {
     pub(super) claims: claims::Claims,
     /// The socket `isold hook` talks to (`None` when it could not be bound: said once).
     pub(super) server: Option<hook_socket::Server>,
+    /// The NRI plugin (`[containers] nri`).
+    pub(super) nri: Option<super::nri::Plugin>,
 }
 
 /// An event source, or `None` with the status text and the one log line that say what
@@ -123,6 +125,7 @@ impl Daemon {
             dma: power::DmaLatency::taken_back(&env),
             claims,
             server: None,
+            nri: None,
             env,
         }
     }
@@ -436,12 +439,67 @@ impl Daemon {
                 claims: self.claims.list.clone(),
             },
             Message::Release { container } => self.release(&container),
-            Message::Claim(req) => self.claim(&req),
+            // What the hook asks is the hook's: `source` is NRI's word only.
+            Message::Claim(req) => self.claim(&ClaimRequest {
+                source: None,
+                ..req
+            }),
+        }
+    }
+
+    /// `[containers] nri`: the plugin's thread started (it dials and registers by itself).
+    pub(super) fn start_nri(&mut self) {
+        let Some(c) = self.base.config.containers.as_ref().filter(|c| c.nri) else {
+            return;
+        };
+        match super::nri::Plugin::start(c.nri_socket.clone(), self.env.log) {
+            Ok(p) => {
+                self.books.status.nri = p.describe();
+                self.nri = Some(p);
+            }
+            Err(e) => self.env.log.warn(&format!("NRI: cannot start: {e}")),
+        }
+    }
+
+    /// Whether `req` would be admitted now (NRI's CreateContainer): the rule, the machine,
+    /// the other claims; a refusal is logged and counted as one.
+    pub(super) fn admit(&mut self, req: &ClaimRequest) -> Result<(), String> {
+        let others = self.claims.others(&req.container);
+        match Claim::admissible(&self.env.root, req, &self.policy, &others) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let msg = format!("claim refused: {e}");
+                self.books.refused(e.reason(), &msg);
+                Err(msg)
+            }
+        }
+    }
+
+    /// NRI's synchronization: NRI's claims whose container no longer exists released, the
+    /// running containers' claims not held yet made.
+    pub(super) fn synchronize(&mut self, existing: &[String], asks: Vec<ClaimRequest>) {
+        let gone: Vec<String> = self
+            .claims
+            .list
+            .iter()
+            .filter(|c| {
+                c.source.as_deref() == Some(libtaskisol::nri::SOURCE)
+                    && !existing.contains(&c.container)
+            })
+            .map(|c| c.container.clone())
+            .collect();
+        for id in gone {
+            self.release(&id);
+        }
+        for req in asks {
+            if self.claims.of(&req.container).is_none() {
+                self.claim(&req);
+            }
         }
     }
 
     /// A container stopped: its CPUs given back.
-    fn release(&mut self, container: &str) -> Reply {
+    pub(super) fn release(&mut self, container: &str) -> Reply {
         let Some(c) = self.claims.of(container).cloned() else {
             return Reply::said(
                 true,
@@ -458,7 +516,7 @@ impl Daemon {
     }
 
     /// A container starts and asks for its CPUs: checked, kept, applied.
-    fn claim(&mut self, req: &ClaimRequest) -> Reply {
+    pub(super) fn claim(&mut self, req: &ClaimRequest) -> Reply {
         let refused = |books: &mut Books, reason: &str, e: &dyn std::fmt::Display| {
             books.refused(reason, &format!("claim refused: {e}"));
             Reply::said(false, format!("claim refused: {e}"))

@@ -36,6 +36,7 @@ mod books;
 mod claims;
 mod hook_socket;
 mod isolator;
+mod nri;
 mod os;
 mod partition;
 mod power;
@@ -121,6 +122,7 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
     d.reconcile(&claimable);
     d.ready();
     d.books.metrics = publish::start(&d.env, &d.policy, d.books.status.contested.is_empty());
+    d.start_nri();
     serve::serve(d, &signals, args)
 }
 

@@ -9,6 +9,7 @@ use nix::sys::signal::Signal;
 use nix::sys::signalfd::SignalFd;
 
 use super::isolator::Daemon;
+use super::nri::Ask;
 use super::os::notify;
 use super::os::secs;
 use super::scanner::{Ctl, ScanMsg, Scanner};
@@ -120,6 +121,7 @@ struct Ready {
     inotify: bool,
     scanner: bool,
     socket: bool,
+    nri: bool,
 }
 
 /// Sleep in poll(2) on every source until one is readable or `timeout` passes; `None` when
@@ -139,8 +141,9 @@ fn wait_for(
         d.uevents.as_ref().map(|u| u.as_fd()),
         d.partition.inotify.as_ref().map(|i| i.as_fd()),
         d.server.as_ref().map(|s| s.as_fd()),
+        d.nri.as_ref().map(|n| n.wake.as_fd()),
     ];
-    let [proc_i, uev_i, ino_i, sock_i] = sources.map(|fd| {
+    let [proc_i, uev_i, ino_i, sock_i, nri_i] = sources.map(|fd| {
         fd.map(|fd| {
             fds.push(PollFd::new(fd, PollFlags::POLLIN));
             fds.len() - 1
@@ -162,6 +165,7 @@ fn wait_for(
         uevents: ready(uev_i),
         inotify: ready(ino_i),
         socket: ready(sock_i),
+        nri: ready(nri_i),
     })
 }
 
@@ -203,6 +207,11 @@ pub(super) fn serve(mut d: Daemon, signals: &SignalFd, args: &RunArgs) -> i32 {
         }
         if ready.socket {
             if let Some(code) = d.on_socket(&mut scanner, timers.interval) {
+                return code;
+            }
+        }
+        if ready.nri {
+            if let Some(code) = d.on_nri(&mut scanner, timers.interval) {
                 return code;
             }
         }
@@ -266,6 +275,58 @@ impl Daemon {
                 }
             };
             self.answer(id, &reply);
+        }
+    }
+
+    /// What NRI's runtime asked, carried out; a change of the claims with the scan thread
+    /// stopped (`Some(exit code)` if it cannot be started again).
+    fn on_nri(&mut self, scanner: &mut Scanner, interval: Duration) -> Option<i32> {
+        loop {
+            let Some((ask, answer)) = self.nri.as_ref()?.next() else {
+                let line = self.nri.as_ref()?.describe();
+                if line != self.books.status.nri {
+                    self.books.status.nri = line;
+                    self.books.dirty = true;
+                }
+                return None;
+            };
+            let word = match ask {
+                Ask::Admit(req) => self.admit(&req),
+                changing => {
+                    scanner.stop();
+                    let word = match changing {
+                        Ask::Claim(req) => {
+                            let r = self.claim(&req);
+                            if r.ok {
+                                Ok(())
+                            } else {
+                                Err(r.message)
+                            }
+                        }
+                        Ask::Release(id) => {
+                            if self.claims.of(&id).is_some() {
+                                self.release(&id);
+                            }
+                            Ok(())
+                        }
+                        Ask::Sync { existing, asks } => {
+                            self.synchronize(&existing, asks);
+                            Ok(())
+                        }
+                        Ask::Admit(_) => unreachable!("answered above"),
+                    };
+                    match self.scanner(interval) {
+                        Some(s) => *scanner = s,
+                        None => {
+                            return Some(self.stop(Signal::SIGTERM).max(crate::exit::EXIT_FAILURE))
+                        }
+                    }
+                    word
+                }
+            };
+            if let Some(a) = answer {
+                let _ = a.send(word);
+            }
         }
     }
 

@@ -303,6 +303,10 @@ pub struct Claim {
     /// CPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
+    /// What asked for it: `nri` for NRI's runtime, none for the OCI hook. NRI's
+    /// synchronization releases only its own claims.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// Its process.
     pub pid: i32,
     /// That process's start time (clock ticks after boot): a reused pid is not the container.
@@ -331,6 +335,9 @@ pub struct ClaimRequest {
     /// Its pod (the runtime's sandbox id), when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
+    /// What asks: `nri`, or none for the OCI hook.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// Its process (in the daemon's PID namespace): the claim lasts as long as it does.
     pub pid: i32,
     /// Its cpuset, as a CPU list.
@@ -365,6 +372,28 @@ impl Claim {
         req: &ClaimRequest,
         policy: &Policy,
         others: &[Claim],
+    ) -> Result<Claim, ClaimError> {
+        Claim::resolve_as(root, req, policy, others, true)
+    }
+
+    /// [`Claim::resolve`] before the container has a process (NRI's CreateContainer): every
+    /// check but its process's, so that a claim the rule refuses fails the container's
+    /// creation. The claim itself is made at its start.
+    pub fn admissible(
+        root: &SysRoot,
+        req: &ClaimRequest,
+        policy: &Policy,
+        others: &[Claim],
+    ) -> Result<(), ClaimError> {
+        Claim::resolve_as(root, req, policy, others, false).map(|_| ())
+    }
+
+    fn resolve_as(
+        root: &SysRoot,
+        req: &ClaimRequest,
+        policy: &Policy,
+        others: &[Claim],
+        process: bool,
     ) -> Result<Claim, ClaimError> {
         let (online, static_isolated) = (&policy.online, &policy.static_isolated());
         let who = who(&req.container, req.name.as_deref());
@@ -402,19 +431,23 @@ impl Claim {
                 });
             }
         }
-        if req.pid <= 0 {
-            return Err(ClaimError::NoPid { who, pid: req.pid });
-        }
-        let stat = format!("/proc/{0}/task/{0}/stat", req.pid);
-        let starttime = match crate::procfs::TaskStat::read_path(root, &stat) {
-            Ok(s) => s.starttime,
-            Err(e) => {
-                return Err(ClaimError::Unreadable {
-                    who,
-                    pid: req.pid,
-                    error: e.to_string(),
-                })
+        let starttime = if process {
+            if req.pid <= 0 {
+                return Err(ClaimError::NoPid { who, pid: req.pid });
             }
+            let stat = format!("/proc/{0}/task/{0}/stat", req.pid);
+            match crate::procfs::TaskStat::read_path(root, &stat) {
+                Ok(s) => s.starttime,
+                Err(e) => {
+                    return Err(ClaimError::Unreadable {
+                        who,
+                        pid: req.pid,
+                        error: e.to_string(),
+                    })
+                }
+            }
+        } else {
+            0
         };
         let r = &req.request;
         check_power(root, &who, r, &cpus)?;
@@ -462,6 +495,7 @@ impl Claim {
             container: req.container.clone(),
             name: req.name.clone(),
             pod: req.pod.clone(),
+            source: req.source.clone(),
             pid: req.pid,
             starttime,
             cpus: cpus.to_string(),

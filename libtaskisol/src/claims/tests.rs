@@ -261,6 +261,7 @@ fn claim(cpus: &str, isolated: &str) -> Claim {
         container: format!("c{cpus}"),
         name: None,
         pod: None,
+        source: None,
         pid: 1,
         starttime: 1,
         cpus: cpus.into(),
@@ -275,7 +276,7 @@ fn allowing(isolated: &str, containers: Option<&str>) -> crate::policy::Policy {
     let mut p = policy(isolated);
     p.config.containers = containers.map(|c| crate::policy::config::ContainersConfig {
         cpus: c.parse().unwrap(),
-        cpus_line: None,
+        ..Default::default()
     });
     p
 }
@@ -345,6 +346,7 @@ fn a_claim_is_resolved_against_the_machine_and_the_other_claims() {
         container: "abc".into(),
         name: Some("rt".into()),
         pod: Some("p1".into()),
+        source: None,
         pid: 7,
         cpus: cpus.into(),
         request: Request {
@@ -523,6 +525,7 @@ fn power_follows_each_claims_cpus() {
         container: "c".into(),
         name: None,
         pod: None,
+        source: None,
         pid: 1,
         starttime: 1,
         cpus: cpus.into(),
@@ -549,6 +552,7 @@ fn claims_files_of_another_boot_hold_nothing_and_bad_ones_are_refused() {
         container: "abc".into(),
         name: Some("rt".into()),
         pod: None,
+        source: None,
         pid: 5,
         starttime: 7,
         cpus: "3".into(),
@@ -590,6 +594,7 @@ fn claims_files_of_another_boot_hold_nothing_and_bad_ones_are_refused() {
         container: "abc".into(),
         name: None,
         pod: Some("p9".into()),
+        source: None,
         pid: 5,
         starttime: 7,
         cpus: "3".into(),
@@ -726,6 +731,7 @@ fn a_claim_takes_only_what_the_administrator_gave_containers() {
         container: id.into(),
         name: None,
         pod: pod.map(Into::into),
+        source: None,
         pid: 7,
         cpus: cpus.into(),
         request: Request {
@@ -817,6 +823,7 @@ proptest::proptest! {
                 container: id.clone(),
                 name,
                 pod,
+                source: None,
                 pid,
                 cpus,
                 request: Request { isolate: Isolate::All, pm_qos: None, governor: None },

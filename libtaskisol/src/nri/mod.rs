@@ -14,6 +14,9 @@ use std::collections::BTreeMap;
 use crate::claims::annotations::AnnotationError;
 use crate::claims::{ClaimRequest, Request};
 
+/// The source of NRI's claims ([`crate::claims::Claim::source`]).
+pub const SOURCE: &str = "nri";
+
 /// The name isold registers under.
 pub const PLUGIN_NAME: &str = "isold";
 /// Its index: plugins are called in ascending order of theirs; isold adjusts nothing, so it
@@ -42,6 +45,7 @@ pub fn claim_of(
         container: c.id.clone(),
         name: name.map(str::to_string),
         pod: (!pod_id.is_empty()).then(|| pod_id.clone()),
+        source: Some(SOURCE.into()),
         pid: c.pid as i32,
         cpus: c.cpus.clone(),
         request,

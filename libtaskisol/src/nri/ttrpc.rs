@@ -124,6 +124,8 @@ impl Request {
 pub mod code {
     /// Success.
     pub const OK: u32 = 0;
+    /// A request that cannot be read.
+    pub const INVALID_ARGUMENT: u32 = 3;
     /// A request the plugin refuses (a claim against the administrator's rule).
     pub const FAILED_PRECONDITION: u32 = 9;
     /// A method the plugin does not have (newer runtimes then fall back to StateChange).

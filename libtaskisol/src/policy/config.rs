@@ -224,16 +224,34 @@ pub struct Config {
 }
 
 /// `[containers]` of the configuration: the administrator's rule for containers' claims.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainersConfig {
     /// `cpus`: the only CPUs, beyond `isolated_cpus`, that a container's claim may isolate
     /// (on Kubernetes: the CPUs the kubelet hands out exclusively).
     pub cpus: CpuSet,
     /// The line of `cpus`.
     pub cpus_line: Option<usize>,
+    /// `nri`: `isold run` is an NRI plugin of the runtime's socket (containerd 2.x, CRI-O).
+    pub nri: bool,
+    /// `nri_socket`: the runtime's NRI socket.
+    pub nri_socket: PathBuf,
 }
 
-const CONTAINERS_KEYS: &[&str] = &["cpus"];
+impl Default for ContainersConfig {
+    fn default() -> ContainersConfig {
+        ContainersConfig {
+            cpus: CpuSet::new(),
+            cpus_line: None,
+            nri: false,
+            nri_socket: PathBuf::from(NRI_SOCKET),
+        }
+    }
+}
+
+/// The default `[containers] nri_socket`: containerd's and CRI-O's.
+pub const NRI_SOCKET: &str = "/var/run/nri/nri.sock";
+
+const CONTAINERS_KEYS: &[&str] = &["cpus", "nri", "nri_socket"];
 
 /// `[metrics]` of the configuration: where `isold run` publishes its metrics (Prometheus's
 /// text format), and how often it samples the isolated CPUs' health.
@@ -849,7 +867,8 @@ impl Config {
         }
         if let Some(t) = table("containers")? {
             let mut cc = ContainersConfig::default();
-            walk(t, "containers", &mut |k, v| match k {
+            walk(t, "containers", &mut |k, v| {
+                match k {
                 "cpus" => {
                     let Value::String(s) = v else {
                         return Err("containers.cpus must be a string (a CPU list, \"4-7\")".into());
@@ -859,7 +878,22 @@ impl Config {
                     cc.cpus_line = line_of(text, s.span());
                     Ok(())
                 }
+                "nri" => match v {
+                    Value::Boolean(b) => {
+                        cc.nri = *b.value();
+                        Ok(())
+                    }
+                    _ => Err("containers.nri takes true or false".into()),
+                },
+                "nri_socket" => match v {
+                    Value::String(s) if Path::new(s.value()).is_absolute() => {
+                        cc.nri_socket = PathBuf::from(s.value());
+                        Ok(())
+                    }
+                    _ => Err("containers.nri_socket must be an absolute path (\"/var/run/nri/nri.sock\")".into()),
+                },
                 _ => Err(unknown("key", k, CONTAINERS_KEYS)),
+            }
             })?;
             c.containers = Some(cc);
         }
@@ -1209,11 +1243,27 @@ mod tests {
             .unwrap();
         assert_eq!((c.cpus.to_string(), c.cpus_line), ("3-5,7".into(), Some(4)));
         let empty = parse("isolated_cpus = \"2\"\n[containers]\n").unwrap();
-        assert_eq!(empty.containers.unwrap().cpus, CpuSet::new());
+        let empty = empty.containers.unwrap();
+        assert_eq!(empty.cpus, CpuSet::new());
+        assert!(!empty.nri);
+        assert_eq!(empty.nri_socket, Path::new("/var/run/nri/nri.sock"));
+        let nri = parse(
+            "isolated_cpus = \"2\"\n[containers]\nnri = true\nnri_socket = \"/run/x.sock\"\n",
+        )
+        .unwrap()
+        .containers
+        .unwrap();
+        assert!(nri.nri);
+        assert_eq!(nri.nri_socket, Path::new("/run/x.sock"));
         for (line, why) in [
             ("cpus = 3", "containers.cpus must be a string"),
             ("cpus = \"3-x\"", "containers.cpus: "),
             ("cpu = \"3\"", "unknown key 'cpu' (did you mean 'cpus'?)"),
+            ("nri = \"yes\"", "containers.nri takes true or false"),
+            (
+                "nri_socket = \"nri.sock\"",
+                "containers.nri_socket must be an absolute path",
+            ),
         ] {
             let e = parse(&format!("isolated_cpus = \"2\"\n[containers]\n{line}\n"))
                 .unwrap_err()
