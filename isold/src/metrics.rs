@@ -34,6 +34,7 @@ pub const NAMES: &[&str] = &[
     "isold_contested_values",
     "isold_policy_holds",
     "isold_claims_refused_total",
+    "isold_nri_connected",
     "isold_cpu_interrupts_total",
     "isold_cpu_softirqs_total",
     "isold_cpu_foreign_context_switches_total",
@@ -64,6 +65,7 @@ pub struct Metrics {
     contested: IntGauge,
     holds: IntGauge,
     claims_refused: IntCounterVec,
+    nri_connected: IntGauge,
     cpu_interrupts: IntCounterVec,
     cpu_softirqs: IntCounterVec,
     cpu_foreign_switches: IntCounterVec,
@@ -181,6 +183,10 @@ impl Metrics {
         for reason in CLAIM_REFUSALS {
             claims_refused.with_label_values(&[reason]);
         }
+        let nri_connected = must(IntGauge::new(
+            "isold_nri_connected",
+            "1 while isold is registered with the runtime's NRI socket ([containers] nri), 0 while it dials again; absent without NRI",
+        ));
         let samples = must(IntCounter::new(
             "isold_health_samples_total",
             "Health samples taken",
@@ -196,6 +202,9 @@ impl Metrics {
         reg(Box::new(contested.clone()));
         reg(Box::new(holds.clone()));
         reg(Box::new(claims_refused.clone()));
+        if policy.config.containers.as_ref().is_some_and(|c| c.nri) {
+            reg(Box::new(nri_connected.clone()));
+        }
         reg(Box::new(cpu_interrupts.clone()));
         reg(Box::new(cpu_softirqs.clone()));
         reg(Box::new(cpu_foreign_switches.clone()));
@@ -211,6 +220,7 @@ impl Metrics {
             contested,
             holds,
             claims_refused,
+            nri_connected,
             cpu_interrupts,
             cpu_softirqs,
             cpu_foreign_switches,
@@ -255,6 +265,11 @@ impl Metrics {
     /// A container's claim refused for `reason`.
     pub fn claim_refused(&self, reason: &str) {
         self.claims_refused.with_label_values(&[reason]).inc();
+    }
+
+    /// Whether the NRI plugin is registered with the runtime now.
+    pub fn nri_connected(&self, yes: bool) {
+        self.nri_connected.set(i64::from(yes));
     }
 
     /// Whether the policy holds now.

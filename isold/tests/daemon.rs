@@ -1699,8 +1699,13 @@ fn isold_is_an_nri_plugin_that_claims_and_reconciles() {
     let sock_dir = tempfile::tempdir().unwrap();
     let sock = sock_dir.path().join("nri.sock");
     let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let t = tree(&format!(
-        "isolated_cpus = \"2\"\n[containers]\ncpus = \"3\"\nnri = true\nnri_socket = \"{}\"\n",
+        "isolated_cpus = \"2\"\n[containers]\ncpus = \"3\"\nnri = true\nnri_socket = \"{}\"\n[metrics]\nlisten = \"127.0.0.1:{port}\"\n",
         sock.display()
     ));
     add_container_process(&t);
@@ -1779,6 +1784,9 @@ fn isold_is_an_nri_plugin_that_claims_and_reconciles() {
     assert_eq!(r.code, code::OK);
     eventually("released at the synchronization", || {
         claimed_values(&t) == before
+    });
+    eventually("connected, in the metrics", || {
+        http(port, "GET /metrics HTTP/1.0\r\n\r\n").contains("\nisold_nri_connected 1\n")
     });
     eventually("the reconnection in the status", || {
         status_json(&t)["status"]["nri"]

@@ -105,6 +105,14 @@ impl Plugin {
         self.asks.try_recv().ok()
     }
 
+    /// Whether it is registered with the runtime now.
+    pub fn connected(&self) -> bool {
+        self.link
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .connected
+    }
+
     /// The status line.
     pub fn describe(&self) -> String {
         let l = self.link.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -144,6 +152,7 @@ fn keep_connected(
                     l.last_error.clear();
                 }
                 log.info(&format!("NRI: connected to {}", path.display()));
+                let _ = (&*notify_main).write_all(b"c");
                 backoff = Duration::from_secs(1);
                 said.clear();
                 let mut session = Session {

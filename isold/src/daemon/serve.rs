@@ -283,7 +283,11 @@ impl Daemon {
     fn on_nri(&mut self, scanner: &mut Scanner, interval: Duration) -> Option<i32> {
         loop {
             let Some((ask, answer)) = self.nri.as_ref()?.next() else {
-                let line = self.nri.as_ref()?.describe();
+                let nri = self.nri.as_ref()?;
+                let line = nri.describe();
+                if let Some((m, _)) = &self.books.metrics {
+                    m.nri_connected(nri.connected());
+                }
                 if line != self.books.status.nri {
                     self.books.status.nri = line;
                     self.books.dirty = true;
