@@ -118,6 +118,14 @@ fn stop(mut c: Running) -> (i32, String) {
     )
 }
 
+/// kill -9 of the daemon: what it logged.
+fn kill9(mut c: Running) -> String {
+    let mut child = c.0.take().expect("running");
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// Every file of the tree equals the fixture's (the state directory apart).
 fn assert_restored(t: &Tree) {
     fn walk(a: &Path, b: &Path, rel: &Path, diffs: &mut Vec<String>) {
@@ -322,16 +330,13 @@ fn the_state_directories_are_made_private_at_every_start() {
         std::fs::create_dir_all(d).unwrap();
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let mut c = start(&t, &[]);
+    let c = start(&t, &[]);
     eventually("started", || t.root.join("run/isold/status.json").exists());
     for d in &dirs {
         let mode = std::fs::metadata(d).unwrap().permissions().mode() & 0o7777;
         assert_eq!(mode, 0o700, "{}", d.display());
     }
-    let mut child = c.0.take().unwrap();
-    child.kill().unwrap();
-    let out = child.wait_with_output().unwrap();
-    let log = String::from_utf8_lossy(&out.stderr);
+    let log = kill9(c);
     assert!(
         log.contains("run/isold had mode 0755: made 0700 (it holds the original values)"),
         "{log}"
@@ -1408,32 +1413,26 @@ fn a_claim_whose_record_is_lost_is_given_back_at_the_start() {
         let t = tree("isolated_cpus = \"2\"\n[containers]\ncpus = \"3\"\n");
         add_container_process(&t);
         let asks = bundle(&t, "asks", r#""isold.io/isolate":"true""#, Some("3"));
-        let mut c = start(&t, &[]);
+        let c = start(&t, &[]);
         eventually("started", || running(&t));
         // The configuration's values, without a claim.
         let before = claimed_values(&t);
         let (code, err) = hook(&t, &[], &state("lost1", "created", CONTAINER_PID, &asks));
         assert_eq!(code, 0, "{err}");
         assert_ne!(claimed_values(&t), before, "the claim changed nothing");
-        let mut child = c.0.take().unwrap();
-        child.kill().unwrap();
-        child.wait().unwrap();
+        kill9(c);
         let file = t.root.join("run/isold/claims.json");
         std::fs::write(&file, bad).unwrap();
-        let mut c = start(&t, &[]);
+        let c = start(&t, &[]);
         let ok = (0..50).any(|_| {
             std::thread::sleep(std::time::Duration::from_millis(100));
             claimed_values(&t) == before
         });
         if !ok {
-            let mut child = c.0.take().unwrap();
-            child.kill().unwrap();
-            let out = child.wait_with_output().unwrap();
+            let now = claimed_values(&t);
             panic!(
-                "{bad:?}: not given back: {:?} vs {:?}\n{}",
-                claimed_values(&t),
-                before,
-                String::from_utf8_lossy(&out.stderr)
+                "{bad:?}: not given back: {now:?} vs {before:?}\n{}",
+                kill9(c)
             );
         }
         let aside = t.root.join("run/isold/claims.json.bad");
@@ -1441,10 +1440,7 @@ fn a_claim_whose_record_is_lost_is_given_back_at_the_start() {
         assert!(running(&t), "the daemon did not start with {bad:?}");
         let (_, out, _) = common::isold_at(Some(&t.root), &["claims"]);
         assert_eq!(out.trim(), "no container claims CPUs");
-        let mut child = c.0.take().unwrap();
-        child.kill().unwrap();
-        let out = child.wait_with_output().unwrap();
-        let log = String::from_utf8_lossy(&out.stderr);
+        let log = kill9(c);
         assert!(
             log.contains("claims.json.bad; starting without the containers' claims")
                 && log.contains("reconcile: CPUs 3 given back to"),
