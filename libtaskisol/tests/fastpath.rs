@@ -533,3 +533,47 @@ fn give_back_leaves_a_thread_its_owner_pinned() {
     engine::give_back(&s.root, &s.files, &"3".parse().unwrap(), &iso).unwrap();
     assert_eq!(affinity(&s), "0-1,3");
 }
+
+/// A journal whose last line a full disk cut short: the fast path's next entry goes on a
+/// line of its own, so it loads, and so does everything before; the torn line is set aside.
+#[test]
+fn the_fast_path_ends_a_torn_journal_line_before_its_own() {
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    let jpath = journal_path(&s.state);
+    let mut j = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&jpath)
+        .unwrap();
+    std::io::Write::write_all(&mut j, b"{\"id\":\"task:7:1\",\"ite").unwrap();
+    drop(j);
+    let mut f = TaskFixer::new(&s.state);
+    f.resync().unwrap();
+    let stat = s.tree.join("proc/193/task/193/stat");
+    let text = std::fs::read_to_string(&stat).unwrap();
+    let fields: Vec<&str> = text.split(' ').collect();
+    let old_start = fields[21].to_string();
+    std::fs::write(
+        &stat,
+        text.replacen(&format!(" {old_start} "), " 999999 ", 1),
+    )
+    .unwrap();
+    set_affinity(&s, "0-3");
+    assert!(matches!(
+        f.fix(&s.root, &s.policy, 193, 193).unwrap(),
+        Fix::Changed { .. }
+    ));
+    let st = State::load(&s.state).unwrap().unwrap();
+    assert!(st.has("task:193:999999"));
+    assert_eq!(st.set_aside, ["{\"id\":\"task:7:1\",\"ite"]);
+    // restore is exact: the thread gets its original back.
+    let rep = engine::restore(&s.root, &s.files).unwrap();
+    assert!(
+        rep.notes
+            .iter()
+            .any(|n| n.contains("1 line(s) are not isold entries")),
+        "{:?}",
+        rep.notes
+    );
+    assert_eq!(affinity(&s), "0-3");
+}

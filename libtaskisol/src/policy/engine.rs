@@ -606,12 +606,28 @@ fn foreign_dir(root: &SysRoot, original: &Original) -> Option<String> {
     }
 }
 
-/// The notes that say which recorded entries were refused (see [`state::Entry::check`]).
+/// The notes that say which recorded entries were refused (see [`state::Entry::check`]),
+/// and the journal lines that were no entries.
 fn rejected_notes(ledger: &Ledger, rep: &mut Report) {
     for (e, why) in &ledger.rejected {
         rep.notes.push(format!(
             "ignored the recorded original of {} ({}): {why}; it is dropped from the state file",
             e.id, e.label
+        ));
+    }
+    set_aside_note(ledger, rep);
+}
+
+/// The journal lines that were not entries (an append cut short by a full disk), said once
+/// per report: the originals before and after them are used.
+fn set_aside_note(ledger: &Ledger, rep: &mut Report) {
+    let n = ledger.state.set_aside.len();
+    if n > 0 {
+        let journal = state::journal_path(ledger.runtime_path());
+        rep.notes.push(format!(
+            "{}: {n} line(s) are not isold entries (a write cut short: a full disk?); the originals before and after them are used, and the lines go to {} at the next whole write",
+            journal.display(),
+            state::set_aside_path(ledger.runtime_path()).display()
         ));
     }
 }
@@ -1159,6 +1175,7 @@ pub fn restore_where(
         return Ok(rep);
     }
     rep.isolated = ledger.state.isolated.clone();
+    set_aside_note(&ledger, &mut rep);
     for (e, why) in &ledger.rejected {
         rep.outcomes.push(Outcome {
             item: e.item.clone(),

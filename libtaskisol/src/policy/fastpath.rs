@@ -82,6 +82,8 @@ pub struct TaskFixer {
     /// The state file's journal, open for appending: valid while the state file is the one
     /// seen (a whole write removes the journal and replaces the state file).
     journal: Option<fs::File>,
+    /// The journal's last line may be cut short: the next append ends it first.
+    torn: bool,
 }
 
 /// The lock held while the fixer records and writes; released when dropped. It holds the
@@ -106,6 +108,7 @@ impl TaskFixer {
             recorded: HashSet::new(),
             lock_file: None,
             journal: None,
+            torn: false,
         }
     }
 
@@ -273,17 +276,25 @@ impl TaskFixer {
         };
         if self.journal.is_none() {
             let f = state::open_journal(&jpath).map_err(werr)?;
+            // A last line cut short (by another writer, before this one) is ended first.
+            self.torn = !state::ends_with_newline(&jpath);
             self.journal = Some(f);
         }
         let f = self.journal.as_mut().expect("opened above");
         if f.metadata().map_err(werr)?.len() > state::JOURNAL_MAX {
             return Ok(false);
         }
-        let mut line = serde_json::to_string(entry).expect("entry serializes");
+        let mut line = if self.torn {
+            "\n".to_string()
+        } else {
+            String::new()
+        };
+        line.push_str(&serde_json::to_string(entry).expect("entry serializes"));
         line.push('\n');
-        f.write_all(line.as_bytes())
-            .and_then(|()| f.sync_data())
-            .map_err(werr)?;
+        let written = f.write_all(line.as_bytes()).and_then(|()| f.sync_data());
+        // A write that failed (a full disk) may have left part of its line.
+        self.torn = written.is_err();
+        written.map_err(werr)?;
         Ok(true)
     }
 }

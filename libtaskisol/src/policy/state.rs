@@ -174,6 +174,11 @@ pub struct State {
     /// Targets the kernel refused to change, with the reason (verify reports them as such).
     #[serde(default)]
     pub unchangeable: BTreeMap<String, String>,
+    /// Whole journal lines that are not entries (a write cut short by a full disk, a
+    /// corrupt line): left out of the state, and moved to `<journal>.bad` for the
+    /// administrator at the next whole write.
+    #[serde(skip)]
+    pub set_aside: Vec<String>,
     /// Where each id is in `entries`: made on the first lookup, kept by [`State::record`],
     /// dropped by [`State::entries_mut`]. Tens of thousands of originals (a thread each) are
     /// looked up in constant time, so recording them all stays linear.
@@ -332,6 +337,10 @@ pub fn append_entries(path: &Path, entries: &[Entry]) -> Result<bool> {
         return Ok(false);
     }
     let mut lines = String::new();
+    // A last line cut short (a full disk) is ended first: this append's lines stay whole.
+    if !ends_with_newline(&jpath) {
+        lines.push('\n');
+    }
     for e in entries {
         lines.push_str(&serde_json::to_string(e).expect("entry serializes"));
         lines.push('\n');
@@ -346,6 +355,22 @@ pub fn append_entries(path: &Path, entries: &[Entry]) -> Result<bool> {
         .and_then(|()| f.sync_data())
         .map_err(werr)?;
     Ok(true)
+}
+
+/// Whether the file at `path` is empty, missing, or ends with a newline.
+pub(crate) fn ends_with_newline(path: &Path) -> bool {
+    use std::os::unix::fs::FileExt;
+    let Ok(f) = fs::File::open(path) else {
+        return true;
+    };
+    let len = f.metadata().map_or(0, |m| m.len());
+    let mut last = [0u8];
+    len == 0 || (f.read_exact_at(&mut last, len - 1).is_ok() && last[0] == b'\n')
+}
+
+/// Where the journal lines that were not entries go: next to the journal.
+pub fn set_aside_path(path: &Path) -> PathBuf {
+    path.with_extension("journal.bad")
 }
 
 /// The journal at `jpath`, open for appending: created 0600 in a 0700 directory, never
@@ -411,6 +436,7 @@ impl State {
             config,
             entries: Vec::new(),
             unchangeable: BTreeMap::new(),
+            set_aside: Vec::new(),
             index: Index::default(),
         }
     }
@@ -439,19 +465,18 @@ impl State {
         // Only whole lines: a line cut by a crash in the middle of its write is not an entry.
         let tail = journal.rsplit('\n').next().map_or(0, str::len);
         let whole = (journal.len() - tail).max(from);
-        for (n, line) in journal[from..whole].lines().enumerate() {
+        // A whole line that is not an entry (an append cut short, the next one on a line of
+        // its own since) is set aside: what comes before and after it is used.
+        for line in journal[from..whole].lines() {
             if line.trim().is_empty() {
                 continue;
             }
-            let e: Entry = serde_json::from_str(line).map_err(|e| Error::State {
-                path: jpath.clone(),
-                reason: format!(
-                    "line {} (from byte {from}) is not an isold journal entry: {e}: {:?}",
-                    n + 1,
-                    line.chars().take(80).collect::<String>()
-                ),
-            })?;
-            st.record(e);
+            match serde_json::from_str::<Entry>(line) {
+                Ok(e) => {
+                    st.record(e);
+                }
+                Err(_) => st.set_aside.push(line.to_string()),
+            }
         }
         remember(path, &main, &journal[..whole], &st);
         Ok(Some(st))
@@ -636,14 +661,28 @@ impl State {
             .and_then(|d| d.sync_all())
             .map_err(|e| werr(dir, e))?;
         // Everything the journal held is in the file now (a crash before this removal leaves
-        // entries in both: loading records each id once).
+        // entries in both: loading records each id once); what was no entry is kept aside.
         let jpath = journal_path(path);
+        if !self.set_aside.is_empty() {
+            let bad = set_aside_path(path);
+            let mut text = self.set_aside.join("\n");
+            text.push('\n');
+            open_journal(&bad)
+                .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_data()))
+                .map_err(|e| werr(&bad, e))?;
+        }
         match fs::remove_file(&jpath) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(werr(&jpath, e)),
         }
-        remember(path, &json, "", self);
+        if self.set_aside.is_empty() {
+            remember(path, &json, "", self);
+        } else {
+            let mut kept = self.clone();
+            kept.set_aside.clear();
+            remember(path, &json, "", &kept);
+        }
         Ok(())
     }
 
@@ -916,6 +955,11 @@ impl Ledger {
         })
     }
 
+    /// The runtime state file (whose journal takes the appends).
+    pub fn runtime_path(&self) -> &Path {
+        &self.files.runtime
+    }
+
     /// Whether neither file exists.
     pub fn is_empty_on_disk(&self) -> bool {
         self.runtime_disk.is_none() && self.persistent_disk.is_none()
@@ -1129,10 +1173,15 @@ mod tests {
         assert_eq!(back.entries()[0], entry("sysctl:a", "1\n"));
         assert_eq!(back.entries().len(), 2);
 
-        // A broken line in the middle is an error naming the journal.
-        fs::write(&jpath, "not json\n{}\n").unwrap();
-        let e = State::load(&path).unwrap_err().to_string();
-        assert!(e.contains("state.journal") && e.contains("line 1"), "{e}");
+        // A broken line in the middle is set aside; the lines around it are used.
+        fs::write(
+            &jpath,
+            format!("not json\n{}\n", serde_json::to_string(&c).unwrap()),
+        )
+        .unwrap();
+        let back = State::load(&path).unwrap().unwrap();
+        assert_eq!(back.set_aside, ["not json"]);
+        assert!(back.has("sysctl:c"));
 
         // A whole write folds the journal in; remove takes both.
         fs::remove_file(&jpath).unwrap();
@@ -1186,6 +1235,49 @@ mod tests {
         assert_eq!(State::unchangeable_of(&pa).unwrap(), a.unchangeable);
         assert_eq!(State::load(&pa).unwrap().unwrap(), a);
         assert_eq!(State::load(&pb).unwrap().unwrap(), b);
+    }
+
+    /// An append cut short by a full disk leaves a torn last line: the next append starts on
+    /// a line of its own, every whole entry before and after loads, the torn line is set
+    /// aside and goes to `state.journal.bad` at the next whole write, once.
+    #[test]
+    fn a_torn_journal_line_loses_nothing_around_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let jpath = journal_path(&path);
+        let mut st = State::new("b".into(), "2-3".into(), "c".into());
+        st.record(entry("sysctl:a", "1\n"));
+        st.save(&path).unwrap();
+        assert!(append_entries(&path, &[entry("sysctl:b", "2\n")]).unwrap());
+        // The disk fills in the middle of the next append.
+        let torn = serde_json::to_string(&entry("sysctl:x", "9\n")).unwrap();
+        let mut f = fs::OpenOptions::new().append(true).open(&jpath).unwrap();
+        f.write_all(&torn.as_bytes()[..20]).unwrap();
+        drop(f);
+        // Space again: the next appends.
+        assert!(append_entries(&path, &[entry("sysctl:c", "3\n")]).unwrap());
+        assert!(append_entries(&path, &[entry("sysctl:d", "4\n")]).unwrap());
+        let back = State::load(&path).unwrap().unwrap();
+        let ids: Vec<&str> = back.entries().iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["sysctl:a", "sysctl:b", "sysctl:c", "sysctl:d"]);
+        assert_eq!(back.set_aside, [&torn[..20]]);
+        back.save(&path).unwrap();
+        let bad = set_aside_path(&path);
+        assert_eq!(bad, dir.path().join("state.journal.bad"));
+        assert_eq!(
+            fs::read_to_string(&bad).unwrap(),
+            format!("{}\n", &torn[..20])
+        );
+        assert!(!jpath.exists());
+        let again = State::load(&path).unwrap().unwrap();
+        assert!(again.set_aside.is_empty());
+        assert_eq!(again.entries().len(), 4);
+        again.save(&path).unwrap();
+        assert_eq!(
+            fs::read_to_string(&bad).unwrap().lines().count(),
+            1,
+            "set aside twice"
+        );
     }
 
     /// The journal and the lock are never opened through a symlink left in their place.
