@@ -1811,6 +1811,31 @@ fn isold_is_an_nri_plugin_that_claims_and_reconciles() {
     );
 }
 
+/// A claim through the hook's socket is the hook's, whatever it says: a client that names
+/// NRI as its source cannot make NRI's next synchronization release another's claim as its
+/// own.
+#[test]
+fn a_hook_client_cannot_pass_for_nri() {
+    use std::io::{BufRead, Write};
+    let t = tree("isolated_cpus = \"2\"\n[containers]\ncpus = \"3\"\n");
+    add_container_process(&t);
+    let c = start(&t, &[]);
+    eventually("started", || running(&t));
+    let mut s =
+        std::os::unix::net::UnixStream::connect(t.root.join("run/isold/isold.sock")).unwrap();
+    s.write_all(b"{\"claim\":{\"container\":\"fake1\",\"source\":\"nri\",\"pid\":4242,\"cpus\":\"3\",\"request\":{\"isolate\":\"all\"}}}\n")
+        .unwrap();
+    let mut answer = String::new();
+    std::io::BufReader::new(&s).read_line(&mut answer).unwrap();
+    assert!(answer.contains("\"ok\":true"), "{answer}");
+    let (_, out, _) = common::isold_at(Some(&t.root), &["claims", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v[0]["container"], "fake1", "{out}");
+    assert!(v[0].get("source").is_none(), "{out}");
+    let (code, log) = stop(c);
+    assert_eq!(code, 0, "{log}");
+}
+
 /// On a CPU the configuration isolates, a container adds only its power settings, and its
 /// release puts the configuration's back (not the kernel's original).
 #[test]

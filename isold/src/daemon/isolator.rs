@@ -598,3 +598,34 @@ impl Daemon {
         code
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A claim plans only the items a claim changes: the sysctls, THP, KSM, the files and the
+    /// partition are the scan's and the configuration's, never a container start's wait.
+    #[test]
+    fn a_claims_policy_has_the_claim_items_only() {
+        let c = libtaskisol::policy::config::Config::parse(
+            "isolated_cpus = \"2\"\n[items]\ncgroup_partition = true\n",
+            Path::new("isold.toml"),
+        )
+        .unwrap();
+        assert!(!c.sysctl.is_empty() && c.cgroup_partition.is_some() && c.irqbalance);
+        let p = Policy {
+            config: c.clone(),
+            online: "0-3".parse().unwrap(),
+            isolated: "2".parse().unwrap(),
+            housekeeping: "0-1,3".parse().unwrap(),
+            claimed: Default::default(),
+            claimed_power: Default::default(),
+        };
+        let q = claims_policy(&p);
+        assert_eq!(q.config, c.only(CLAIM_ITEMS));
+        assert!(q.config.sysctl.is_empty() && q.config.cgroup_partition.is_none());
+        assert!(!q.config.irqbalance && q.config.kvm.is_empty());
+        assert!(q.config.tasks && q.config.irq_affinity && q.config.workqueue);
+        assert_eq!(q.isolated, p.isolated);
+    }
+}
