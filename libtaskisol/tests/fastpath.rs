@@ -549,15 +549,7 @@ fn the_fast_path_ends_a_torn_journal_line_before_its_own() {
     drop(j);
     let mut f = TaskFixer::new(&s.state);
     f.resync().unwrap();
-    let stat = s.tree.join("proc/193/task/193/stat");
-    let text = std::fs::read_to_string(&stat).unwrap();
-    let fields: Vec<&str> = text.split(' ').collect();
-    let old_start = fields[21].to_string();
-    std::fs::write(
-        &stat,
-        text.replacen(&format!(" {old_start} "), " 999999 ", 1),
-    )
-    .unwrap();
+    renew(&s, 999999);
     set_affinity(&s, "0-3");
     assert!(matches!(
         f.fix(&s.root, &s.policy, 193, 193).unwrap(),
