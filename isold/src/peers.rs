@@ -179,7 +179,9 @@ pub fn serve<L: Listen, S: Service<L::Conn>>(
             let open = match c.phase {
                 Phase::Reading => read_some(c, id, &limits, &mut service, now),
                 Phase::Writing(..) => write_some(c),
-                Phase::Waiting => true,
+                // Polled for nothing: only a hang-up or an error wakes it (the client gave
+                // up); its answer, when it comes, has nowhere to go.
+                Phase::Waiting => false,
             };
             if !open {
                 conns.remove(&id);
@@ -257,4 +259,67 @@ pub fn waker() -> std::io::Result<(UnixStream, UnixStream)> {
     r.set_nonblocking(true)?;
     w.set_nonblocking(true)?;
     Ok((r, w))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Never;
+
+    impl Service<UnixStream> for Never {
+        fn accepted(&mut self, _: &UnixStream) -> Option<Vec<u8>> {
+            None
+        }
+        fn complete(&self, buf: &[u8]) -> Option<usize> {
+            buf.iter().position(|&b| b == b'\n').map(|i| i + 1)
+        }
+        fn request(&mut self, _: u64, _: &[u8]) -> Option<Vec<u8>> {
+            None
+        }
+        fn too_big(&self) -> Vec<u8> {
+            Vec::new()
+        }
+    }
+
+    /// The CPU time thread `tid` of this process has used, in clock ticks.
+    fn ticks(tid: i32) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+        let f: Vec<&str> = stat[stat.rfind(") ").unwrap() + 2..].split(' ').collect();
+        f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+    }
+
+    /// A client that sent its request and hung up while its answer is being made costs
+    /// nothing: the loop does not spin on its hang-up.
+    #[test]
+    fn a_client_gone_while_its_answer_is_made_is_dropped_not_polled_forever() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let (_keep, wake) = waker().unwrap();
+        let (_replies, rx) = std::sync::mpsc::channel();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tid_tx.send(unsafe { libc::gettid() }).unwrap();
+            serve(listener, LIMITS_TEST, Never, Some((rx, wake)));
+        });
+        let tid = tid_rx.recv().unwrap();
+        let mut c = UnixStream::connect(&path).unwrap();
+        c.write_all(b"ask\n").unwrap();
+        drop(c);
+        std::thread::sleep(Duration::from_millis(200));
+        let before = ticks(tid);
+        std::thread::sleep(Duration::from_secs(1));
+        let used = ticks(tid) - before;
+        assert!(used < 20, "the serving thread used {used} ticks in 1 s");
+    }
+
+    const LIMITS_TEST: Limits = Limits {
+        max_conns: 4,
+        read: Duration::from_secs(5),
+        write: Duration::from_secs(120),
+        max_request: 1024,
+    };
 }
