@@ -296,6 +296,9 @@ impl Daemon {
             };
             let word = match ask {
                 Ask::Admit(req) => self.admit(&req),
+                // Every container's stop and removal comes: only a claim's changes anything,
+                // and the others leave the scan thread running.
+                Ask::Release(id) if self.claims.of(&id).is_none() => Ok(()),
                 changing => {
                     scanner.stop();
                     let word = match changing {
@@ -308,9 +311,7 @@ impl Daemon {
                             }
                         }
                         Ask::Release(id) => {
-                            if self.claims.of(&id).is_some() {
-                                self.release(&id);
-                            }
+                            self.release(&id);
                             Ok(())
                         }
                         Ask::Sync { existing, asks } => {
