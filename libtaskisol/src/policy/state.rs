@@ -1249,6 +1249,11 @@ mod tests {
         st.record(entry("sysctl:a", "1\n"));
         st.save(&path).unwrap();
         assert!(append_entries(&path, &[entry("sysctl:b", "2\n")]).unwrap());
+        assert!(append_entries(&path, &[entry("sysctl:b2", "2\n")]).unwrap());
+        // A whole last line needs no ending: no empty line between appends.
+        let text = fs::read_to_string(&jpath).unwrap();
+        assert_eq!(text.lines().count(), 2, "{text:?}");
+        assert!(!text.contains("\n\n"), "{text:?}");
         // The disk fills in the middle of the next append.
         let torn = serde_json::to_string(&entry("sysctl:x", "9\n")).unwrap();
         let mut f = fs::OpenOptions::new().append(true).open(&jpath).unwrap();
@@ -1259,7 +1264,10 @@ mod tests {
         assert!(append_entries(&path, &[entry("sysctl:d", "4\n")]).unwrap());
         let back = State::load(&path).unwrap().unwrap();
         let ids: Vec<&str> = back.entries().iter().map(|e| e.id.as_str()).collect();
-        assert_eq!(ids, ["sysctl:a", "sysctl:b", "sysctl:c", "sysctl:d"]);
+        assert_eq!(
+            ids,
+            ["sysctl:a", "sysctl:b", "sysctl:b2", "sysctl:c", "sysctl:d"]
+        );
         assert_eq!(back.set_aside, [&torn[..20]]);
         back.save(&path).unwrap();
         let bad = set_aside_path(&path);
@@ -1271,7 +1279,7 @@ mod tests {
         assert!(!jpath.exists());
         let again = State::load(&path).unwrap().unwrap();
         assert!(again.set_aside.is_empty());
-        assert_eq!(again.entries().len(), 4);
+        assert_eq!(again.entries().len(), 5);
         again.save(&path).unwrap();
         assert_eq!(
             fs::read_to_string(&bad).unwrap().lines().count(),
