@@ -29,6 +29,7 @@ pub mod config;
 pub mod engine;
 pub mod fastpath;
 pub mod files;
+pub mod grub;
 pub mod partition;
 pub mod paths;
 pub mod plan;
