@@ -9,6 +9,7 @@ use libtaskisol::osnoise;
 use libtaskisol::policy::bootargs::{self, BootArg};
 use libtaskisol::policy::config::{Config, CpuSpec};
 use libtaskisol::policy::engine;
+use libtaskisol::policy::grub;
 use libtaskisol::policy::preset::Preset;
 use libtaskisol::policy::state::{State, StateFiles};
 use libtaskisol::policy::Policy;
@@ -461,6 +462,17 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &Stat
     let every: Vec<&BootArg> = all.iter().collect();
     let next = bootargs::next_cmdline(&cmdline, &every);
     let long = bootargs::too_long(&next);
+    // GRUB's files as update-grub would read them with the drop-in --write-grub writes: the
+    // complete set, not only what this boot lacks (a command line that came from an earlier
+    // drop-in must come from the next one too).
+    let text = bootargs::grub_drop_in(&every);
+    let sources = match grub::sources(root) {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let with_drop_in = grub::with_file(&sources, bootargs::GRUB_DROP_IN, &text);
+    let grub_model = grub::model(&with_drop_in);
+    let conflicts = bootargs::grub_conflicts(&grub_model, &every);
     if args.write_grub {
         let drop_in_exists = root.exists(bootargs::GRUB_DROP_IN);
         if missing.is_empty() && !drop_in_exists {
@@ -475,28 +487,46 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &Stat
         if let Some(why) = &long {
             return fail(format!("bootargs: {why}; nothing written"));
         }
-        // The complete set, not only what this boot lacks: a command line that came from an
-        // earlier drop-in must come from the next one too.
-        let text = bootargs::grub_drop_in(&every);
-        // Through the engine: its original (none, usually) is recorded in the persistent
-        // state file first, so that isold restore removes it after any number of reboots.
-        let rep = match engine::write_owned_file(
-            root,
-            files,
-            "bootargs",
-            bootargs::GRUB_DROP_IN,
-            &text,
-        ) {
+        let writes = match grub_edits(&with_drop_in, &conflicts, &every) {
+            Ok(w) => w,
+            Err(why) => return fail(format!("bootargs: {why}; nothing written")),
+        };
+        // Through the engine: each original (none for the drop-in, usually; GRUB's own file
+        // where an argument is replaced) is recorded in the persistent state file first, so
+        // that isold restore puts it back byte for byte after any number of reboots.
+        let mut all_writes: Vec<(String, String)> = writes;
+        all_writes.push((bootargs::GRUB_DROP_IN.to_string(), text));
+        let rep = match engine::write_owned_files(root, files, "bootargs", &all_writes) {
             Ok(rep) => rep,
             Err(e) => return fail(e),
         };
         if let Some(o) = rep.problems().next() {
             return fail(format!("{}: {}", o.label, o.status));
         }
-        return print_out(&format!(
-            "wrote {}; run update-grub and reboot to use it (isold restore removes it)\n",
-            root.path(bootargs::GRUB_DROP_IN).display()
-        ));
+        let mut out = String::new();
+        for c in &conflicts {
+            let _ = writeln!(
+                out,
+                "replaced {} with {} in {} line {} ({}): {}",
+                c.word,
+                c.arg,
+                root.path(&c.file).display(),
+                c.line,
+                c.var,
+                c.why
+            );
+        }
+        let _ = writeln!(
+            out,
+            "wrote {}; run update-grub and reboot to use it (isold restore {})",
+            root.path(bootargs::GRUB_DROP_IN).display(),
+            if conflicts.is_empty() {
+                "removes it"
+            } else {
+                "removes it and puts back what it replaced"
+            }
+        );
+        return print_out(&out);
     }
     if args.json {
         let v = serde_json::json!({
@@ -507,6 +537,12 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &Stat
             "cmdline_length": next.len(),
             "cmdline_max": bootargs::COMMAND_LINE_SIZE - 1,
             "too_long": long,
+            "conflicts": conflicts,
+            "not_understood": grub_model
+                .not_understood
+                .iter()
+                .map(|(f, l)| format!("{f}:{l}"))
+                .collect::<Vec<_>>(),
         });
         let code = print_out(&format!("{v:#}\n"));
         return if code == EXIT_OK && missing.is_empty() && long.is_none() {
@@ -526,7 +562,13 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &Stat
         .unwrap_or_default();
     let written = bootargs::drop_in_args(&drop_in);
     for a in &all {
-        let state = if !a.satisfied && written.contains(&a.arg.as_str()) {
+        let conflicted = conflicts.iter().any(|c| c.arg == a.arg);
+        let state = if !a.satisfied && written.contains(&a.arg.as_str()) && conflicted {
+            format!(
+                "MISSING (in {}, but the kernel would not take it: see conflict)",
+                bootargs::GRUB_DROP_IN
+            )
+        } else if !a.satisfied && written.contains(&a.arg.as_str()) {
             format!(
                 "MISSING (in {}: waits for update-grub and a reboot)",
                 bootargs::GRUB_DROP_IN
@@ -543,6 +585,31 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &Stat
         };
         let _ = writeln!(s, "  {:<36} {state}", a.arg);
         let _ = writeln!(s, "      {}", wrap(&a.why, 6, 6));
+        if !a.satisfied {
+            if let Some(why) = bootargs::running_conflict(&cmdline, &a.arg) {
+                let _ = writeln!(s, "      {}", wrap(&why, 6, 6));
+            }
+        }
+        for c in conflicts.iter().filter(|c| c.arg == a.arg) {
+            let line = if c.word.is_empty() {
+                format!("conflict: {}: {}", c.whence(), c.why)
+            } else {
+                format!(
+                    "conflict: {} at {}: {}; the next boot would not have {} (--write-grub replaces it)",
+                    c.word,
+                    c.whence(),
+                    c.why,
+                    a.arg
+                )
+            };
+            let _ = writeln!(s, "      {}", wrap(&line, 6, 6));
+        }
+    }
+    for (f, l) in &grub_model.not_understood {
+        let _ = writeln!(
+            s,
+            "  note: {f}:{l} sets the kernel line with a command substitution, which isold does not run"
+        );
     }
     let _ = writeln!(
         s,
@@ -569,6 +636,66 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &Stat
         EXIT_OK if missing.is_empty() && long.is_none() => EXIT_OK,
         _ => EXIT_FAILURE,
     }
+}
+
+/// The files GRUB's configuration needs changed so that the kernel takes the drop-in's
+/// arguments: each conflicting occurrence replaced in place by isold's argument. `Err` names
+/// an occurrence that cannot be replaced (written with quotes or expansions inside it, or a
+/// later assignment that drops the drop-in's line), with its file and line; nothing is to be
+/// written then. The result is checked again: the kernel line it makes has no conflict left.
+fn grub_edits(
+    sources: &[grub::Source],
+    conflicts: &[bootargs::Conflict],
+    every: &[&BootArg],
+) -> Result<Vec<(String, String)>, String> {
+    let mut by_file: std::collections::BTreeMap<&str, Vec<(usize, usize, String)>> =
+        std::collections::BTreeMap::new();
+    for c in conflicts {
+        match c.span {
+            Some((s, e)) if !c.word.is_empty() && c.file != bootargs::GRUB_DROP_IN => {
+                by_file
+                    .entry(c.file.as_str())
+                    .or_default()
+                    .push((s, e, c.arg.clone()));
+            }
+            _ if c.word.is_empty() => {
+                return Err(format!(
+                    "the kernel would not get {}: {}: {}; edit it by hand",
+                    c.arg,
+                    c.whence(),
+                    c.why
+                ))
+            }
+            _ => {
+                return Err(format!(
+                    "the kernel would ignore {}: {}: {} at {} is not written as one plain word, so isold does not replace it; edit it by hand",
+                    c.arg,
+                    c.why,
+                    c.word,
+                    c.whence()
+                ))
+            }
+        }
+    }
+    let mut edited: Vec<grub::Source> = sources.to_vec();
+    let mut out = Vec::new();
+    for (file, edits) in by_file {
+        let Some(src) = edited.iter_mut().find(|s| s.path == file) else {
+            continue;
+        };
+        src.text = grub::replace_spans(&src.text, &edits);
+        out.push((file.to_string(), src.text.clone()));
+    }
+    if let Some(c) = bootargs::grub_conflicts(&grub::model(&edited), every).first() {
+        return Err(format!(
+            "the kernel would still ignore {}: {} at {}: {}; edit it by hand",
+            c.arg,
+            c.word,
+            c.whence(),
+            c.why
+        ));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

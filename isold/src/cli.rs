@@ -190,7 +190,8 @@ pub struct BootargsArgs {
     #[arg(long = "cpus", value_name = "LIST")]
     pub cpus: Option<String>,
 
-    /// Write the missing arguments to /etc/default/grub.d/isold.cfg (then run update-grub).
+    /// Write every argument to /etc/default/grub.d/isold.cfg, replacing an earlier one GRUB's
+    /// files have that the kernel would keep instead (then run update-grub).
     #[arg(long = "write-grub")]
     pub write_grub: bool,
 

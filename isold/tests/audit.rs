@@ -759,3 +759,181 @@ fn bootargs_cpus_must_leave_a_housekeeping_cpu() {
     );
     assert!(!t.path().join("etc/default/grub.d/isold.cfg").exists());
 }
+
+/// Debian 12's /etc/default/grub as grub2-common 2.06-13+deb12u2 installs it
+/// (/usr/share/grub/default/grub): a backquoted command, comments, both kernel lines.
+const GRUB_DEBIAN: &str = include_str!("data/grub-2.06-13-debian12");
+
+/// The kernel line update-grub would make of the tree's GRUB files (grub-mkconfig sources
+/// /etc/default/grub, then grub.d/*.cfg; 10_linux puts GRUB_CMDLINE_LINUX first, then
+/// GRUB_CMDLINE_LINUX_DEFAULT).
+fn next_boot_line(root: &Path) -> String {
+    use libtaskisol::policy::grub;
+    let s = grub::sources(&SysRoot::new(root)).unwrap();
+    let m = grub::model(&s);
+    m.words
+        .iter()
+        .map(|w| w.text.as_str())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// An isolcpus= the administrator already has in GRUB_CMDLINE_LINUX_DEFAULT comes before the
+/// drop-in's, and the kernel keeps the first: bootargs names it with its file and line, and
+/// --write-grub replaces it in place (the next boot's kernel then takes every argument of
+/// the drop-in), recording the original, which restore puts back byte for byte.
+#[test]
+fn an_earlier_isolcpus_in_grubs_default_line_is_named_and_replaced_and_restored() {
+    let t = tempfile::tempdir().unwrap();
+    copy_dir(&fixture("debian-6.12-rt-audit"), t.path());
+    let root = t.path().to_str().unwrap();
+    let grub = t.path().join("etc/default/grub");
+    std::fs::create_dir_all(grub.parent().unwrap()).unwrap();
+    let original = GRUB_DEBIAN.replace(
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"quiet\"",
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"quiet isolcpus=1\"",
+    );
+    assert_ne!(original, GRUB_DEBIAN);
+    std::fs::write(&grub, &original).unwrap();
+    let line = original
+        .lines()
+        .position(|l| l.starts_with("GRUB_CMDLINE_LINUX_DEFAULT="))
+        .unwrap()
+        + 1;
+    assert_eq!(line, 9);
+
+    let (rc, out, _) = isold(&["--root", root, "bootargs", "--cpus", "2-3"]);
+    assert_eq!(rc, 1);
+    assert!(
+        out.contains("      conflict: isolcpus=1 at /etc/default/grub:9 (GRUB_CMDLINE_LINUX_DEFAULT):\n      the kernel keeps the first isolcpus= it accepts and refuses a later one\n"),
+        "{out}"
+    );
+    let (_, out, _) = isold(&["--root", root, "bootargs", "--cpus", "2-3", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let c = v["conflicts"].as_array().unwrap();
+    assert_eq!(c.len(), 1, "{out}");
+    assert_eq!(c[0]["arg"], "isolcpus=managed_irq,domain,2-3");
+    assert_eq!(c[0]["word"], "isolcpus=1");
+    assert_eq!(c[0]["file"], "/etc/default/grub");
+    assert_eq!(c[0]["line"], 9);
+    assert_eq!(c[0]["var"], "GRUB_CMDLINE_LINUX_DEFAULT");
+    let every: Vec<String> = v["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["arg"].as_str().unwrap().to_string())
+        .collect();
+
+    let (rc, out, err) = isold(&["--root", root, "bootargs", "--cpus", "2-3", "--write-grub"]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(
+        out.starts_with(&format!(
+            "replaced isolcpus=1 with isolcpus=managed_irq,domain,2-3 in {} line 9 (GRUB_CMDLINE_LINUX_DEFAULT): ",
+            grub.display()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("isold restore removes it and puts back what it replaced"),
+        "{out}"
+    );
+    // Only the word changed; the kernel of the next boot takes every argument.
+    assert_eq!(
+        std::fs::read_to_string(&grub).unwrap(),
+        original.replace("quiet isolcpus=1", "quiet isolcpus=managed_irq,domain,2-3")
+    );
+    let next = next_boot_line(t.path());
+    assert!(
+        next.starts_with("quiet isolcpus=managed_irq,domain,2-3 "),
+        "{next}"
+    );
+    for a in &every {
+        assert!(
+            libtaskisol::policy::bootargs::in_effect(&next, a),
+            "{a} not in effect on {next}"
+        );
+    }
+    // Now what is written only waits for update-grub and a reboot.
+    let (_, out, _) = isold(&["--root", root, "bootargs", "--cpus", "2-3"]);
+    assert!(!out.contains("conflict:"), "{out}");
+    assert!(
+        out.contains("  isolcpus=managed_irq,domain,2-3      MISSING (in /etc/default/grub.d/isold.cfg: waits for update-grub and a reboot)\n"),
+        "{out}"
+    );
+    // A second --write-grub changes nothing more, and restore gives back the file as it
+    // was, byte for byte, and removes the drop-in.
+    let (rc, out, err) = isold(&["--root", root, "bootargs", "--cpus", "2-3", "--write-grub"]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(!out.contains("replaced"), "{out}");
+    let (rc, out, err) = isold(&["--root", root, "restore"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(
+        out.contains("restored          /etc/default/grub: restored: original content"),
+        "{out}"
+    );
+    assert_eq!(std::fs::read(&grub).unwrap(), original.as_bytes());
+    assert!(!t.path().join("etc/default/grub.d/isold.cfg").exists());
+}
+
+/// What isold cannot replace it refuses, naming the file, the line and the argument, and
+/// writes nothing: a word not written as one plain word, a later file that sets the default
+/// line anew. The running kernel's own repeated argument is named too.
+#[test]
+fn write_grub_refuses_what_it_cannot_replace_and_bootargs_names_the_running_occurrence() {
+    let t = tempfile::tempdir().unwrap();
+    copy_dir(&fixture("debian-6.12-rt-audit"), t.path());
+    let root = t.path().to_str().unwrap();
+    let grub = t.path().join("etc/default/grub");
+    std::fs::create_dir_all(t.path().join("etc/default/grub.d")).unwrap();
+    let quoted = GRUB_DEBIAN.replace(
+        "GRUB_CMDLINE_LINUX=\"\"",
+        "GRUB_CMDLINE_LINUX=\"nohz_full=\"1",
+    );
+    std::fs::write(&grub, &quoted).unwrap();
+    let (rc, _, err) = isold(&["--root", root, "bootargs", "--cpus", "2-3", "--write-grub"]);
+    assert_eq!(rc, 1);
+    assert_eq!(
+        err,
+        "isold: bootargs: the kernel would ignore nohz_full=2-3: the kernel keeps the first nohz_full= it accepts and refuses a later one with other CPUs (housekeeping_setup): nohz_full=1 at /etc/default/grub:10 (GRUB_CMDLINE_LINUX) is not written as one plain word, so isold does not replace it; edit it by hand; nothing written\n"
+    );
+    assert_eq!(std::fs::read_to_string(&grub).unwrap(), quoted);
+    assert!(!t.path().join("etc/default/grub.d/isold.cfg").exists());
+    assert!(!t.path().join("var/lib/isold/state.json").exists());
+
+    std::fs::write(&grub, GRUB_DEBIAN).unwrap();
+    std::fs::write(
+        t.path().join("etc/default/grub.d/zz-cloud.cfg"),
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"console=ttyS0\"\n",
+    )
+    .unwrap();
+    let (rc, _, err) = isold(&["--root", root, "bootargs", "--cpus", "2-3", "--write-grub"]);
+    assert_eq!(rc, 1);
+    assert!(
+        err.starts_with("isold: bootargs: the kernel would not get isolcpus=managed_irq,domain,2-3: /etc/default/grub.d/zz-cloud.cfg:1 (GRUB_CMDLINE_LINUX_DEFAULT): GRUB_CMDLINE_LINUX_DEFAULT is set again after /etc/default/grub.d/isold.cfg without $GRUB_CMDLINE_LINUX_DEFAULT"),
+        "{err}"
+    );
+    assert!(!t.path().join("etc/default/grub.d/isold.cfg").exists());
+    std::fs::remove_file(t.path().join("etc/default/grub.d/zz-cloud.cfg")).unwrap();
+
+    std::fs::write(
+        t.path().join("proc/cmdline"),
+        "BOOT_IMAGE=/vmlinuz ro isolcpus=1 isolcpus=managed_irq,domain,2-3 rcu_nocbs=2-3 rcu_nocbs=1\n",
+    )
+    .unwrap();
+    let (rc, out, _) = isold(&["--root", root, "bootargs", "--cpus", "2-3"]);
+    assert_eq!(rc, 1);
+    assert!(
+        out.contains("  isolcpus=managed_irq,domain,2-3      MISSING (kernel has isolcpus=1)\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "      /proc/cmdline has 2 isolcpus= (word 1 of 2 is isolcpus=1): the kernel\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("      /proc/cmdline has 2 rcu_nocbs= (word 2 of 2 is rcu_nocbs=1): the kernel\n      keeps the last rcu_nocbs=\n"),
+        "{out}"
+    );
+}

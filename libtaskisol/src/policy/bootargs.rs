@@ -6,12 +6,17 @@
 //! An argument is satisfied by the running command line when the kernel would do at least
 //! what it asks: `isolcpus=` with the same flags and a list that covers the isolated CPUs,
 //! `nohz_full=`/`rcu_nocbs=` covering them, `irqaffinity=` inside the housekeeping CPUs, and
-//! the other arguments verbatim. The command line is read as the kernel parses it: the first
-//! `isolcpus=` and the first `nohz_full=` count (kernel/sched/isolation.c sets each
-//! housekeeping type once and ignores a later mismatching list), the last of the others
-//! (they are parsed again at each occurrence); and the boot CPU (0), which keeps the
-//! timekeeping, is never a nohz_full CPU (the kernel takes it out of the list), so it is
-//! neither asked for nor counted.
+//! the other arguments verbatim. The command line is read as the kernel parses it: every
+//! occurrence of an argument reaches its handler, left to right (`parse_args` in
+//! init/main.c calls the `__setup`/`early_param` function once per occurrence), and what
+//! stays depends on the handler ([`takes`]). The boot CPU (0), which keeps the timekeeping,
+//! is never a nohz_full CPU (the kernel takes it out of the list), so it is neither asked
+//! for nor counted.
+//!
+//! A GRUB drop-in appends to `GRUB_CMDLINE_LINUX_DEFAULT`, which is the end of the kernel
+//! line ([`super::grub`]): an argument whose first occurrence counts loses to one written
+//! earlier in GRUB's files, and one whose last counts to a `.cfg` sourced after the drop-in.
+//! [`grub_conflicts`] finds them, with their file and line.
 
 /// The CPU that boots the kernel and keeps the timekeeping: never in nohz_full.
 pub const BOOT_CPU: usize = 0;
@@ -113,7 +118,7 @@ pub fn needed(
                 Some((n, v)) => (n.to_string(), Some(v.to_string())),
                 None => (arg.clone(), None),
             };
-            let current = value_as_parsed(cmdline, &name);
+            let current = value_as_parsed(cmdline, &name, want.as_deref());
             let satisfied = satisfies(&name, current.as_deref(), want.as_deref());
             BootArg {
                 arg,
@@ -138,7 +143,7 @@ pub fn in_effect(cmdline: &str, arg: &str) -> bool {
         Some((n, v)) => (n, Some(v)),
         None => (arg, None),
     };
-    satisfies(name, value_as_parsed(cmdline, name).as_deref(), want)
+    satisfies(name, value_as_parsed(cmdline, name, want).as_deref(), want)
 }
 
 /// Whether the kernel's value `have` of `name` (none: the argument is absent) does what
@@ -146,19 +151,122 @@ pub fn in_effect(cmdline: &str, arg: &str) -> bool {
 fn satisfies(name: &str, have: Option<&str>, want: Option<&str>) -> bool {
     match (have, want) {
         (Some(have), Some(want)) => value_satisfies(name, have, want),
+        // nosoftlockup_setup() ignores what follows the name.
+        (Some(_), None) if name == "nosoftlockup" => true,
         (Some(have), None) => have.is_empty(),
         // The tick may stop unless `nohz=off`: the kernel's default is on.
         (None, want) => name == "nohz" && matches!(want, None | Some("on")),
     }
 }
 
-/// The value of `name` that the kernel uses: the first occurrence for `isolcpus` and
-/// `nohz_full`, the last for the others (see the module documentation).
-pub fn value_as_parsed(cmdline: &str, name: &str) -> Option<String> {
+/// Which occurrence of a repeated argument the kernel acts on, from the handler each one
+/// reaches (Linux 6.x; the functions named are those that parse the argument).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Takes {
+    /// The first that is accepted: `housekeeping_setup()` in kernel/sched/isolation.c (for
+    /// `housekeeping_isolcpus_setup` and `housekeeping_nohz_full_setup`) sets a housekeeping
+    /// type's CPUs once; a later `isolcpus=`/`nohz_full=` whose list differs for a type
+    /// already set is refused whole ("Housekeeping: nohz_full= must match isolcpus="), one
+    /// with the same list only adds its new flags. One whose list does not parse or is
+    /// empty is not accepted, and the next one counts. A bare `isolcpus` or `nohz_full`
+    /// (no `=`) never reaches the handler (`__setup("isolcpus=")` matches the `=`).
+    First,
+    /// The last: each occurrence parses into the same variable again.
+    /// `rcu_nocb_setup()` (kernel/rcu/tree_nocb.h: `cpulist_parse` clears the mask),
+    /// `irq_affinity_setup()` (kernel/irq/irqdesc.c), `setup_tick_nohz()` and `skew_tick()`
+    /// (kernel/time/tick-sched.c), `amd_pstate_param()` (drivers/cpufreq/amd-pstate.c:
+    /// `cppc_state` is the last mode).
+    Last,
+    /// Any: each occurrence sets a flag that no other occurrence clears.
+    /// `nosoftlockup_setup()` (kernel/watchdog.c; `__setup("nosoftlockup")` matches by
+    /// prefix, so `nosoftlockup=0` disables it too), `tsc_setup()` (arch/x86/kernel/tsc.c:
+    /// `reliable` sets `tsc_clocksource_reliable`), `intel_pstate_setup()`
+    /// (drivers/cpufreq/intel_pstate.c: `disable` sets `no_load`).
+    Any,
+}
+
+/// How the kernel takes a repeated `name` (see [`Takes`]).
+pub fn takes(name: &str) -> Takes {
     match name {
-        "isolcpus" | "nohz_full" => first_value(cmdline, name),
-        _ => last_value(cmdline, name),
+        "isolcpus" | "nohz_full" => Takes::First,
+        "nosoftlockup" | "tsc" | "intel_pstate" => Takes::Any,
+        _ => Takes::Last,
     }
+}
+
+/// The occurrences of `name` in `words`: each one's index and value (`""` for a bare word).
+/// `nosoftlockup` matches with any value (its handler is reached by prefix).
+fn occurrences<'a>(words: &[&'a str], name: &str) -> Vec<(usize, &'a str)> {
+    words
+        .iter()
+        .enumerate()
+        .filter_map(|(i, w)| match w.split_once('=') {
+            Some((n, v)) if n == name => Some((i, v)),
+            None if *w == name => Some((i, "")),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The CPU list a housekeeping argument sets (`isolcpus=` after its flags), when the
+/// kernel accepts it: it parses and is not empty.
+fn housekeeping_cpus(name: &str, value: &str) -> Option<CpuSet> {
+    let cpus = if name == "isolcpus" {
+        isolcpus_parts(value).1
+    } else {
+        list(value)
+    };
+    cpus.filter(|c| !c.is_empty())
+}
+
+/// The occurrence of `name` the kernel acts on in `words`, for an argument that wants
+/// `want`: its index (none: no occurrence counts) and the value in effect. For
+/// [`Takes::First`] the value is the first accepted occurrence's (an `isolcpus=` with the
+/// flags of later ones on the same CPUs added); for [`Takes::Any`] the first that does what
+/// `want` asks, else the last.
+pub fn used(words: &[&str], name: &str, want: Option<&str>) -> Option<(usize, String)> {
+    let occ = occurrences(words, name);
+    match takes(name) {
+        Takes::First => {
+            let accepted: Vec<(usize, &str, CpuSet)> = occ
+                .iter()
+                .filter(|(_, v)| !v.is_empty())
+                .filter_map(|&(i, v)| housekeeping_cpus(name, v).map(|c| (i, v, c)))
+                .collect();
+            let (i, v, cpus) = accepted.first()?.clone();
+            if name != "isolcpus" {
+                return Some((i, v.to_string()));
+            }
+            let mut flags = isolcpus_parts(v).0;
+            for (_, later, c) in &accepted[1..] {
+                if *c == cpus {
+                    for f in isolcpus_parts(later).0 {
+                        if !flags.contains(&f) {
+                            flags.push(f);
+                        }
+                    }
+                }
+            }
+            if flags == isolcpus_parts(v).0 {
+                Some((i, v.to_string()))
+            } else {
+                Some((i, format!("{},{}", flags.join(","), cpus.to_kernel_list())))
+            }
+        }
+        Takes::Last => occ.last().map(|&(i, v)| (i, v.to_string())),
+        Takes::Any => occ
+            .iter()
+            .find(|(_, v)| satisfies(name, Some(v), want))
+            .or(occ.last())
+            .map(|&(i, v)| (i, v.to_string())),
+    }
+}
+
+/// The value of `name` that the kernel uses on `cmdline` for an argument that wants `want`
+/// (see [`used`]).
+pub fn value_as_parsed(cmdline: &str, name: &str, want: Option<&str>) -> Option<String> {
+    let words: Vec<&str> = cmdline.split_whitespace().collect();
+    used(&words, name, want).map(|(_, v)| v)
 }
 
 /// The value of the first `name` or `name=value` on `cmdline`: `Some("")` for a bare `name`.
@@ -299,6 +407,143 @@ pub fn drop_in_args(text: &str) -> Vec<&str> {
         .collect()
 }
 
+/// Why the kernel takes the occurrence it takes, for messages.
+pub fn takes_why(name: &str) -> String {
+    match takes(name) {
+        Takes::First => format!(
+            "the kernel keeps the first {name}= it accepts and refuses a later one with other CPUs (housekeeping_setup)"
+        ),
+        Takes::Last => format!("the kernel keeps the last {name}="),
+        Takes::Any => format!("every {name} counts"),
+    }
+}
+
+/// An occurrence in GRUB's files that the kernel would take over an argument of isold's
+/// drop-in, or the assignment that drops the drop-in's line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Conflict {
+    /// The drop-in's argument (`isolcpus=managed_irq,domain,2-3`).
+    pub arg: String,
+    /// The occurrence the kernel would use instead (`isolcpus=1`); empty when the drop-in's
+    /// words are not on the line at all.
+    pub word: String,
+    /// The file it is written in.
+    pub file: String,
+    /// Its line (from 1).
+    pub line: usize,
+    /// The variable assigned there.
+    pub var: String,
+    /// Why it wins.
+    pub why: String,
+    /// The bytes of `file` that spell `word`, when it can be replaced in place.
+    #[serde(skip)]
+    pub span: Option<(usize, usize)>,
+}
+
+impl Conflict {
+    /// `file:line (VAR)`.
+    pub fn whence(&self) -> String {
+        format!("{}:{} ({})", self.file, self.line, self.var)
+    }
+}
+
+/// What in GRUB's configuration `model` (isold's drop-in included) would make the kernel
+/// ignore one of `args`, the drop-in's arguments: for an argument whose first occurrence
+/// counts, each earlier one it would take instead; for one whose last counts, each later
+/// one; and an assignment of `GRUB_CMDLINE_LINUX_DEFAULT` after the drop-in that leaves its
+/// words out.
+pub fn grub_conflicts(model: &super::grub::Model, args: &[&BootArg]) -> Vec<Conflict> {
+    let words: Vec<&str> = model.words.iter().map(|w| w.text.as_str()).collect();
+    let mut out = Vec::new();
+    for a in args {
+        let (name, want) = match a.arg.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (a.arg.as_str(), None),
+        };
+        let ours: Vec<usize> = (0..words.len())
+            .filter(|&i| words[i] == a.arg && model.words[i].file == GRUB_DROP_IN)
+            .collect();
+        let (Some(&first), Some(&last)) = (ours.first(), ours.last()) else {
+            let (file, line) = model
+                .default_assignments
+                .last()
+                .cloned()
+                .unwrap_or_default();
+            out.push(Conflict {
+                arg: a.arg.clone(),
+                word: String::new(),
+                file,
+                line,
+                var: super::grub::CMDLINE_LINUX_DEFAULT.into(),
+                why: format!(
+                    "{} is set again after {GRUB_DROP_IN} without ${}, so the drop-in's arguments are not on the kernel line",
+                    super::grub::CMDLINE_LINUX_DEFAULT,
+                    super::grub::CMDLINE_LINUX_DEFAULT
+                ),
+                span: None,
+            });
+            continue;
+        };
+        let Some((used_at, value)) = used(&words, name, want) else {
+            continue;
+        };
+        if satisfies(name, Some(&value), want) {
+            continue;
+        }
+        let wins = |i: usize, v: &str| {
+            model.words[i].file != GRUB_DROP_IN
+                && v != want.unwrap_or("")
+                && match takes(name) {
+                    Takes::First => i < first && housekeeping_cpus(name, v).is_some(),
+                    Takes::Last => i > last,
+                    Takes::Any => i == used_at,
+                }
+        };
+        for (i, v) in occurrences(&words, name) {
+            if wins(i, v) {
+                let w = &model.words[i];
+                out.push(Conflict {
+                    arg: a.arg.clone(),
+                    word: w.text.clone(),
+                    file: w.file.clone(),
+                    line: w.line,
+                    var: w.var.clone(),
+                    why: takes_why(name),
+                    span: w.span,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Why the running kernel does not do what `arg` asks although `cmdline` has it: another
+/// occurrence of its name is the one the kernel took (see [`Takes`]).
+pub fn running_conflict(cmdline: &str, arg: &str) -> Option<String> {
+    let (name, want) = match arg.split_once('=') {
+        Some((n, v)) => (n, Some(v)),
+        None => (arg, None),
+    };
+    let words: Vec<&str> = cmdline.split_whitespace().collect();
+    let occ = occurrences(&words, name);
+    if occ.len() < 2 || !occ.iter().any(|(_, v)| satisfies(name, Some(v), want)) {
+        return None;
+    }
+    let (i, value) = used(&words, name, want)?;
+    if satisfies(name, Some(&value), want) {
+        return None;
+    }
+    let n = occ.iter().position(|(j, _)| *j == i)? + 1;
+    Some(format!(
+        "/proc/cmdline has {} {name}= (word {} of {} is {}): {}",
+        occ.len(),
+        n,
+        occ.len(),
+        words[i],
+        takes_why(name)
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,11 +616,11 @@ mod tests {
         assert!(!sat("rcu_nocbs=2-3 rcu_nocbs=1", "rcu_nocbs="));
         assert!(sat("irqaffinity=2 irqaffinity=0-1", "irqaffinity="));
         assert_eq!(
-            value_as_parsed("a nohz_full=1 nohz_full=2", "nohz_full").as_deref(),
+            value_as_parsed("a nohz_full=1 nohz_full=2", "nohz_full", None).as_deref(),
             Some("1")
         );
         assert_eq!(
-            value_as_parsed("x irqaffinity=1 irqaffinity=0", "irqaffinity").as_deref(),
+            value_as_parsed("x irqaffinity=1 irqaffinity=0", "irqaffinity", None).as_deref(),
             Some("0")
         );
     }
@@ -389,7 +634,8 @@ mod tests {
         assert!(in_effect("nohz_full=1-3 nohz_full=5", "nohz_full=2-3"));
         assert!(!in_effect("nohz_full=5 nohz_full=1-3", "nohz_full=2-3"));
         assert!(in_effect("a nosoftlockup", "nosoftlockup"));
-        assert!(!in_effect("nosoftlockup=0", "nosoftlockup"));
+        // nosoftlockup_setup() is reached by prefix and ignores the value.
+        assert!(in_effect("nosoftlockup=0", "nosoftlockup"));
         assert!(!in_effect("", "skew_tick=1"));
     }
 
@@ -489,16 +735,21 @@ mod tests {
             last_value("nosoftlockup=1", "nosoftlockup").as_deref(),
             Some("1")
         );
-        assert!(!satisfied("nosoftlockup=1", "nosoftlockup"));
-        // A bare isolcpus or nohz_full (the kernel takes the first) is an empty value, and
-        // it is the one that counts over a later one with CPUs.
+        // __setup("nosoftlockup") is reached by prefix: its handler ignores the value.
+        assert!(satisfied("nosoftlockup=1", "nosoftlockup"));
+        // A bare isolcpus or nohz_full never reaches the handler (`__setup("isolcpus=")`),
+        // nor does an empty list count: the next one does.
         assert_eq!(
             first_value("quiet nohz_full nohz_full=2-3", "nohz_full").as_deref(),
             Some("")
         );
         assert_eq!(
-            value_as_parsed("nohz_full=2-3 isolcpus isolcpus=2-3", "isolcpus").as_deref(),
-            Some("")
+            value_as_parsed("nohz_full=2-3 isolcpus isolcpus=2-3", "isolcpus", None).as_deref(),
+            Some("2-3")
+        );
+        assert_eq!(
+            value_as_parsed("nohz_full= nohz_full=x nohz_full=3", "nohz_full", None).as_deref(),
+            Some("3")
         );
         assert_eq!(first_value("quiet", "nohz_full"), None);
     }
@@ -553,5 +804,132 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cpu_vendor(&root).as_deref(), Some("AuthenticAMD"));
+    }
+
+    /// housekeeping_setup(): a later isolcpus= on the same CPUs adds its flags, one on other
+    /// CPUs is refused; the flags each count once (Any), the last rcu_nocbs= counts.
+    #[test]
+    fn each_argument_counts_as_its_kernel_handler_takes_it() {
+        let w = |s: &'static str| s.split_whitespace().collect::<Vec<_>>();
+        assert_eq!(
+            used(
+                &w("isolcpus=domain,2-3 isolcpus=managed_irq,2-3 isolcpus=managed_irq,1"),
+                "isolcpus",
+                None
+            ),
+            Some((0, "domain,managed_irq,2-3".to_string()))
+        );
+        assert!(in_effect(
+            "isolcpus=domain,2-3 isolcpus=managed_irq,domain,2-3",
+            "isolcpus=managed_irq,domain,2-3"
+        ));
+        assert!(!in_effect(
+            "isolcpus=domain,2 isolcpus=managed_irq,domain,2-3",
+            "isolcpus=managed_irq,domain,2-3"
+        ));
+        assert_eq!(takes("rcu_nocbs"), Takes::Last);
+        assert_eq!(takes("skew_tick"), Takes::Last);
+        assert!(in_effect("tsc=reliable tsc=unstable", "tsc=reliable"));
+        assert!(in_effect(
+            "intel_pstate=disable intel_pstate=passive",
+            "intel_pstate=disable"
+        ));
+        assert!(!in_effect(
+            "amd_pstate=disable amd_pstate=active",
+            "amd_pstate=disable"
+        ));
+        assert_eq!(
+            used(
+                &w("tsc=unstable tsc=reliable tsc=nowatchdog"),
+                "tsc",
+                Some("reliable")
+            ),
+            Some((1, "reliable".to_string()))
+        );
+    }
+
+    fn grub_model(
+        default_grub: &str,
+        later: Option<&str>,
+        args: &[&BootArg],
+    ) -> super::super::grub::Model {
+        use super::super::grub::{model, with_file, Source, DEFAULT_GRUB};
+        let mut s = vec![Source {
+            path: DEFAULT_GRUB.into(),
+            text: default_grub.into(),
+        }];
+        if let Some(t) = later {
+            s.push(Source {
+                path: "/etc/default/grub.d/zz-later.cfg".into(),
+                text: t.into(),
+            });
+        }
+        model(&with_file(&s, GRUB_DROP_IN, &grub_drop_in(args)))
+    }
+
+    /// An earlier isolcpus= in /etc/default/grub is what the kernel keeps over the
+    /// drop-in's; a later .cfg's rcu_nocbs= over the drop-in's; a .cfg that sets the
+    /// default line anew drops the drop-in. Each conflict names its file, line and variable.
+    #[test]
+    fn grub_conflicts_name_the_occurrence_the_kernel_would_keep() {
+        let a = args(Preset::RealtimeVirtualHost, None, "");
+        let every: Vec<&BootArg> = a.iter().collect();
+        let m = grub_model(
+            "GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT=\"quiet isolcpus=1 isolcpus=managed_irq,domain,2-3\"\nGRUB_CMDLINE_LINUX=\"rcu_nocbs=1 nohz_full=1-3\"\n",
+            Some("GRUB_CMDLINE_LINUX_DEFAULT=\"$GRUB_CMDLINE_LINUX_DEFAULT rcu_nocbs=3\"\n"),
+            &every,
+        );
+        let c = grub_conflicts(&m, &every);
+        let shown: Vec<(String, String, String)> = c
+            .iter()
+            .map(|c| (c.arg.clone(), c.word.clone(), c.whence()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                (
+                    "isolcpus=managed_irq,domain,2-3".to_string(),
+                    "isolcpus=1".to_string(),
+                    "/etc/default/grub:2 (GRUB_CMDLINE_LINUX_DEFAULT)".to_string()
+                ),
+                (
+                    "rcu_nocbs=2-3".to_string(),
+                    "rcu_nocbs=3".to_string(),
+                    "/etc/default/grub.d/zz-later.cfg:1 (GRUB_CMDLINE_LINUX_DEFAULT)".to_string()
+                ),
+            ],
+            "nohz_full=1-3 covers 2-3 and comes first: no conflict; rcu_nocbs=1 comes before the drop-in: none"
+        );
+        assert!(c[0].why.contains("first isolcpus="), "{}", c[0].why);
+        assert!(c[0].span.is_some());
+        // No conflict without earlier or later occurrences.
+        let m = grub_model("GRUB_CMDLINE_LINUX_DEFAULT=\"quiet\"\n", None, &every);
+        assert_eq!(grub_conflicts(&m, &every), []);
+        // A later .cfg that sets the line anew.
+        let m = grub_model("", Some("GRUB_CMDLINE_LINUX_DEFAULT=\"quiet\"\n"), &every);
+        let c = grub_conflicts(&m, &every);
+        assert_eq!(c.len(), every.len());
+        assert_eq!(c[0].word, "");
+        assert_eq!(
+            c[0].whence(),
+            "/etc/default/grub.d/zz-later.cfg:1 (GRUB_CMDLINE_LINUX_DEFAULT)"
+        );
+    }
+
+    #[test]
+    fn the_running_line_names_the_occurrence_the_kernel_took() {
+        assert_eq!(
+            running_conflict("ro isolcpus=1 isolcpus=managed_irq,domain,2-3", "isolcpus=managed_irq,domain,2-3").as_deref(),
+            Some("/proc/cmdline has 2 isolcpus= (word 1 of 2 is isolcpus=1): the kernel keeps the first isolcpus= it accepts and refuses a later one with other CPUs (housekeeping_setup)")
+        );
+        assert_eq!(
+            running_conflict("ro isolcpus=1", "isolcpus=managed_irq,domain,2-3"),
+            None
+        );
+        assert_eq!(running_conflict("rcu_nocbs=2-3 rcu_nocbs=1", "rcu_nocbs=2-3").as_deref(), Some("/proc/cmdline has 2 rcu_nocbs= (word 2 of 2 is rcu_nocbs=1): the kernel keeps the last rcu_nocbs="));
+        assert_eq!(
+            running_conflict("rcu_nocbs=1 rcu_nocbs=2-3", "rcu_nocbs=2-3"),
+            None
+        );
     }
 }

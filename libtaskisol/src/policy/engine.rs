@@ -526,31 +526,54 @@ pub fn write_owned_file(
     path: &str,
     content: &str,
 ) -> Result<Report> {
-    if !super::plan::owned_files().contains(&(item, path)) {
-        return Err(Error::Invalid(format!(
-            "{path} is not a file isold writes for {item}"
-        )));
+    write_owned_files(
+        root,
+        files,
+        item,
+        &[(path.to_string(), content.to_string())],
+    )
+}
+
+/// [`write_owned_file`] of several files at once, in order, under one lock: each path must
+/// be a file isold may write for `item` ([`super::paths::owned_item`]), such as GRUB's
+/// `/etc/default/grub` with an argument replaced besides the drop-in. Each original is
+/// recorded before its file is written; a file edited records what isold wrote too, so
+/// that restore puts the original back byte for byte while the file still holds isold's
+/// text, and takes only isold's lines out after a later edit.
+pub fn write_owned_files(
+    root: &SysRoot,
+    files: &StateFiles,
+    item: &'static str,
+    writes: &[(String, String)],
+) -> Result<Report> {
+    for (path, _) in writes {
+        if super::paths::owned_item(path) != Some(item) {
+            return Err(Error::Invalid(format!(
+                "{path} is not a file isold writes for {item}"
+            )));
+        }
     }
     let _lock = lock(&files.runtime)?;
-    let t = Target {
-        item,
-        id: format!("file:{path}"),
-        label: path.to_string(),
-        op: Op::File {
-            path: path.to_string(),
-            content: content.to_string(),
-        },
-    };
+    let targets: Vec<Target> = writes
+        .iter()
+        .map(|(path, content)| Target {
+            item,
+            id: format!("file:{path}"),
+            label: path.clone(),
+            op: Op::File {
+                path: path.clone(),
+                content: content.clone(),
+            },
+        })
+        .collect();
     let mut ledger = Ledger::load(files, root, String::new(), String::new())?;
     let mut rep = report("apply", None);
-    let statuses = apply_loaded(
-        root,
-        &CpuSet::new(),
-        &mut ledger,
-        std::slice::from_ref(&t),
-        &mut rep,
-    )?;
-    rep.outcomes = statuses.into_iter().map(|s| outcome(&t, s)).collect();
+    let statuses = apply_loaded(root, &CpuSet::new(), &mut ledger, &targets, &mut rep)?;
+    rep.outcomes = targets
+        .iter()
+        .zip(statuses)
+        .map(|(t, s)| outcome(t, s))
+        .collect();
     Ok(rep)
 }
 

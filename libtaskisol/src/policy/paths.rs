@@ -33,6 +33,19 @@ pub const CPUAFFINITY_CONF: &str = "/etc/systemd/system.conf.d/isold-cpuaffinity
 /// irqbalance's defaults files isold edits (`irqbalance` item): Debian's, then Red Hat's.
 pub const IRQBALANCE_FILES: [&str; 2] = ["/etc/default/irqbalance", "/etc/sysconfig/irqbalance"];
 
+/// The item of a file on disk isold may write: one of [`owned_files`], or a file GRUB's
+/// `grub-mkconfig` sources (`/etc/default/grub`, `/etc/default/grub.d/*.cfg`), in which
+/// `isold bootargs --write-grub` replaces an argument the kernel would take over its
+/// drop-in's ([`super::grub::is_source_path`]). A state file naming any other path is
+/// refused.
+pub fn owned_item(path: &str) -> Option<&'static str> {
+    owned_files()
+        .into_iter()
+        .find(|(_, p)| *p == path)
+        .map(|(item, _)| item)
+        .or_else(|| super::grub::is_source_path(path).then_some("bootargs"))
+}
+
 /// Every file on disk isold writes, with its item: nothing else is ever written or restored
 /// as a file (a state file naming another path is refused).
 pub fn owned_files() -> [(&'static str, &'static str); 5] {

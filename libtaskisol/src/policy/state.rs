@@ -793,8 +793,7 @@ impl Entry {
                 if kind != "file" || key != path {
                     return Err(format!("{path} is not the file of {}", self.id));
                 }
-                let Some((it, _)) = paths::owned_files().into_iter().find(|(_, p)| p == path)
-                else {
+                let Some(it) = paths::owned_item(path) else {
                     return Err(format!("{path} is not a file isold writes"));
                 };
                 item(it)?;
