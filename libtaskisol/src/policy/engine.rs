@@ -1124,8 +1124,28 @@ fn restore_file(
             })
         }
         (None, _) => None,
-        // isold 0.1 recorded no `written`: the original, whole.
-        (Some(_), None) => original.map(str::to_string),
+        // A state file written before `written` existed (isold before 3533f0d): what isold
+        // wrote is found again in the file from the lines its item writes
+        // (`written_before_0_2`), and only those are undone, as with `written`: putting the
+        // original back whole would delete every line the administrator added since. When
+        // isold's lines cannot be told apart, the file is left as it is, reported.
+        (Some(cur), None) => match written_before_0_2(path, original, cur)
+            .map(|w| super::files::undo_edit(original, &w, cur))
+        {
+            Some(Ok(text)) => text,
+            Some(Err(line)) => {
+                return Ok(failed(format!(
+                    "{} changed since isold wrote it (its line {line:?} is gone): left as it is; edit it by hand",
+                    root.path(path).display()
+                )))
+            }
+            None => {
+                return Ok(failed(format!(
+                    "{}: recorded by an older isold without what it wrote, and isold's lines are not found in it: left as it is; edit it by hand",
+                    root.path(path).display()
+                )))
+            }
+        },
         (Some(cur), Some(w)) if cur == w => original.map(str::to_string),
         (Some(cur), Some(w)) => match super::files::undo_edit(original, w, cur) {
             Ok(text) => text,
@@ -1156,6 +1176,42 @@ fn restore_file(
             })
         }
     }
+}
+
+/// What an isold whose state file has no `written` (before 3533f0d) wrote to `path`, found
+/// again in `current` by the lines its item writes; `None` when they are not there.
+///
+/// - irqbalance's defaults: isold set the first uncommented `IRQBALANCE_BANNED_CPULIST=`
+///   (or appended one: `plan::with_banned_cpus`); that edit of the original, with the
+///   line as the file has it now, is what isold wrote.
+/// - a file isold created (original `None`: the KVM options, systemd's drop-in, the GRUB
+///   drop-in): its `# Written by isold` header and the lines right after it of the forms
+///   its item writes (`options ...`; `[Manager]`, `CPUAffinity=`; the drop-in's comments
+///   and `GRUB_CMDLINE_LINUX_DEFAULT=`), up to the first other line. Lines after that are
+///   the administrator's and stay; a line of isold's form added right after isold's block
+///   is taken for isold's.
+fn written_before_0_2(path: &str, original: Option<&str>, current: &str) -> Option<String> {
+    if super::paths::IRQBALANCE_FILES.contains(&path) {
+        let value = current
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix("IRQBALANCE_BANNED_CPULIST="))?;
+        let cpus = CpuSet::parse_list(value.trim()).ok()?;
+        return Some(super::plan::with_banned_cpus(original.unwrap_or(""), &cpus));
+    }
+    if original.is_some() {
+        return None;
+    }
+    let ours = |l: &str| match super::paths::owned_item(path) {
+        Some("kvm") => l.starts_with("options "),
+        Some("systemd_cpuaffinity") => l == "[Manager]" || l.starts_with("CPUAffinity="),
+        Some("bootargs") => l.starts_with('#') || l.starts_with("GRUB_CMDLINE_LINUX_DEFAULT="),
+        _ => false,
+    };
+    let mut lines = current.lines();
+    let head = lines.next().filter(|l| l.starts_with("# Written by"))?;
+    let mut w = vec![head];
+    w.extend(lines.take_while(|l| ours(l)));
+    Some(w.iter().map(|l| format!("{l}\n")).collect())
 }
 
 /// Put back every original recorded in the state files, newest first. Restored (and
@@ -1537,7 +1593,7 @@ mod tests {
             path: path.into(),
             content: None,
             created_dir: first_missing_dir(&root, path),
-            written: None,
+            written: Some("x".into()),
         };
         let o = created("/etc/a/b/f.conf");
         write_file(&root, "/etc/a/b/f.conf", "x").unwrap();

@@ -99,7 +99,9 @@ pub enum Original {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         created_dir: Option<String>,
         /// What isold last wrote (recorded before the write): restore finds isold's lines by
-        /// it. `None` in state files of isold 0.1, restored whole.
+        /// it. `None` in state files before 3533f0d: restore then finds isold's lines by the forms its
+        /// item writes (`engine::written_before_0_2`), never puts the original back whole over
+        /// the administrator's later lines.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         written: Option<String>,
     },
