@@ -65,6 +65,7 @@ pub(crate) fn debroot_hint(debroot: DebRoot) -> &'static str {
     match debroot {
         DebRoot::Base => "scripts/setup-debroot (as root, after scripts/setup-qemu: debootstrap of bookworm with systemd, tuned and tuna into $TASKISOL_CACHE/debroot, about 3 minutes once)",
         DebRoot::Libvirt => "scripts/setup-debroot libvirt (as root, after scripts/setup-qemu: debootstrap of bookworm with systemd, libvirt, qemu-system-x86 and podman into $TASKISOL_CACHE/debroot-libvirt, about 2-5 minutes once)",
+        DebRoot::Containerd => "scripts/setup-debroot containerd (as root, after scripts/setup-qemu: debootstrap of sid with systemd, containerd 2.x and runc into $TASKISOL_CACHE/debroot-containerd, about 2 minutes once)",
     }
 }
 
@@ -407,6 +408,9 @@ pub enum DebRoot {
     /// `scripts/setup-debroot libvirt`: systemd, libvirt and QEMU, a KVM host's userland, and
     /// podman with crun (`.cache/debroot-libvirt`).
     Libvirt,
+    /// `scripts/setup-debroot containerd`: Debian sid (containerd 2.x with NRI, runc) with
+    /// systemd, and the image [`CONTAINERD_IMAGE_TAR`] (`.cache/debroot-containerd`).
+    Containerd,
 }
 
 impl DebRoot {
@@ -415,6 +419,7 @@ impl DebRoot {
         match self {
             Self::Base => "debroot",
             Self::Libvirt => "debroot-libvirt",
+            Self::Containerd => "debroot-containerd",
         }
     }
 }
@@ -467,6 +472,13 @@ pub struct Scenario {
 /// The image tarball of the containers root (`scripts/setup-debroot libvirt`): busybox-static's
 /// root tree, for `podman import` with no registry.
 pub const BUSYBOX_IMAGE_TAR: &str = "/usr/local/share/taskisol/busybox-rootfs.tar";
+
+/// The image of the containerd root (`scripts/setup-debroot containerd`): an OCI image layout
+/// tarball of busybox-static's root tree whose command is a long sleep, named
+/// [`CONTAINERD_IMAGE`] once imported with `ctr -n k8s.io images import`.
+pub const CONTAINERD_IMAGE_TAR: &str = "/usr/local/share/taskisol/busybox-oci.tar";
+/// Its name in containerd (isol-cri's image, and the pods' sandbox image).
+pub const CONTAINERD_IMAGE: &str = "docker.io/library/isol-busybox:1";
 
 impl Scenario {
     pub fn new(name: &str, role: KernelRole, cmdline: &str) -> Self {
@@ -531,6 +543,17 @@ impl Scenario {
         let mut s = Self::debian(name, cmdline);
         s.debroot = DebRoot::Libvirt;
         s.tmpfs_root = true;
+        s
+    }
+
+    /// A boot of 6.12-rt into the Debian sid root with containerd 2.x and runc
+    /// (`scripts/setup-debroot containerd`) from a copy of the root in a tmpfs (runc's
+    /// `pivot_root`), 2 GiB, isold, chisol and the CRI client isol-cri in /usr/bin.
+    pub fn debian_containerd(name: &str, cmdline: &str) -> Self {
+        let mut s = Self::debian(name, cmdline);
+        s.debroot = DebRoot::Containerd;
+        s.tmpfs_root = true;
+        s.binaries.push("isol-cri".into());
         s
     }
 
@@ -701,8 +724,10 @@ pub fn hotplug_virtio_blk(id: &str) -> Vec<Value> {
     ]
 }
 
-/// Everything a boot produced.
+/// Everything a boot produced. Its steps' expectations are judged by [`Outcome::assert_ok`]:
+/// an outcome dropped unread passes whatever the guest printed.
 #[derive(Debug)]
+#[must_use = "a scenario's expectations are only judged by Outcome::assert_ok"]
 pub struct Outcome {
     pub scenario: String,
     pub kernel: Kernel,

@@ -157,7 +157,7 @@ fn check_fresh(_name: &str, binary: &Path) -> Result<(), HarnessError> {
                 binary.display(),
                 src.display()
             ),
-            "cargo build --release --workspace",
+            "cargo build --release --workspace --bins --features taskisol-tests/qemu",
         )),
         None => Ok(()),
     }
@@ -280,7 +280,7 @@ fn build_initramfs(
         if !path.is_file() {
             return Err(HarnessError::setup(
                 format!("release binary {} is missing", path.display()),
-                "cargo build --release --workspace",
+                "cargo build --release --workspace --bins --features taskisol-tests/qemu",
             ));
         }
         if std::env::var_os("TASKISOL_BIN_DIR").is_none() {

@@ -57,7 +57,7 @@ no_claims() {
 /// still have it as its effective CPU until it next fires (x86 moves an IRQ then: "set, move
 /// pending"), and its IRQ thread follows it there: the kernel's to move, not a value isold
 /// can write, so neither counts.
-fn exposure(o: &StepOutput, key: &str) -> Result<(usize, usize), String> {
+pub(super) fn exposure(o: &StepOutput, key: &str) -> Result<(usize, usize), String> {
     let text = o.field(key).ok_or(format!("no {key}"))?;
     let v: Value = serde_json::from_str(text).map_err(|e| format!("{key}: {e}: {text}"))?;
     let cpu = v["per_cpu"]
@@ -83,7 +83,7 @@ fn exposure(o: &StepOutput, key: &str) -> Result<(usize, usize), String> {
     Ok((irqs, tasks))
 }
 
-fn quiet(key: &'static str) -> Expect {
+pub(super) fn quiet(key: &'static str) -> Expect {
     Expect::that(
         &format!("{key}: no movable IRQ and no foreign task may run on CPU 3"),
         move |o: &StepOutput| match exposure(o, key)? {
@@ -93,7 +93,7 @@ fn quiet(key: &'static str) -> Expect {
     )
 }
 
-fn exposed(key: &'static str) -> Expect {
+pub(super) fn exposed(key: &'static str) -> Expect {
     Expect::that(
         &format!("{key}: movable IRQs and other tasks may run on CPU 3"),
         move |o: &StepOutput| match exposure(o, key)? {
@@ -104,7 +104,7 @@ fn exposed(key: &'static str) -> Expect {
 }
 
 /// `isold claims` (the `claims` line) lists a claim with both texts.
-fn claims_has(a: &'static str, b: &'static str) -> Expect {
+pub(super) fn claims_has(a: &'static str, b: &'static str) -> Expect {
     Expect::that(
         &format!("isold claims lists '{a}' and '{b}'"),
         move |o: &StepOutput| match o.field("claims") {

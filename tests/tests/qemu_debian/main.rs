@@ -10,6 +10,7 @@
 
 use taskisol_tests::qemu::{Expect, StepOutput};
 
+mod containerd;
 mod containers;
 mod libvirt;
 mod lifecycle;

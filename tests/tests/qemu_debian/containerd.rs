@@ -1,0 +1,359 @@
+//! Isolation that follows containers on a containerd node, through NRI, driven the way the
+//! kubelet drives containerd: the Debian sid root of `scripts/setup-debroot containerd`
+//! (containerd 2.1 with NRI on by default, runc 1.3) booted with Debian's 6.12-rt from a copy
+//! of the root in a tmpfs (`Scenario::debian_containerd`), and isol-cri, a CRI client
+//! (tests/src/bin/isol-cri.rs: the RuntimeService over containerd's socket, as the kubelet
+//! calls it), running host-network pods whose sandbox and workload are the busybox image
+//! imported offline. isold.service runs with `isolated_cpus = "2"`, `[containers] cpus = "3"`
+//! and `nri = true`; no OCI hook is installed (containerd reads none).
+//!
+//! - a pod annotated `isold.io/isolate: "true"` and `cpu-c-states.crio.io: disable` (pod
+//!   annotations, as the kubelet passes a pod's) and a container with `cpuset_cpus = "3"`:
+//!   while it runs, `isold audit --cpus 3` finds no movable IRQ and no task but the
+//!   container's that may run on CPU 3, and CPU 3's PM QoS is `n/a`; so after `systemctl
+//!   restart containerd` (the plugin dials again and is synchronized) and after `systemctl
+//!   restart isold`; after StopContainer every value isold may touch reads as before, and
+//!   after RemoveContainer and RemovePodSandbox still;
+//! - a container without the annotation changes nothing while it runs;
+//! - a claim the administrator's rule refuses (CPUs 0-1) fails CreateContainer with isold's
+//!   reason, as the CRI client sees it, and changes nothing;
+//! - a container removed while isold is stopped (stop is not undo: its claim's effects stay)
+//!   is given back when isold starts again and the runtime's Synchronize no longer has it.
+//!
+//! Built only with `--features qemu` (see docs/TESTING.md).
+
+use std::time::Duration;
+
+use taskisol_tests::qemu::{run, Expect, Scenario, StepOutput, CONTAINERD_IMAGE_TAR};
+
+use super::containers::{claims_has, exposed, quiet};
+use super::{at_most, UNIT};
+
+/// containerd's configuration (version 3): no registry (the sandbox image is the imported
+/// busybox), the `native` snapshotter (no overlay module in the guest), no AppArmor, the
+/// cgroupfs driver (runc's default), NRI on at its default socket.
+const CONTAINERD_TOML: &str = r#"version = 3
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = 'native'
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = 'docker.io/library/isol-busybox:1'
+[plugins.'io.containerd.cri.v1.runtime']
+  disable_apparmor = true
+[plugins.'io.containerd.nri.v1.nri']
+  disable = false
+  socket_path = '/var/run/nri/nri.sock'
+"#;
+
+/// Every step starts on the housekeeping CPUs (the step's shell and the CRI client are not
+/// wide tasks the daemon narrows under it).
+const PRE: &str = "taskset -pc 0-1 $$ >/dev/null\n";
+
+/// Shell functions of the steps. `audit NAME`: `isold audit --cpus 3` as JSON on one line.
+/// `pm3`: CPU 3's PM QoS. `claims`: the claims, one line. `no_claims`: waits for the daemon
+/// to have no claim (10 s at most). `registered N`: waits (30 s at most) for the status to say
+/// the plugin is registered with at least N connections made. `field K LINE`: K=value of
+/// isol-cri's output.
+const FUNCS: &str = r#"
+audit() { echo "$1=$(isold audit --cpus 3 --duration 0 --json | tr -d '\n')"; }
+pm3() { cat /sys/devices/system/cpu/cpu3/power/pm_qos_resume_latency_us; }
+claims() { isold claims | tr '\n' ' '; }
+no_claims() {
+    n=0
+    while [ "$(isold claims)" != "no container claims CPUs" ] && [ $n -lt 50 ]; do
+        /usr/bin/busybox usleep 200000; n=$((n + 1))
+    done
+    echo waited_for_release_ms=$((n * 200))
+}
+connections() { isold status 2>/dev/null | sed -n 's/.*NRI: registered with .* (connections: \([0-9]*\)).*/\1/p'; }
+at_least_connections() { c=$(connections); [ -n "$c" ] && [ "$c" -ge "$1" ]; }
+registered() { wait_for 30 at_least_connections "$1"; echo registered_rc=$?; echo nri="$(isold status | grep NRI)"; }
+cri() { isol-cri "$@"; }
+val() { sed -n "s/^$1=//p"; }
+"#;
+
+fn image_steps() -> String {
+    format!(
+        "wait_for 60 systemctl -q is-active containerd; echo containerd=$(systemctl is-active containerd)\n\
+         echo containerd_version=$(containerd --version | awk '{{print $3}}')\n\
+         ctr -n k8s.io images import --local --snapshotter native {CONTAINERD_IMAGE_TAR} \
+         >/tmp/import.out 2>&1; echo import_rc=$?; tail -2 /tmp/import.out\n"
+    )
+}
+
+#[test]
+fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
+    let mut s = Scenario::debian_containerd("rt612_isold_containerd", "");
+    s.file("/etc/systemd/system/isold.service", 0o644, UNIT);
+    s.file(
+        "/etc/containerd/config.toml",
+        0o644,
+        CONTAINERD_TOML.as_bytes(),
+    );
+    s.file(
+        "/etc/isold/isold.toml",
+        0o644,
+        b"isolated_cpus = \"2\"\n[containers]\ncpus = \"3\"\nnri = true\n",
+    );
+    s.step_with_timeout(
+        "setup",
+        &format!(
+            "{PRE}{FUNCS}{}\
+             systemctl start isold; echo start_rc=$?\n\
+             registered 1\n\
+             sleep 1\n\
+             isold_snapshot /tmp/s0; echo snapshot_lines=$(wc -l </tmp/s0)\n\
+             echo pm3=$(pm3)\n\
+             audit audit_before",
+            image_steps()
+        ),
+        Duration::from_secs(300),
+        vec![
+            Expect::field("containerd", "active"),
+            Expect::field("import_rc", "0"),
+            Expect::field("start_rc", "0"),
+            Expect::field("registered_rc", "0"),
+            Expect::field("pm3", "0"),
+            exposed("audit_before"),
+        ],
+    );
+    s.step_with_timeout(
+        "claim",
+        &format!(
+            "{PRE}{FUNCS}t0=$(now_cs)\n\
+             pod=$(cri pod rt --annotation isold.io/isolate=true --annotation cpu-c-states.crio.io=disable | tee /tmp/pod.out | val pod); cat /tmp/pod.out\n\
+             echo pod_s=$(secs $(($(now_cs) - t0)))\n\
+             t0=$(now_cs)\n\
+             ctr=$(cri container $pod work --cpuset 3 | tee /tmp/ctr.out | val container); cat /tmp/ctr.out\n\
+             echo container_s=$(secs $(($(now_cs) - t0)))\n\
+             echo $pod >/tmp/pod; echo $ctr >/tmp/ctr\n\
+             pid=$(cri pid $ctr | val pid); echo pid=$pid\n\
+             echo affinity=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/$pid/status)\n\
+             echo claims=$(claims)\n\
+             echo pm3=$(pm3)\n\
+             audit audit_during"
+        ),
+        Duration::from_secs(300),
+        vec![
+            Expect::that("the pod runs", |o: &StepOutput| match o.field("pod") {
+                Some(p) if p.len() == 64 => Ok(()),
+                other => Err(format!("{other:?}")),
+            }),
+            Expect::that("the container runs", |o: &StepOutput| {
+                match o.field("container") {
+                    Some(p) if p.len() == 64 => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            }),
+            Expect::field("affinity", "3"),
+            claims_has("CPUs 3, pid ", ": isolated 3, PM QoS n/a"),
+            Expect::field("pm3", "n/a"),
+            quiet("audit_during"),
+        ],
+    );
+    s.step_with_timeout(
+        "containerd_restart",
+        &format!(
+            "{PRE}{FUNCS}t0=$(now_cs)\n\
+             systemctl restart containerd; echo restart_rc=$?\n\
+             registered 2\n\
+             echo reconnect_s=$(secs $(($(now_cs) - t0)))\n\
+             journalctl -u isold -o cat | grep -i nri | tail -4\n\
+             echo claims=$(claims)\n\
+             echo pm3=$(pm3)\n\
+             audit audit_during"
+        ),
+        Duration::from_secs(180),
+        vec![
+            Expect::field("restart_rc", "0"),
+            Expect::field("registered_rc", "0"),
+            claims_has("CPUs 3, pid ", ": isolated 3, PM QoS n/a"),
+            Expect::field("pm3", "n/a"),
+            quiet("audit_during"),
+        ],
+    );
+    s.step_with_timeout(
+        "isold_restart",
+        &format!(
+            "{PRE}{FUNCS}systemctl restart isold; echo restart_rc=$?\n\
+             registered 1\n\
+             sleep 1\n\
+             echo claims=$(claims)\n\
+             echo pm3=$(pm3)\n\
+             audit audit_during"
+        ),
+        Duration::from_secs(180),
+        vec![
+            Expect::field("restart_rc", "0"),
+            Expect::field("registered_rc", "0"),
+            claims_has("CPUs 3, pid ", ": isolated 3, PM QoS n/a"),
+            Expect::field("pm3", "n/a"),
+            quiet("audit_during"),
+        ],
+    );
+    s.step_with_timeout(
+        "release",
+        &format!(
+            "{PRE}{FUNCS}pod=$(cat /tmp/pod); ctr=$(cat /tmp/ctr)\n\
+             cri stop $ctr; echo stop_rc=$?\n\
+             no_claims\n\
+             echo pm3_after=$(pm3)\n\
+             isold_snapshot /tmp/s1; snapshot_diff /tmp/s0 /tmp/s1 | sed 's/^differences=/after_stop_differences=/'\n\
+             cri rm $ctr; echo rm_rc=$?\n\
+             cri stoppod $pod; echo stoppod_rc=$?\n\
+             cri rmpod $pod; echo rmpod_rc=$?\n\
+             echo claims=$(claims)\n\
+             isold_snapshot /tmp/s2; snapshot_diff /tmp/s0 /tmp/s2\n\
+             journalctl -u isold -o cat | grep -E 'claim|release' | tail -5"
+        ),
+        Duration::from_secs(180),
+        vec![
+            Expect::field("stop_rc", "0"),
+            at_most("waited_for_release_ms", 10_000.0),
+            Expect::field("pm3_after", "0"),
+            Expect::field("after_stop_differences", "0"),
+            Expect::field("rm_rc", "0"),
+            Expect::field("stoppod_rc", "0"),
+            Expect::field("rmpod_rc", "0"),
+            Expect::field("claims", "no container claims CPUs"),
+            Expect::field("differences", "0"),
+        ],
+    );
+    s.step_with_timeout(
+        "unannotated",
+        &format!(
+            "{PRE}{FUNCS}pod=$(cri pod plain | val pod)\n\
+             ctr=$(cri container $pod work --cpuset 3 | tee /tmp/ctr.out | val container); cat /tmp/ctr.out\n\
+             pid=$(cri pid $ctr | val pid)\n\
+             echo affinity=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/$pid/status)\n\
+             sleep 2\n\
+             echo claims=$(claims)\n\
+             isold_snapshot /tmp/s3; snapshot_diff /tmp/s0 /tmp/s3\n\
+             cri stop $ctr >/dev/null; cri rm $ctr >/dev/null; cri stoppod $pod >/dev/null; cri rmpod $pod; echo gone_rc=$?"
+        ),
+        Duration::from_secs(180),
+        vec![
+            Expect::field("affinity", "3"),
+            Expect::field("claims", "no container claims CPUs"),
+            Expect::field("differences", "0"),
+            Expect::field("gone_rc", "0"),
+        ],
+    );
+    // A tenant asks for the housekeeping CPUs: CreateContainer fails with isold's reason, as
+    // the kubelet would show it; nothing changed.
+    s.step_with_timeout(
+        "refused",
+        &format!(
+            "{PRE}{FUNCS}pod=$(cri pod hk --annotation isold.io/isolate=true | val pod)\n\
+             cri container $pod work --cpuset 0-1 >/tmp/hk.out; echo hk_rc=$?\n\
+             echo hk_error=$(val error </tmp/hk.out)\n\
+             echo containers=$(cri ps | grep -c work)\n\
+             echo claims=$(claims)\n\
+             echo refused=$(isold status | grep -i 'refused')\n\
+             isold_snapshot /tmp/s4; snapshot_diff /tmp/s0 /tmp/s4\n\
+             cri stoppod $pod >/dev/null; cri rmpod $pod; echo gone_rc=$?"
+        ),
+        Duration::from_secs(180),
+        vec![
+            Expect::field("hk_rc", "1"),
+            Expect::that(
+                "CreateContainer fails with isold's reason",
+                |o: &StepOutput| match o.field("hk_error") {
+                    Some(e) if e.contains("isold:") && e.contains("0-1") => Ok(()),
+                    other => Err(format!("{other:?}")),
+                },
+            ),
+            Expect::field("containers", "0"),
+            Expect::field("claims", "no container claims CPUs"),
+            Expect::that("the refusal is counted", |o: &StepOutput| {
+                match o.field("refused") {
+                    Some(r) if r.contains("refused: 1 (") && r.contains("not_allowed 1") => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            }),
+            Expect::field("differences", "0"),
+            Expect::field("gone_rc", "0"),
+        ],
+    );
+    // The claim's cost at container creation: five containers with a claim and five without,
+    // each CreateContainer and StartContainer timed as the CRI client waits for them.
+    s.step_with_timeout(
+        "latency",
+        &format!(
+            "{PRE}{FUNCS}cycles() {{\n\
+                 pod=$(cri pod \"$@\" | val pod); out=\n\
+                 for i in 1 2 3 4 5; do\n\
+                     t0=$(now_cs); ctr=$(cri container $pod w$i --cpuset 3 | val container)\n\
+                     out=\"$out $(secs $(($(now_cs) - t0)))\"\n\
+                     cri stop $ctr >/dev/null; cri rm $ctr >/dev/null\n\
+                 done\n\
+                 cri stoppod $pod >/dev/null; cri rmpod $pod >/dev/null\n\
+                 echo $out\n\
+             }}\n\
+             echo claimed_s=$(cycles lat1 --annotation isold.io/isolate=true)\n\
+             echo plain_s=$(cycles lat2)\n\
+             no_claims"
+        ),
+        Duration::from_secs(300),
+        vec![
+            Expect::that("five timed creations each", |o: &StepOutput| {
+                for k in ["claimed_s", "plain_s"] {
+                    let n = o.field(k).map_or(0, |v| v.split_whitespace().count());
+                    if n != 5 {
+                        return Err(format!("{k}: {n} times"));
+                    }
+                }
+                Ok(())
+            }),
+            at_most("waited_for_release_ms", 10_000.0),
+        ],
+    );
+    // Stop is not undo: a container removed while isold is stopped keeps its claim's effects
+    // until isold starts again, synchronizes with the runtime, and gives them back.
+    s.step_with_timeout(
+        "removed_while_stopped",
+        &format!(
+            "{PRE}{FUNCS}pod=$(cri pod rt2 --annotation isold.io/isolate=true --annotation cpu-c-states.crio.io=disable | val pod)\n\
+             ctr=$(cri container $pod work --cpuset 3 | tee /tmp/ctr.out | val container); cat /tmp/ctr.out\n\
+             echo claims=$(claims)\n\
+             systemctl stop isold; echo stop_rc=$?\n\
+             echo pm3_stopped=$(pm3)\n\
+             cri stop $ctr >/dev/null; cri rm $ctr >/dev/null; cri stoppod $pod >/dev/null; cri rmpod $pod; echo gone_rc=$?\n\
+             systemctl start isold; echo start_rc=$?\n\
+             registered 1\n\
+             no_claims\n\
+             echo pm3_after=$(pm3)\n\
+             isold_snapshot /tmp/s5; snapshot_diff /tmp/s0 /tmp/s5"
+        ),
+        Duration::from_secs(240),
+        vec![
+            claims_has("CPUs 3, pid ", ": isolated 3, PM QoS n/a"),
+            Expect::field("stop_rc", "0"),
+            Expect::field("pm3_stopped", "n/a"),
+            Expect::field("gone_rc", "0"),
+            Expect::field("start_rc", "0"),
+            Expect::field("registered_rc", "0"),
+            at_most("waited_for_release_ms", 10_000.0),
+            Expect::field("pm3_after", "0"),
+            Expect::field("differences", "0"),
+        ],
+    );
+    let o = run(&s).unwrap_or_else(|e| panic!("{e}"));
+    let f = |step: &str, key: &str| {
+        o.outputs
+            .get(step)
+            .and_then(|out| out.field(key))
+            .unwrap_or("-")
+            .to_string()
+    };
+    eprintln!(
+        "RunPodSandbox {} s; CreateContainer and StartContainer with a claim {} s; \
+         containerd restart to the plugin registered again {} s; \
+         CreateContainer and StartContainer with a claim: {} s, without: {} s",
+        f("claim", "pod_s"),
+        f("claim", "container_s"),
+        f("containerd_restart", "reconnect_s"),
+        f("latency", "claimed_s"),
+        f("latency", "plain_s"),
+    );
+    o.assert_ok();
+}
