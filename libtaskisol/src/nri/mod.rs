@@ -52,5 +52,44 @@ pub fn claim_of(
     }))
 }
 
+/// Every ttrpc message of one side of a recorded trunk, in order, with its connection: what
+/// the runtime or the plugin sent, whole (a recording that ends inside a frame or a message
+/// is an error naming the offset). For reading recordings (tests, debugging), not the live
+/// path.
+pub fn read_trunk(bytes: &[u8]) -> Result<Vec<(u32, ttrpc::Message)>, String> {
+    let mut demux = mux::Demux::default();
+    demux.push(bytes);
+    let mut readers: BTreeMap<u32, ttrpc::Reader> = BTreeMap::new();
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while let Some((conn, payload)) = demux
+        .next_frame()
+        .map_err(|e| format!("at byte {at}: {e}"))?
+    {
+        at += 8 + payload.len();
+        let r = readers.entry(conn).or_default();
+        r.push(&payload);
+        while let Some(m) = r
+            .next_message()
+            .map_err(|e| format!("connection {conn}, frame ending at byte {at}: {e}"))?
+        {
+            out.push((conn, m));
+        }
+    }
+    if at != bytes.len() {
+        return Err(format!(
+            "{} bytes after the last whole frame (byte {at})",
+            bytes.len() - at
+        ));
+    }
+    if let Some((conn, r)) = readers.iter().find(|(_, r)| r.pending() > 0) {
+        return Err(format!(
+            "connection {conn}: a message cut after {} bytes",
+            r.pending()
+        ));
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,8 @@
 //! Tests of the NRI codec: byte streams written out by hand from the protocol's definition
 //! (the multiplexer's and ttrpc's headers, the protobuf keys of api.proto v0.8.0), so that the
-//! encoder and the decoder are each checked against the wire, not only against each other.
+//! encoder and the decoder are each checked against the wire, not only against each other;
+//! and a connection between a real containerd 2.1.9 and isold, recorded byte for byte
+//! (tests/fixtures/nri).
 
 use std::collections::BTreeMap;
 
@@ -385,4 +387,202 @@ proptest::proptest! {
         r.push(&bytes);
         while let Ok(Some(_)) = r.next_message() {}
     }
+}
+
+/// A real containerd 2.1.9 and isold, recorded by the containerd guest scenario through
+/// isol-nri-tap (tests/tests/qemu_debian/containerd.rs, `TASKISOL_UPDATE_FIXTURES=1`): one
+/// connection, both directions, byte for byte. A claimed container's life (CreateContainer,
+/// StartContainer, StopContainer, RemoveContainer) and a creation isold refused.
+const RECORDED_RUNTIME: &[u8] =
+    include_bytes!("../../tests/fixtures/nri/containerd-2.1.9/runtime.bin");
+const RECORDED_PLUGIN: &[u8] = include_bytes!("../../tests/fixtures/nri/containerd-2.1.9/plugin.bin");
+
+/// The runtime's calls of a recording, decoded: (stream, method, payload).
+fn recorded_calls() -> Vec<(u32, String, Vec<u8>)> {
+    read_trunk(RECORDED_RUNTIME)
+        .unwrap()
+        .into_iter()
+        .filter(|(conn, m)| *conn == mux::PLUGIN_CONN && m.kind == ttrpc::REQUEST)
+        .map(|(_, m)| {
+            let r = Request::decode(&m.data).unwrap();
+            assert_eq!(r.service, api::PLUGIN_SERVICE);
+            assert!(r.timeout_nano > 0 && r.timeout_nano <= 2_000_000_000, "{r:?}");
+            (m.stream, r.method, r.payload)
+        })
+        .collect()
+}
+
+#[test]
+fn a_recorded_containerd_connection_is_read_whole() {
+    let calls = recorded_calls();
+    let methods: Vec<&str> = calls.iter().map(|(_, m, _)| m.as_str()).collect();
+    assert_eq!(
+        methods,
+        [
+            "Configure",
+            "Synchronize",
+            "CreateContainer",
+            "StateChange",
+            "StopContainer",
+            "StateChange",
+            "CreateContainer",
+            "StopContainer",
+            "StateChange"
+        ]
+    );
+    assert_eq!(
+        calls.iter().map(|c| c.0).collect::<Vec<_>>(),
+        [1, 3, 5, 7, 9, 11, 13, 15, 17]
+    );
+    let conf = api::Configure::decode(&calls[0].2).unwrap();
+    assert_eq!(
+        (
+            conf.runtime_name.as_str(),
+            conf.runtime_version.as_str(),
+            conf.registration_timeout,
+            conf.request_timeout
+        ),
+        ("containerd", "2.1.9+unknown", 5000, 2000)
+    );
+    let sync = Synchronize::decode(&calls[1].2).unwrap();
+    assert!(sync.pods.is_empty() && sync.containers.is_empty() && !sync.more);
+
+    // CreateContainer: the pod's annotations as the CRI client gave them, with containerd's
+    // own; the container's cpuset and its cgroup below the pod's parent; no process yet.
+    let created = PodContainer::decode_request(&calls[2].2).unwrap();
+    let c = created.container.as_ref().unwrap();
+    assert_eq!(created.pod.name, "rec");
+    assert_eq!(created.pod.annotations["isold.io/isolate"], "true");
+    assert_eq!(created.pod.annotations["cpu-c-states.crio.io"], "disable");
+    assert_eq!(
+        created.pod.annotations["io.kubernetes.cri.sandbox-id"],
+        created.pod.id
+    );
+    assert_eq!((c.name.as_str(), c.cpus.as_str(), c.pid), ("work", "3", 0));
+    assert_eq!(c.pod_sandbox_id, created.pod.id);
+    assert_eq!(c.cgroups_path, format!("/kubepods/poduid-rec/{}", c.id));
+    let admitted = claim_of(&created.pod, c).unwrap().unwrap();
+    assert_eq!(admitted.container, c.id);
+    assert_eq!(admitted.pod.as_deref(), Some(created.pod.id.as_str()));
+    assert_eq!(admitted.name.as_deref(), Some("work"));
+    assert_eq!(admitted.cpus, "3");
+    assert_eq!(admitted.source.as_deref(), Some(SOURCE));
+
+    // StartContainer: the same container with its process (containerd still says Created).
+    let started = PodContainer::decode_event(&calls[3].2).unwrap();
+    assert_eq!(started.event, Some(Event::StartContainer));
+    let sc = started.container.as_ref().unwrap();
+    assert_eq!((sc.id.as_str(), sc.pid), (c.id.as_str(), 3069));
+    assert_eq!(sc.state, ContainerState::Created);
+    assert_eq!(claim_of(&started.pod, sc).unwrap().unwrap().pid, 3069);
+
+    let stopped = PodContainer::decode_request(&calls[4].2).unwrap();
+    let st = stopped.container.as_ref().unwrap();
+    assert_eq!((st.id.as_str(), st.state), (c.id.as_str(), ContainerState::Running));
+    let removed = PodContainer::decode_event(&calls[5].2).unwrap();
+    assert_eq!(removed.event, Some(Event::RemoveContainer));
+    assert_eq!(removed.container.as_ref().unwrap().id, c.id);
+
+    let refused = PodContainer::decode_request(&calls[6].2).unwrap();
+    let hk = refused.container.as_ref().unwrap();
+    assert_eq!((hk.name.as_str(), hk.cpus.as_str()), ("hk", "0-1"));
+}
+
+/// isold's side of the recording: the registration byte for byte as the encoder writes it,
+/// an answer on each of the runtime's streams in order, all OK but the refused creation's,
+/// and no frame over 4096 bytes.
+#[test]
+fn isolds_recorded_side_is_what_its_encoder_writes() {
+    let msg = ttrpc::Message {
+        stream: 1,
+        kind: ttrpc::REQUEST,
+        flags: 0,
+        data: Request {
+            service: api::RUNTIME_SERVICE.into(),
+            method: "RegisterPlugin".into(),
+            payload: api::register_plugin(PLUGIN_NAME, PLUGIN_IDX),
+            timeout_nano: 0,
+        }
+        .encode(),
+    }
+    .encode();
+    let registration = mux::frames(mux::RUNTIME_CONN, &msg);
+    assert_eq!(&RECORDED_PLUGIN[..registration.len()], &registration[..]);
+
+    let answers: Vec<(u32, Response)> = read_trunk(RECORDED_PLUGIN)
+        .unwrap()
+        .into_iter()
+        .filter(|(conn, m)| *conn == mux::PLUGIN_CONN && m.kind == ttrpc::RESPONSE)
+        .map(|(_, m)| (m.stream, Response::decode(&m.data).unwrap()))
+        .collect();
+    let streams: Vec<u32> = answers.iter().map(|a| a.0).collect();
+    let calls: Vec<u32> = recorded_calls().iter().map(|c| c.0).collect();
+    assert_eq!(streams, calls);
+    for (stream, r) in &answers {
+        if *stream == 13 {
+            assert_eq!(r.code, ttrpc::code::FAILED_PRECONDITION);
+            assert!(
+                r.message.starts_with("isold: claim refused: container hk (")
+                    && r.message.contains("CPUs 0-1 are not for containers"),
+                "{}",
+                r.message
+            );
+        } else {
+            assert_eq!((r.code, r.message.as_str()), (ttrpc::code::OK, ""), "stream {stream}");
+        }
+    }
+    let mut d = Demux::default();
+    d.push(RECORDED_PLUGIN);
+    let mut n = 0;
+    while let Some((_, payload)) = d.next_frame().unwrap() {
+        assert!(payload.len() <= mux::MAX_SENT_PAYLOAD);
+        n += 1;
+    }
+    assert_eq!(n, answers.len() + 1);
+}
+
+/// The recorded runtime side read in pieces of every size from 1 to 97 bytes gives the same
+/// messages as read whole; cut anywhere, it gives the messages before the cut and says so.
+#[test]
+fn a_recording_reads_the_same_in_any_pieces_and_cut_anywhere() {
+    let whole = read_trunk(RECORDED_RUNTIME).unwrap();
+    for piece in 1..=97 {
+        let mut d = Demux::default();
+        let mut readers: BTreeMap<u32, Reader> = BTreeMap::new();
+        let mut got = Vec::new();
+        for chunk in RECORDED_RUNTIME.chunks(piece) {
+            d.push(chunk);
+            while let Some((conn, p)) = d.next_frame().unwrap() {
+                let r = readers.entry(conn).or_default();
+                r.push(&p);
+                while let Some(m) = r.next_message().unwrap() {
+                    got.push((conn, m));
+                }
+            }
+        }
+        assert_eq!(got, whole, "pieces of {piece}");
+    }
+    for cut in 1..RECORDED_RUNTIME.len() {
+        match read_trunk(&RECORDED_RUNTIME[..cut]) {
+            Err(_) => {}
+            Ok(v) => assert!(v.len() < whole.len() && whole.starts_with(&v), "cut at {cut}"),
+        }
+    }
+}
+
+/// A message split over frames and cut after a whole frame is a cut message, not an end.
+#[test]
+fn a_recording_cut_between_the_frames_of_a_message_is_an_error() {
+    let msg = ttrpc::Message {
+        stream: 1,
+        kind: ttrpc::RESPONSE,
+        flags: 0,
+        data: vec![7; 5000],
+    }
+    .encode();
+    let trunk = mux::frames(mux::PLUGIN_CONN, &msg);
+    assert_eq!(read_trunk(&trunk).unwrap().len(), 1);
+    let first = 8 + mux::MAX_SENT_PAYLOAD;
+    let e = read_trunk(&trunk[..first]).unwrap_err();
+    assert!(e.contains("cut"), "{e}");
 }

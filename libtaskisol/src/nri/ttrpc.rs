@@ -51,6 +51,11 @@ impl Reader {
         self.buf.extend_from_slice(bytes);
     }
 
+    /// Bytes received that are not yet a whole message.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+
     /// The next whole message, `None` until one is whole; an error for data over 4 MiB.
     pub fn next_message(&mut self) -> Result<Option<Message>, DecodeError> {
         if self.buf.len() < 10 {

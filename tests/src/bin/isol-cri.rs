@@ -65,7 +65,9 @@ fn opts(args: &[String]) -> Result<Opts, String> {
         match a.as_str() {
             "--annotation" => {
                 let kv = it.next().ok_or(USAGE)?;
-                let (k, v) = kv.split_once('=').ok_or(format!("--annotation {kv}: no '='"))?;
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or(format!("--annotation {kv}: no '='"))?;
                 o.annotations.insert(k.into(), v.into());
             }
             "--cpuset" => o.cpuset = it.next().ok_or(USAGE)?.clone(),
@@ -230,7 +232,10 @@ async fn run(socket: &str, args: &[String]) -> Result<String, String> {
                 .await
                 .map_err(status)?
                 .into_inner();
-            let info = r.info.get("info").ok_or("ContainerStatus: no verbose info")?;
+            let info = r
+                .info
+                .get("info")
+                .ok_or("ContainerStatus: no verbose info")?;
             let v: serde_json::Value =
                 serde_json::from_str(info).map_err(|e| format!("ContainerStatus info: {e}"))?;
             Ok(format!("pid={}", v["pid"]))

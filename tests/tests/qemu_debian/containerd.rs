@@ -18,7 +18,14 @@
 //! - a claim the administrator's rule refuses (CPUs 0-1) fails CreateContainer with isold's
 //!   reason, as the CRI client sees it, and changes nothing;
 //! - a container removed while isold is stopped (stop is not undo: its claim's effects stay)
-//!   is given back when isold starts again and the runtime's Synchronize no longer has it.
+//!   is given back when isold starts again and the runtime's Synchronize no longer has it;
+//! - kill -9 of containerd while a claim holds keeps it; kill -9 of isold and the container
+//!   removed meanwhile gives CPU 3 back;
+//! - last, isold dials containerd through isol-nri-tap (tests/src/bin/isol-nri-tap.rs), which
+//!   records the trunk both ways; the recording is read with isold's own codec
+//!   (`check_recording`), and `TASKISOL_UPDATE_FIXTURES=1` writes it to
+//!   libtaskisol/tests/fixtures/nri/containerd-2.1.9, the recorded streams of the codec's
+//!   unit tests.
 //!
 //! Built only with `--features qemu` (see docs/TESTING.md).
 
@@ -52,7 +59,7 @@ const PRE: &str = "taskset -pc 0-1 $$ >/dev/null\n";
 /// `pm3`: CPU 3's PM QoS. `claims`: the claims, one line. `no_claims`: waits for the daemon
 /// to have no claim (10 s at most). `registered N`: waits (30 s at most) for the status to say
 /// the plugin is registered with at least N connections made. `field K LINE`: K=value of
-/// isol-cri's output.
+/// isol-cri's output. `stop_with_retries ID`: StopContainer, up to three tries.
 const FUNCS: &str = r#"
 audit() { echo "$1=$(isold audit --cpus 3 --duration 0 --json | tr -d '\n')"; }
 pm3() { cat /sys/devices/system/cpu/cpu3/power/pm_qos_resume_latency_us; }
@@ -68,6 +75,16 @@ connections() { isold status 2>/dev/null | sed -n 's/.*NRI: registered with .* (
 at_least_connections() { c=$(connections); [ -n "$c" ] && [ "$c" -ge "$1" ]; }
 registered() { wait_for 30 at_least_connections "$1"; echo registered_rc=$?; echo nri="$(isold status | grep NRI)"; }
 cri() { isol-cri "$@"; }
+# StopContainer as the kubelet makes it: again after a failure. The first one after a restart
+# of containerd can fail with "ttrpc: closed" (its connection to the container's shim).
+stop_with_retries() {
+    stop_rc=1
+    for i in 1 2 3; do
+        if cri stop "$1" >/tmp/stop.out; then stop_rc=0; break; fi
+        cat /tmp/stop.out; sleep 1
+    done
+    echo stop_rc=$stop_rc; echo stop_tries=$i
+}
 val() { sed -n "s/^$1=//p"; }
 "#;
 
@@ -83,6 +100,7 @@ fn image_steps() -> String {
 #[test]
 fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
     let mut s = Scenario::debian_containerd("rt612_isold_containerd", "");
+    s.binaries.push("isol-nri-tap".into());
     s.file("/etc/systemd/system/isold.service", 0o644, UNIT);
     s.file(
         "/etc/containerd/config.toml",
@@ -194,7 +212,7 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
         "release",
         &format!(
             "{PRE}{FUNCS}pod=$(cat /tmp/pod); ctr=$(cat /tmp/ctr)\n\
-             cri stop $ctr; echo stop_rc=$?\n\
+             stop_with_retries $ctr\n\
              no_claims\n\
              echo pm3_after=$(pm3)\n\
              isold_snapshot /tmp/s1; snapshot_diff /tmp/s0 /tmp/s1 | sed 's/^differences=/after_stop_differences=/'\n\
@@ -337,6 +355,79 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
             Expect::field("differences", "0"),
         ],
     );
+    // kill -9 of the runtime (its main process: `systemctl kill` would kill the shims in its
+    // cgroup too, and the containers with them) while a claim holds: the container lives on
+    // under its shim, the plugin registers again and the claim stays. kill -9 of isold, and the container removed
+    // before or after systemd has started it again: either the removal or the runtime's
+    // Synchronize gives CPU 3 back.
+    s.step_with_timeout(
+        "kills",
+        &format!(
+            "{PRE}{FUNCS}pod=$(cri pod rt3 --annotation isold.io/isolate=true --annotation cpu-c-states.crio.io=disable | val pod)\n\
+             ctr=$(cri container $pod work --cpuset 3 | tee /tmp/ctr.out | val container); cat /tmp/ctr.out\n\
+             echo claims_before=$(claims)\n\
+             c0=$(connections)\n\
+             kill -9 $(systemctl show -p MainPID --value containerd); echo kill_rc=$?\n\
+             registered $((c0 + 1))\n\
+             journalctl -u isold -o cat | grep -iE 'claim|releas|NRI' | tail -8\n\
+             echo claims=$(claims)\n\
+             echo pm3_runtime_killed=$(pm3)\n\
+             kill -9 $(systemctl show -p MainPID --value isold); echo kill_isold_rc=$?\n\
+             stop_with_retries $ctr\n\
+             cri rm $ctr >/dev/null; cri stoppod $pod >/dev/null; cri rmpod $pod; echo gone_rc=$?\n\
+             wait_for 30 systemctl -q is-active isold; echo active=$(systemctl is-active isold)\n\
+             no_claims\n\
+             echo pm3_after=$(pm3)\n\
+             isold_snapshot /tmp/s6; snapshot_diff /tmp/s0 /tmp/s6"
+        ),
+        Duration::from_secs(240),
+        vec![
+            Expect::field("kill_rc", "0"),
+            Expect::field("stop_rc", "0"),
+            Expect::field("registered_rc", "0"),
+            claims_has("CPUs 3, pid ", ": isolated 3, PM QoS n/a"),
+            Expect::field("pm3_runtime_killed", "n/a"),
+            Expect::field("kill_isold_rc", "0"),
+            Expect::field("gone_rc", "0"),
+            Expect::field("active", "active"),
+            at_most("waited_for_release_ms", 10_000.0),
+            Expect::field("pm3_after", "0"),
+            Expect::field("differences", "0"),
+        ],
+    );
+    // The last step: isold dials containerd through isol-nri-tap, which records the trunk
+    // both ways, for one claimed container's life and a refused creation.
+    s.step_with_timeout(
+        "record",
+        &format!(
+            "{PRE}{FUNCS}mkdir -p {TAP_DIR}\n\
+             isol-nri-tap /run/nri-tap.sock /var/run/nri/nri.sock {TAP_DIR} >/tmp/tap.log 2>&1 &\n\
+             wait_for 10 test -S /run/nri-tap.sock\n\
+             echo 'nri_socket = \"/run/nri-tap.sock\"' >>/etc/isold/isold.toml\n\
+             systemctl restart isold; echo restart_rc=$?\n\
+             registered 1\n\
+             pod=$(cri pod rec --annotation isold.io/isolate=true --annotation cpu-c-states.crio.io=disable | val pod)\n\
+             ctr=$(cri container $pod work --cpuset 3 | tee /tmp/ctr.out | val container); cat /tmp/ctr.out\n\
+             echo claims=$(claims)\n\
+             cri stop $ctr >/dev/null; cri rm $ctr >/dev/null\n\
+             cri container $pod hk --cpuset 0-1 >/tmp/hk.out; echo hk_rc=$?\n\
+             cri stoppod $pod >/dev/null; cri rmpod $pod; echo gone_rc=$?\n\
+             no_claims\n\
+             systemctl stop isold\n\
+             sleep 1\n\
+             ls -l {TAP_DIR}; cat /tmp/tap.log\n\
+             capture {TAP_DIR}/1-runtime.bin {TAP_DIR}/1-plugin.bin"
+        ),
+        Duration::from_secs(240),
+        vec![
+            Expect::field("restart_rc", "0"),
+            Expect::field("registered_rc", "0"),
+            claims_has("CPUs 3, pid ", ": isolated 3, PM QoS n/a"),
+            Expect::field("hk_rc", "1"),
+            Expect::field("gone_rc", "0"),
+            at_most("waited_for_release_ms", 10_000.0),
+        ],
+    );
     let o = run(&s).unwrap_or_else(|e| panic!("{e}"));
     let f = |step: &str, key: &str| {
         o.outputs
@@ -355,5 +446,136 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
         f("latency", "claimed_s"),
         f("latency", "plain_s"),
     );
+    let recorded = |side: &str| {
+        o.files
+            .get("record")
+            .and_then(|f| f.get(&format!("{TAP_DIR}/1-{side}.bin")))
+            .cloned()
+            .unwrap_or_else(|| panic!("the record step captured no {side} stream"))
+    };
+    let (runtime, plugin) = (recorded("runtime"), recorded("plugin"));
+    check_recording(&runtime, &plugin).unwrap_or_else(|e| panic!("the recorded NRI trunk: {e}"));
+    if std::env::var("TASKISOL_UPDATE_FIXTURES").is_ok_and(|v| v == "1") {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../libtaskisol/tests/fixtures/nri/containerd-2.1.9");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("runtime.bin"), &runtime).unwrap();
+        std::fs::write(dir.join("plugin.bin"), &plugin).unwrap();
+        eprintln!("NRI recording written to {}", dir.display());
+    }
     o.assert_ok();
+}
+
+/// Where isol-nri-tap writes in the guest.
+const TAP_DIR: &str = "/tmp/nri-tap";
+
+/// What a real containerd and isold said to each other, read with isold's own codec: the
+/// runtime's Configure (containerd 2.1.9, 2 s per request), a Synchronize, the claimed
+/// container's CreateContainer (its name, cpuset 3 and the pod's annotation), its
+/// StartContainer with a process and its RemoveContainer; isold's registration as `isold`
+/// 90, its refusal of the CPUs 0-1 container as FAILED_PRECONDITION, and no frame of isold's
+/// over 4096 bytes.
+fn check_recording(runtime: &[u8], plugin: &[u8]) -> Result<(), String> {
+    use libtaskisol::nri::api::{Configure, Event, PodContainer};
+    use libtaskisol::nri::mux::{Demux, MAX_SENT_PAYLOAD, PLUGIN_CONN, RUNTIME_CONN};
+    use libtaskisol::nri::read_trunk;
+    use libtaskisol::nri::ttrpc::{code, Request, Response, REQUEST, RESPONSE};
+
+    let from_runtime = read_trunk(runtime).map_err(|e| format!("runtime side: {e}"))?;
+    let from_plugin = read_trunk(plugin).map_err(|e| format!("plugin side: {e}"))?;
+    let calls: Vec<Request> = from_runtime
+        .iter()
+        .filter(|(c, m)| *c == PLUGIN_CONN && m.kind == REQUEST)
+        .map(|(_, m)| Request::decode(&m.data))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("a runtime call: {e}"))?;
+    let methods: Vec<&str> = calls.iter().map(|r| r.method.as_str()).collect();
+    for m in ["Configure", "Synchronize", "CreateContainer", "StateChange"] {
+        if !methods.contains(&m) {
+            return Err(format!("no {m} among the runtime's calls {methods:?}"));
+        }
+    }
+    let conf = Configure::decode(&calls[0].payload).map_err(|e| format!("Configure: {e}"))?;
+    if methods[0] != "Configure"
+        || conf.runtime_name != "containerd"
+        || !conf.runtime_version.starts_with("2.1.9")
+        || conf.request_timeout != 2000
+    {
+        return Err(format!("first call {} {conf:?}", methods[0]));
+    }
+    let creations: Vec<PodContainer> = calls
+        .iter()
+        .filter(|r| r.method == "CreateContainer")
+        .map(|r| PodContainer::decode_request(&r.payload))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("CreateContainer: {e}"))?;
+    let work = creations
+        .iter()
+        .filter_map(|pc| pc.container.as_ref().map(|c| (pc, c)))
+        .find(|(_, c)| c.name == "work")
+        .ok_or(format!(
+            "no CreateContainer of 'work' among {}",
+            creations.len()
+        ))?;
+    if work.1.cpus != "3"
+        || work
+            .0
+            .pod
+            .annotations
+            .get("isold.io/isolate")
+            .map(String::as_str)
+            != Some("true")
+    {
+        return Err(format!("CreateContainer of work: {:?}", work));
+    }
+    let events: Vec<PodContainer> = calls
+        .iter()
+        .filter(|r| r.method == "StateChange")
+        .map(|r| PodContainer::decode_event(&r.payload))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("StateChange: {e}"))?;
+    let of_work = |ev: Event| {
+        events.iter().find(|pc| {
+            pc.event == Some(ev) && pc.container.as_ref().is_some_and(|c| c.id == work.1.id)
+        })
+    };
+    match of_work(Event::StartContainer).and_then(|pc| pc.container.as_ref()) {
+        Some(c) if c.pid > 0 => {}
+        other => return Err(format!("StartContainer of work: {other:?}")),
+    }
+    if of_work(Event::RemoveContainer).is_none() {
+        return Err("no RemoveContainer of work".into());
+    }
+
+    let register = from_plugin
+        .iter()
+        .find(|(c, m)| *c == RUNTIME_CONN && m.kind == REQUEST)
+        .map(|(_, m)| Request::decode(&m.data))
+        .ok_or("isold sent no call")?
+        .map_err(|e| format!("isold's first call: {e}"))?;
+    if register.method != "RegisterPlugin"
+        || !register.payload.windows(5).any(|w| w == b"isold")
+        || !register.payload.windows(2).any(|w| w == b"90")
+    {
+        return Err(format!("isold's first call: {register:?}"));
+    }
+    let refusals = from_plugin
+        .iter()
+        .filter(|(c, m)| *c == PLUGIN_CONN && m.kind == RESPONSE)
+        .filter_map(|(_, m)| Response::decode(&m.data).ok())
+        .filter(|r| {
+            r.code == code::FAILED_PRECONDITION && r.message.contains("isold: claim refused")
+        })
+        .count();
+    if refusals != 1 {
+        return Err(format!("{refusals} refusals in isold's answers, not 1"));
+    }
+    let mut d = Demux::default();
+    d.push(plugin);
+    while let Some((_, payload)) = d.next_frame().map_err(|e| e.to_string())? {
+        if payload.len() > MAX_SENT_PAYLOAD {
+            return Err(format!("isold sent a frame of {} bytes", payload.len()));
+        }
+    }
+    Ok(())
 }
