@@ -289,8 +289,7 @@ impl TaskFixer {
         } else {
             String::new()
         };
-        line.push_str(&serde_json::to_string(entry).expect("entry serializes"));
-        line.push('\n');
+        line.push_str(&state::journal_line(entry));
         let written = f.write_all(line.as_bytes()).and_then(|()| f.sync_data());
         // A write that failed (a full disk) may have left part of its line.
         self.torn = written.is_err();
