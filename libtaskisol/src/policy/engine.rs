@@ -712,8 +712,10 @@ fn apply_loaded(
             }
         }
     }
-    // The originals are on disk before the first write.
-    crate::cost::stage("state", "file written", || ledger.persist())?;
+    // The originals are on disk before the first write; a state directory that cannot take
+    // them (full) stops the apply here, with nothing changed.
+    crate::cost::stage("state", "file written", || ledger.persist())
+        .map_err(|e| ledger.not_recorded(e))?;
     let mut unchanged = std::collections::HashSet::new();
     let results = change_all(root, isolated, targets, &pending);
     for ((i, _, _), (status, wrote)) in pending.into_iter().zip(results) {

@@ -26,6 +26,7 @@
 
 pub mod bootargs;
 pub mod config;
+pub mod durable;
 pub mod engine;
 pub mod fastpath;
 pub mod files;

@@ -16,10 +16,11 @@
 use std::cell::{Cell, OnceCell};
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use super::durable;
 
 use crate::error::{Error, Result};
 use crate::sysroot::SysRoot;
@@ -322,6 +323,14 @@ fn remember(path: &Path, main: &str, journal: &str, st: &State) {
     }
 }
 
+/// Forget what this process read or wrote last, as a new process after a crash would have.
+#[cfg(feature = "fault-injection")]
+pub(crate) fn forget() {
+    if let Ok(mut last) = LAST.lock() {
+        *last = None;
+    }
+}
+
 /// The journal of a state file: entries recorded since its last whole write, one JSON line
 /// each (`state.json` -> `state.journal`).
 pub fn journal_path(path: &Path) -> PathBuf {
@@ -446,8 +455,8 @@ pub fn append_entries(path: &Path, entries: &[Entry]) -> Result<bool> {
         source,
     };
     let mut f = open_journal(&jpath).map_err(werr)?;
-    f.write_all(lines.as_bytes())
-        .and_then(|()| f.sync_data())
+    durable::write(&mut f, lines.as_bytes())
+        .and_then(|()| durable::sync_data(&f))
         .map_err(werr)?;
     Ok(true)
 }
@@ -747,13 +756,18 @@ impl State {
         let json = self.to_text();
         // Exclusively: a symlink left under the temporary name is removed, never followed.
         let mut f = super::files::create_exclusive(&tmp, 0o600).map_err(|e| werr(&tmp, e))?;
-        f.write_all(json.as_bytes())
-            .and_then(|()| f.sync_all())
-            .map_err(|e| werr(&tmp, e))?;
+        let written = durable::write(&mut f, json.as_bytes())
+            .and_then(|()| durable::sync_all(&f))
+            .map_err(|e| werr(&tmp, e))
+            .and_then(|()| durable::rename(&tmp, path).map_err(|e| werr(path, e)));
+        if let Err(e) = written {
+            // What a full directory took is given back.
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
         drop(f);
-        fs::rename(&tmp, path).map_err(|e| werr(path, e))?;
         fs::File::open(dir)
-            .and_then(|d| d.sync_all())
+            .and_then(|d| durable::sync_all(&d))
             .map_err(|e| werr(dir, e))?;
         // Everything the journal held is in the file now (a crash before this removal leaves
         // entries in both: loading records each id once); what was no entry is kept aside.
@@ -763,7 +777,9 @@ impl State {
             let mut text = self.set_aside.join("\n");
             text.push('\n');
             open_journal(&bad)
-                .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_data()))
+                .and_then(|mut f| {
+                    durable::write(&mut f, text.as_bytes()).and_then(|()| durable::sync_data(&f))
+                })
                 .map_err(|e| werr(&bad, e))?;
         }
         match fs::remove_file(&jpath) {
@@ -1059,6 +1075,26 @@ impl Ledger {
         self.runtime_disk.is_none() && self.persistent_disk.is_none()
     }
 
+    /// `e`, a failed [`Ledger::persist`] before any change, said as such: which state
+    /// directory could not take the originals, the file and the errno.
+    pub fn not_recorded(&self, e: Error) -> Error {
+        match e {
+            Error::Write { path, source, .. } => {
+                let dir = [&self.files.runtime, &self.files.persistent]
+                    .into_iter()
+                    .filter_map(|f| f.parent())
+                    .find(|d| path.starts_with(d))
+                    .map_or_else(|| path.clone(), Path::to_path_buf);
+                Error::Record {
+                    dir,
+                    file: path,
+                    source,
+                }
+            }
+            other => other,
+        }
+    }
+
     /// The runtime part of `state` and its persistent part.
     fn split(&self) -> (State, State) {
         let (run, pers): (Vec<Entry>, Vec<Entry>) = self
@@ -1130,6 +1166,7 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     fn entry(id: &str, content: &str) -> Entry {
         Entry {
