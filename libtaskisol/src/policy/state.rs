@@ -477,6 +477,34 @@ pub fn set_aside_path(path: &Path) -> PathBuf {
     path.with_extension("journal.bad")
 }
 
+/// Add `lines` (journal lines that were no entries) to the set-aside file of the state file
+/// at `path`, for the administrator: before the journal that holds them is removed.
+fn keep_set_aside(path: &Path, lines: &[String]) -> Result<()> {
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let bad = set_aside_path(path);
+    let mut text = lines.join("\n");
+    text.push('\n');
+    open_journal(&bad)
+        .and_then(|mut f| {
+            durable::write(&mut f, text.as_bytes()).and_then(|()| durable::sync_data(&f))
+        })
+        .map_err(|source| Error::Write {
+            path: bad,
+            data: "(isold set-aside journal lines)".into(),
+            source,
+        })
+}
+
+/// How many lines the set-aside file of the state file at `path` holds (`None`: there is
+/// none): what `isold status` shows until the administrator has looked at them.
+pub fn set_aside_kept(path: &Path) -> Option<usize> {
+    fs::read_to_string(set_aside_path(path))
+        .ok()
+        .map(|t| t.lines().count())
+}
+
 /// The journal at `jpath`, open for appending: created 0600 in a 0700 directory, never
 /// through a symlink.
 pub(crate) fn open_journal(jpath: &Path) -> std::io::Result<fs::File> {
@@ -772,16 +800,7 @@ impl State {
         // Everything the journal held is in the file now (a crash before this removal leaves
         // entries in both: loading records each id once); what was no entry is kept aside.
         let jpath = journal_path(path);
-        if !self.set_aside.is_empty() {
-            let bad = set_aside_path(path);
-            let mut text = self.set_aside.join("\n");
-            text.push('\n');
-            open_journal(&bad)
-                .and_then(|mut f| {
-                    durable::write(&mut f, text.as_bytes()).and_then(|()| durable::sync_data(&f))
-                })
-                .map_err(|e| werr(&bad, e))?;
-        }
+        keep_set_aside(path, &self.set_aside)?;
         match fs::remove_file(&jpath) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -1021,6 +1040,7 @@ impl Ledger {
             Some(s) => {
                 earlier_boot = true;
                 let mut fresh = State::new(boot.clone(), isolated, config);
+                fresh.set_aside.clone_from(&s.set_aside);
                 // Files on disk outlive the boot (state files of isold 0.1 kept them here).
                 *fresh.entries_mut() = s
                     .entries()
@@ -1131,19 +1151,25 @@ impl Ledger {
                 self.persistent_disk = Some(pers);
             }
         }
-        if self.runtime_disk.as_ref() == Some(&run) {
+        // Journal lines set aside at the load leave the journal now, into the set-aside
+        // file: said once (by the report of this load), kept for the administrator.
+        let aside = !run.set_aside.is_empty();
+        if self.runtime_disk.as_ref() == Some(&run) && !aside {
             return Ok(());
         }
         if run.entries().is_empty() && run.unchangeable.is_empty() {
             if self.runtime_disk.is_some() {
+                keep_set_aside(&self.files.runtime, &run.set_aside)?;
                 State::remove(&self.files.runtime)?;
             }
+            self.state.set_aside.clear();
             self.runtime_disk = None;
             return Ok(());
         }
         let added = match &self.runtime_disk {
             Some(d)
-                if d.version == run.version
+                if !aside
+                    && d.version == run.version
                     && d.boot_id == run.boot_id
                     && d.isolated == run.isolated
                     && d.config == run.config
@@ -1158,6 +1184,9 @@ impl Ledger {
             Some(added) => run.append(&self.files.runtime, &added)?,
             None => run.save(&self.files.runtime)?,
         }
+        let mut run = run;
+        run.set_aside.clear();
+        self.state.set_aside.clear();
         self.runtime_disk = Some(run);
         Ok(())
     }
@@ -2072,6 +2101,44 @@ mod tests {
             State::load(&files.persistent).unwrap().unwrap().entries(),
             [irqb, kvm]
         );
+    }
+
+    /// Set-aside journal lines leave the journal at the ledger's next write, into the
+    /// set-aside file, once: also when that write removes the state file (a restore).
+    #[test]
+    fn the_ledger_keeps_set_aside_lines_once_even_when_it_removes_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = files_in(dir.path());
+        let root = tree_root(dir.path(), "boot-1");
+        let a = attr("sysctl:vm.x", "sysctl", "/proc/sys/vm/x", "1\n", "1");
+        let mut run = State::new("boot-1".into(), "2-3".into(), "c".into());
+        run.record(a.clone());
+        run.save(&files.runtime).unwrap();
+        let jpath = journal_path(&files.runtime);
+        let bad = set_aside_path(&files.runtime);
+        fs::write(&jpath, "{\"len\":3,\"crc32\":\"00000000\",\"id\":1}\n").unwrap();
+        let mut l = Ledger::load(&files, &root, String::new(), String::new()).unwrap();
+        assert_eq!(l.state.set_aside.len(), 1);
+        // Nothing else to write: the lines alone make the write.
+        l.persist().unwrap();
+        assert!(!jpath.exists());
+        assert_eq!(set_aside_kept(&files.runtime), Some(1));
+        l.persist().unwrap();
+        let l = Ledger::load(&files, &root, String::new(), String::new()).unwrap();
+        assert!(l.state.set_aside.is_empty());
+        assert_eq!(set_aside_kept(&files.runtime), Some(1));
+        // A restore's write: the state file goes, the lines stay.
+        fs::write(&jpath, "cut\n").unwrap();
+        let mut l = Ledger::load(&files, &root, String::new(), String::new()).unwrap();
+        assert_eq!(l.state.set_aside, ["cut"]);
+        l.state.entries_mut().clear();
+        l.persist().unwrap();
+        assert!(!files.runtime.exists() && !jpath.exists());
+        assert_eq!(
+            fs::read_to_string(&bad).unwrap().lines().last(),
+            Some("cut")
+        );
+        assert_eq!(set_aside_kept(&files.runtime), Some(2));
     }
 
     /// A tampered entry is set aside with its reason and leaves the files at the next write;
