@@ -391,7 +391,7 @@ mod tests {
                 o("irq_affinity", "IRQ 5 (gone)", Status::Gone),
             ],
             notes: vec!["kvm: later".into()],
-            written: Vec::new(),
+            ..Report::default()
         }
     }
 

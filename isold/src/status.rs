@@ -55,11 +55,24 @@ pub struct DaemonStatus {
     /// Values something else keeps changing back, left alone for a growing back-off.
     #[serde(default)]
     pub contested: Vec<contest::Contested>,
+    /// Lines of the state journal that were no entries (a write cut short by a full disk
+    /// or a crash, or changed since), kept for the administrator: how many, and where.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set_aside: Option<SetAside>,
     /// How fast wide tasks were narrowed in answer to their process event (fast or general
     /// path): from the kernel's event to the affinity read back, over the last
     /// [`REACTIONS_KEPT`] corrections.
     #[serde(default)]
     pub task_reaction: Option<Reaction>,
+}
+
+/// The state journal's lines set aside (see [`DaemonStatus::set_aside`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SetAside {
+    /// Lines in the file.
+    pub lines: usize,
+    /// The file that keeps them (`state.journal.bad`).
+    pub file: String,
 }
 
 /// How many of the last task corrections `task_reaction` covers.
@@ -271,6 +284,12 @@ pub fn human_status(s: &DaemonStatus) -> String {
             r.max_ms,
             r.count.min(REACTIONS_KEPT as u64),
             r.count
+        ));
+    }
+    if let Some(a) = &s.set_aside {
+        out.push_str(&format!(
+            "  state journal: {} line(s) set aside, not whole entries (a write cut short or changed), kept in {}\n",
+            a.lines, a.file
         ));
     }
     if s.reloads > 0 {

@@ -424,6 +424,72 @@ fn after_kill_9_the_next_start_takes_the_state_over_and_stop_restores_the_first_
     assert_restored(&t);
 }
 
+/// A state journal line that is no whole entry (cut short by a full disk, changed): the
+/// daemon starts, says so once in its log, keeps the line in state.journal.bad and shows it
+/// in `isold status`, also after a restart; every original around it is restored.
+#[test]
+fn a_bad_journal_line_is_set_aside_logged_once_and_shown_by_status() {
+    let t = tree("isolated_cpus = \"2-3\"\n");
+    let c = start(&t, &[]);
+    eventually("applied", || read(&t, STAT_INTERVAL).trim() == "10");
+    eventually("status", || running(&t));
+    kill9(c);
+    // A line whose CRC-32 does not match, and one cut short by the full disk.
+    let bad = "{\"len\":48,\"crc32\":\"00000000\",\"id\":\"sysctl:vm.x\",\"item\":\"sysctl\"}";
+    let cut = "{\"len\":120,\"crc32\":\"1c291ca3\",\"id\":\"task:";
+    let journal = t.root.join("run/isold/state.journal");
+    std::fs::write(&journal, format!("{bad}\n{cut}\n")).unwrap();
+    let c = start(&t, &[]);
+    eventually("running with the bad lines", || running(&t));
+    eventually("status shows them", || {
+        status_json(&t)["status"]["set_aside"]["lines"] == 2
+    });
+    let kept = t.root.join("run/isold/state.journal.bad");
+    assert_eq!(
+        status_json(&t)["status"]["set_aside"]["file"],
+        kept.display().to_string()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&kept).unwrap(),
+        format!("{bad}\n{cut}\n")
+    );
+    assert!(!journal.exists(), "folded into state.json");
+    let (code, text, _) = common::isold_at(Some(&t.root), &["status"]);
+    assert_eq!(code, 0);
+    assert!(
+        text.contains(&format!(
+            "state journal: 2 line(s) set aside, not whole entries (a write cut short or changed), kept in {}",
+            kept.display()
+        )),
+        "{text}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let (code, log) = stop(c);
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(
+        log.matches("line(s) are not whole isold entries").count(),
+        1,
+        "{log}"
+    );
+    // The next start says it again, once, until the administrator removes the file.
+    let c = start(&t, &[]);
+    eventually("running again", || running(&t));
+    assert_eq!(status_json(&t)["status"]["set_aside"]["lines"], 2);
+    let (code, log) = stop(c);
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(
+        log.matches("line(s) of the state journal were set aside")
+            .count(),
+        1,
+        "{log}"
+    );
+    assert!(!log.contains("not whole isold entries"), "{log}");
+    let (code, out, err) = common::isold_at(Some(&t.root), &["restore"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_restored(&t);
+    assert!(kept.exists(), "kept for the administrator");
+}
+
 /// The partition's repair is the partition alone (no other value, no task scan), also when
 /// its directory is gone: a sysctl drifted at the same moment waits for the scan thread
 /// (every half `--interval`, here 15 s).

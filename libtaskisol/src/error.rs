@@ -95,6 +95,17 @@ pub enum Error {
     /// A request that cannot be satisfied (bad value, missing prerequisite).
     #[error("{0}")]
     Invalid(String),
+    /// The originals of the values an apply is about to change could not be written to the
+    /// state directory (full, read-only, failing): the apply stops before its first change.
+    #[error("cannot record the original values in {}: writing {}: {}; nothing was changed", dir.display(), file.display(), io_strerror(source))]
+    Record {
+        /// The state directory.
+        dir: PathBuf,
+        /// The file whose write failed (a temporary file, the journal, the directory).
+        file: PathBuf,
+        /// The I/O error, with its errno.
+        source: io::Error,
+    },
     /// An isold state file that cannot be read as one (corrupt, truncated, of another
     /// version): the message says what the admin can do, since it holds the only copy of the
     /// original values.
@@ -130,7 +141,9 @@ impl Error {
     /// The errno behind this error, if there is one.
     pub fn errno(&self) -> Option<i32> {
         match self {
-            Error::Read { source, .. } | Error::Write { source, .. } => source.raw_os_error(),
+            Error::Read { source, .. }
+            | Error::Write { source, .. }
+            | Error::Record { source, .. } => source.raw_os_error(),
             Error::Prctl { errno, .. }
             | Error::Syscall { errno, .. }
             | Error::Unsupported(Unsupported::Unreadable { errno, .. }) => Some(*errno as i32),

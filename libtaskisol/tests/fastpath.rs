@@ -563,9 +563,16 @@ fn the_fast_path_ends_a_torn_journal_line_before_its_own() {
     assert!(
         rep.notes
             .iter()
-            .any(|n| n.contains("1 line(s) are not isold entries")),
+            .any(|n| n.contains("1 line(s) are not whole isold entries")),
         "{:?}",
         rep.notes
     );
+    assert_eq!(rep.set_aside, 1);
     assert_eq!(affinity(&s), "0-3");
+    // The restore removed the state files; the torn line is kept for the administrator.
+    assert!(!s.state.exists() && !jpath.exists());
+    assert_eq!(
+        std::fs::read_to_string(libtaskisol::policy::state::set_aside_path(&s.state)).unwrap(),
+        "{\"id\":\"task:7:1\",\"ite\n"
+    );
 }

@@ -12,7 +12,7 @@ use libtaskisol::policy::{Policy, Report, Status};
 use super::os::{monotonic_ns, now_s, Log};
 use crate::contest;
 use crate::metrics::Metrics;
-use crate::status::{Correction, DaemonStatus, Reaction, REACTIONS_KEPT};
+use crate::status::{Correction, DaemonStatus, Reaction, SetAside, REACTIONS_KEPT};
 
 /// `[metrics]`: what is published, with the scope its health samples use (renewed when the
 /// policy changes).
@@ -22,6 +22,8 @@ pub type Published = (Arc<Metrics>, Arc<Mutex<Scope>>);
 pub struct Books {
     pub status: DaemonStatus,
     status_file: PathBuf,
+    /// The runtime state file: its journal's set-aside lines are in the status.
+    state_file: PathBuf,
     log: Log,
     /// Last status word per target id of a problem, so that a value reported the same way
     /// every scan is logged once.
@@ -41,10 +43,11 @@ pub struct Books {
 }
 
 impl Books {
-    pub fn new(status: DaemonStatus, status_file: PathBuf, log: Log) -> Books {
+    pub fn new(status: DaemonStatus, state_file: PathBuf, log: Log) -> Books {
         Books {
             status,
-            status_file,
+            status_file: crate::status::status_path(&state_file),
+            state_file,
             log,
             last_word: BTreeMap::new(),
             dirty: false,
@@ -126,10 +129,40 @@ impl Books {
             }
             self.corrected(&o.item, &o.label, &o.status.to_string());
         }
+        // A report says set-aside lines once (they leave the journal with its write): its
+        // note is the log's line, and the status counts what the file keeps now.
         for note in &rep.notes {
             self.log.info(note);
         }
+        if rep.set_aside > 0 {
+            self.refresh_set_aside(false);
+        }
         n
+    }
+
+    /// The set-aside lines the state directory keeps, for the status; `at_start`: said in
+    /// the log too, once (lines set aside before this daemon, not looked at yet).
+    pub fn refresh_set_aside(&mut self, at_start: bool) {
+        let now = libtaskisol::policy::state::set_aside_kept(&self.state_file)
+            .filter(|&n| n > 0)
+            .map(|lines| SetAside {
+                lines,
+                file: libtaskisol::policy::state::set_aside_path(&self.state_file)
+                    .display()
+                    .to_string(),
+            });
+        if at_start {
+            if let Some(a) = &now {
+                self.log.warn(&format!(
+                    "{}: {} line(s) of the state journal were set aside (not whole entries: a write cut short or changed); look at them, then remove the file",
+                    a.file, a.lines
+                ));
+            }
+        }
+        if now != self.status.set_aside {
+            self.status.set_aside = now;
+            self.dirty = true;
+        }
     }
 
     /// A new policy in force: problems are logged again when seen again.

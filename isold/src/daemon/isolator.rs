@@ -18,7 +18,7 @@ use super::os::{give_back_memory, not_configured, notify, now_s, Env, Log};
 use super::{claims, hook_socket, partition, power, tasks};
 use crate::cli::RunArgs;
 use crate::lifecycle::{self, StopKind};
-use crate::status::{status_path, DaemonStatus};
+use crate::status::DaemonStatus;
 
 /// Why the policy in force changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,8 +112,9 @@ impl Daemon {
             state: "running".into(),
             ..DaemonStatus::default()
         };
-        let mut books = Books::new(status, status_path(&env.files.runtime), env.log);
+        let mut books = Books::new(status, env.files.runtime.clone(), env.log);
         books.policy_changed(config_path, &policy);
+        books.refresh_set_aside(true);
         Daemon {
             config_path: config_path.to_path_buf(),
             base,

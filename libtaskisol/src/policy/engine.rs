@@ -647,8 +647,9 @@ fn set_aside_note(ledger: &Ledger, rep: &mut Report) {
     let n = ledger.state.set_aside.len();
     if n > 0 {
         let journal = state::journal_path(ledger.runtime_path());
+        rep.set_aside = n;
         rep.notes.push(format!(
-            "{}: {n} line(s) are not isold entries (a write cut short: a full disk?); the originals before and after them are used, and the lines go to {} at the next whole write",
+            "{}: {n} line(s) are not whole isold entries (a write cut short by a full disk or a crash, or changed since); every other line is used, and these are kept in {} for you to look at",
             journal.display(),
             state::set_aside_path(ledger.runtime_path()).display()
         ));
@@ -712,8 +713,10 @@ fn apply_loaded(
             }
         }
     }
-    // The originals are on disk before the first write.
-    crate::cost::stage("state", "file written", || ledger.persist())?;
+    // The originals are on disk before the first write; a state directory that cannot take
+    // them (full) stops the apply here, with nothing changed.
+    crate::cost::stage("state", "file written", || ledger.persist())
+        .map_err(|e| ledger.not_recorded(e))?;
     let mut unchanged = std::collections::HashSet::new();
     let results = change_all(root, isolated, targets, &pending);
     for ((i, _, _), (status, wrote)) in pending.into_iter().zip(results) {

@@ -267,7 +267,6 @@ impl TaskFixer {
     /// One entry to the journal, through the descriptor kept open; `Ok(false)` when the
     /// journal is due to be folded into a whole write.
     fn append(&mut self, entry: &Entry) -> Result<bool> {
-        use std::io::Write;
         let jpath = state::journal_path(&self.state_path);
         let werr = |source| Error::Write {
             path: jpath.clone(),
@@ -289,9 +288,9 @@ impl TaskFixer {
         } else {
             String::new()
         };
-        line.push_str(&serde_json::to_string(entry).expect("entry serializes"));
-        line.push('\n');
-        let written = f.write_all(line.as_bytes()).and_then(|()| f.sync_data());
+        line.push_str(&state::journal_line(entry));
+        let written =
+            super::durable::write(f, line.as_bytes()).and_then(|()| super::durable::sync_data(f));
         // A write that failed (a full disk) may have left part of its line.
         self.torn = written.is_err();
         written.map_err(werr)?;

@@ -26,6 +26,7 @@
 
 pub mod bootargs;
 pub mod config;
+pub mod durable;
 pub mod engine;
 pub mod fastpath;
 pub mod files;
@@ -342,6 +343,10 @@ pub struct Outcome {
     pub status: Status,
 }
 
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
 /// The result of apply, verify or restore.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Report {
@@ -355,6 +360,10 @@ pub struct Report {
     pub outcomes: Vec<Outcome>,
     /// Remarks for the user (what needs a restart, which state file was used).
     pub notes: Vec<String>,
+    /// Lines of the state journal that were no entries (cut short, changed), found by this
+    /// command and moved to the set-aside file (a note says where).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub set_aside: usize,
     /// apply: the ids of the targets it wrote to (found different from the policy), whatever
     /// their outcome; a daemon counts these as corrections. Not part of the JSON.
     #[serde(skip)]

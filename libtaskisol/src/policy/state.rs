@@ -7,16 +7,20 @@
 //!
 //! Entries recorded one at a time (a daemon narrowing each new task) go to a journal next to
 //! it instead, appended and fdatasync'd: the cost of recording stays constant however many
-//! originals are kept. A line cut by a crash is ignored (its value was not changed yet: the
-//! write comes after the append); the next whole write folds the journal in.
+//! originals are kept. Each line carries its entry's length and CRC-32 ([`journal_line`]). A
+//! last line cut by a crash is ignored (its value was not changed yet: the write comes after
+//! the append); a whole line that is not an entry, or whose mark does not match, is set aside
+//! for the administrator (`state.journal.bad`) and every other line is used. The next whole
+//! write folds the journal in.
 
 use std::cell::{Cell, OnceCell};
 use std::collections::{BTreeMap, HashMap};
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use super::durable;
 
 use crate::error::{Error, Result};
 use crate::sysroot::SysRoot;
@@ -319,10 +323,109 @@ fn remember(path: &Path, main: &str, journal: &str, st: &State) {
     }
 }
 
+/// Forget what this process read or wrote last, as a new process after a crash would have.
+#[cfg(feature = "fault-injection")]
+pub(crate) fn forget() {
+    if let Ok(mut last) = LAST.lock() {
+        *last = None;
+    }
+}
+
 /// The journal of a state file: entries recorded since its last whole write, one JSON line
 /// each (`state.json` -> `state.journal`).
 pub fn journal_path(path: &Path) -> PathBuf {
     path.with_extension("journal")
+}
+
+/// CRC-32 as zlib, gzip and Ethernet compute it (reflected polynomial 0xEDB88320), by a table
+/// made at compile time. A dozen lines of a public standard (its check value is tested):
+/// no crate in the lock file computes it, and the journal's mark needs nothing more.
+fn crc32(bytes: &[u8]) -> u32 {
+    const TABLE: [u32; 256] = {
+        let mut t = [0u32; 256];
+        let mut i = 0;
+        while i < 256 {
+            let mut c = i as u32;
+            let mut k = 0;
+            while k < 8 {
+                c = if c & 1 == 1 {
+                    0xEDB8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+                k += 1;
+            }
+            t[i] = c;
+            i += 1;
+        }
+        t
+    };
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc = TABLE[((crc ^ u32::from(b)) & 0xff) as usize] ^ (crc >> 8);
+    }
+    !crc
+}
+
+/// What begins every journal line isold writes: the entry's length and CRC-32 are its first
+/// two fields (`{"len":312,"crc32":"1c291ca3","id":...}`), so that the line stays one JSON
+/// object (an older isold reads it as the entry, the extra fields ignored) and a line cut
+/// short, run together with the next or changed in any byte is told from a whole one.
+const MARK: &str = "{\"len\":";
+
+/// `e` as one journal line, with its newline: the entry's JSON (`{"id":...}`, `len` bytes,
+/// CRC-32 `crc32` of exactly those bytes) with the mark in front.
+pub(crate) fn journal_line(e: &Entry) -> String {
+    let body = serde_json::to_string(e).expect("entry serializes");
+    format!(
+        "{MARK}{},\"crc32\":\"{:08x}\",{}\n",
+        body.len(),
+        crc32(body.as_bytes()),
+        &body[1..]
+    )
+}
+
+/// The entry of one marked journal line (without its newline): `None` when the mark cannot
+/// be read, the length is not the body's (cut short, run together: told without reading
+/// the body) or the CRC-32 is not (any byte changed), or the body is no entry.
+fn marked_entry(line: &str) -> Option<Entry> {
+    let rest = line.strip_prefix(MARK)?;
+    let (len, rest) = rest.split_once(",\"crc32\":\"")?;
+    let (crc, rest) = rest.split_at_checked(8)?;
+    let (len, crc) = (
+        len.parse::<usize>().ok()?,
+        u32::from_str_radix(crc, 16).ok()?,
+    );
+    let body = format!("{{{}", rest.strip_prefix("\",")?);
+    if body.len() != len || crc32(body.as_bytes()) != crc {
+        return None;
+    }
+    serde_json::from_str(&body).ok()
+}
+
+/// The parts of one whole journal line, each an entry or a line to set aside. A line is
+/// split before each mark: an append that ran into a line cut short (by a writer that did
+/// not end it) loses only the cut part. A JSON string never holds the mark's bare quotes,
+/// so only a line's own start is one. A line without a mark (isold before the mark) is an
+/// entry when it parses as one whole.
+fn journal_entries(line: &str) -> Vec<std::result::Result<Entry, &str>> {
+    let mut starts: Vec<usize> = line.match_indices(MARK).map(|(i, _)| i).collect();
+    if starts.first() != Some(&0) {
+        starts.insert(0, 0);
+    }
+    starts
+        .iter()
+        .enumerate()
+        .map(|(n, &from)| {
+            let part = &line[from..starts.get(n + 1).copied().unwrap_or(line.len())];
+            let entry = if part.starts_with(MARK) {
+                marked_entry(part)
+            } else {
+                serde_json::from_str::<Entry>(part).ok()
+            };
+            entry.ok_or(part)
+        })
+        .collect()
 }
 
 /// Past this size the journal is folded into the state file by a whole write.
@@ -344,8 +447,7 @@ pub fn append_entries(path: &Path, entries: &[Entry]) -> Result<bool> {
         lines.push('\n');
     }
     for e in entries {
-        lines.push_str(&serde_json::to_string(e).expect("entry serializes"));
-        lines.push('\n');
+        lines.push_str(&journal_line(e));
     }
     let werr = |source| Error::Write {
         path: jpath.clone(),
@@ -353,8 +455,8 @@ pub fn append_entries(path: &Path, entries: &[Entry]) -> Result<bool> {
         source,
     };
     let mut f = open_journal(&jpath).map_err(werr)?;
-    f.write_all(lines.as_bytes())
-        .and_then(|()| f.sync_data())
+    durable::write(&mut f, lines.as_bytes())
+        .and_then(|()| durable::sync_data(&f))
         .map_err(werr)?;
     Ok(true)
 }
@@ -373,6 +475,34 @@ pub(crate) fn ends_with_newline(path: &Path) -> bool {
 /// Where the journal lines that were not entries go: next to the journal.
 pub fn set_aside_path(path: &Path) -> PathBuf {
     path.with_extension("journal.bad")
+}
+
+/// Add `lines` (journal lines that were no entries) to the set-aside file of the state file
+/// at `path`, for the administrator: before the journal that holds them is removed.
+fn keep_set_aside(path: &Path, lines: &[String]) -> Result<()> {
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let bad = set_aside_path(path);
+    let mut text = lines.join("\n");
+    text.push('\n');
+    open_journal(&bad)
+        .and_then(|mut f| {
+            durable::write(&mut f, text.as_bytes()).and_then(|()| durable::sync_data(&f))
+        })
+        .map_err(|source| Error::Write {
+            path: bad,
+            data: "(isold set-aside journal lines)".into(),
+            source,
+        })
+}
+
+/// How many lines the set-aside file of the state file at `path` holds (`None`: there is
+/// none): what `isold status` shows until the administrator has looked at them.
+pub fn set_aside_kept(path: &Path) -> Option<usize> {
+    fs::read_to_string(set_aside_path(path))
+        .ok()
+        .map(|t| t.lines().count())
 }
 
 /// The journal at `jpath`, open for appending: created 0600 in a 0700 directory, never
@@ -473,11 +603,13 @@ impl State {
             if line.trim().is_empty() {
                 continue;
             }
-            match serde_json::from_str::<Entry>(line) {
-                Ok(e) => {
-                    st.record(e);
+            for part in journal_entries(line) {
+                match part {
+                    Ok(e) => {
+                        st.record(e);
+                    }
+                    Err(bad) => st.set_aside.push(bad.to_string()),
                 }
-                Err(_) => st.set_aside.push(line.to_string()),
             }
         }
         remember(path, &main, &journal[..whole], &st);
@@ -547,9 +679,7 @@ impl State {
             if let Some(l) = last.as_mut().filter(|l| l.path == path) {
                 l.state = self.clone();
                 for e in added {
-                    l.journal
-                        .add(&serde_json::to_string(e).expect("entry serializes"));
-                    l.journal.add("\n");
+                    l.journal.add(&journal_line(e));
                 }
             } else {
                 *last = None;
@@ -654,25 +784,23 @@ impl State {
         let json = self.to_text();
         // Exclusively: a symlink left under the temporary name is removed, never followed.
         let mut f = super::files::create_exclusive(&tmp, 0o600).map_err(|e| werr(&tmp, e))?;
-        f.write_all(json.as_bytes())
-            .and_then(|()| f.sync_all())
-            .map_err(|e| werr(&tmp, e))?;
+        let written = durable::write(&mut f, json.as_bytes())
+            .and_then(|()| durable::sync_all(&f))
+            .map_err(|e| werr(&tmp, e))
+            .and_then(|()| durable::rename(&tmp, path).map_err(|e| werr(path, e)));
+        if let Err(e) = written {
+            // What a full directory took is given back.
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
         drop(f);
-        fs::rename(&tmp, path).map_err(|e| werr(path, e))?;
         fs::File::open(dir)
-            .and_then(|d| d.sync_all())
+            .and_then(|d| durable::sync_all(&d))
             .map_err(|e| werr(dir, e))?;
         // Everything the journal held is in the file now (a crash before this removal leaves
         // entries in both: loading records each id once); what was no entry is kept aside.
         let jpath = journal_path(path);
-        if !self.set_aside.is_empty() {
-            let bad = set_aside_path(path);
-            let mut text = self.set_aside.join("\n");
-            text.push('\n');
-            open_journal(&bad)
-                .and_then(|mut f| f.write_all(text.as_bytes()).and_then(|()| f.sync_data()))
-                .map_err(|e| werr(&bad, e))?;
-        }
+        keep_set_aside(path, &self.set_aside)?;
         match fs::remove_file(&jpath) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -912,6 +1040,7 @@ impl Ledger {
             Some(s) => {
                 earlier_boot = true;
                 let mut fresh = State::new(boot.clone(), isolated, config);
+                fresh.set_aside.clone_from(&s.set_aside);
                 // Files on disk outlive the boot (state files of isold 0.1 kept them here).
                 *fresh.entries_mut() = s
                     .entries()
@@ -966,6 +1095,26 @@ impl Ledger {
         self.runtime_disk.is_none() && self.persistent_disk.is_none()
     }
 
+    /// `e`, a failed [`Ledger::persist`] before any change, said as such: which state
+    /// directory could not take the originals, the file and the errno.
+    pub fn not_recorded(&self, e: Error) -> Error {
+        match e {
+            Error::Write { path, source, .. } => {
+                let dir = [&self.files.runtime, &self.files.persistent]
+                    .into_iter()
+                    .filter_map(|f| f.parent())
+                    .find(|d| path.starts_with(d))
+                    .map_or_else(|| path.clone(), Path::to_path_buf);
+                Error::Record {
+                    dir,
+                    file: path,
+                    source,
+                }
+            }
+            other => other,
+        }
+    }
+
     /// The runtime part of `state` and its persistent part.
     fn split(&self) -> (State, State) {
         let (run, pers): (Vec<Entry>, Vec<Entry>) = self
@@ -1002,19 +1151,25 @@ impl Ledger {
                 self.persistent_disk = Some(pers);
             }
         }
-        if self.runtime_disk.as_ref() == Some(&run) {
+        // Journal lines set aside at the load leave the journal now, into the set-aside
+        // file: said once (by the report of this load), kept for the administrator.
+        let aside = !run.set_aside.is_empty();
+        if self.runtime_disk.as_ref() == Some(&run) && !aside {
             return Ok(());
         }
         if run.entries().is_empty() && run.unchangeable.is_empty() {
             if self.runtime_disk.is_some() {
+                keep_set_aside(&self.files.runtime, &run.set_aside)?;
                 State::remove(&self.files.runtime)?;
             }
+            self.state.set_aside.clear();
             self.runtime_disk = None;
             return Ok(());
         }
         let added = match &self.runtime_disk {
             Some(d)
-                if d.version == run.version
+                if !aside
+                    && d.version == run.version
                     && d.boot_id == run.boot_id
                     && d.isolated == run.isolated
                     && d.config == run.config
@@ -1029,6 +1184,9 @@ impl Ledger {
             Some(added) => run.append(&self.files.runtime, &added)?,
             None => run.save(&self.files.runtime)?,
         }
+        let mut run = run;
+        run.set_aside.clear();
+        self.state.set_aside.clear();
         self.runtime_disk = Some(run);
         Ok(())
     }
@@ -1037,6 +1195,7 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     fn entry(id: &str, content: &str) -> Entry {
         Entry {
@@ -1287,6 +1446,189 @@ mod tests {
             1,
             "set aside twice"
         );
+    }
+
+    /// The check value of CRC-32 (the standard's "123456789"), and of nothing.
+    #[test]
+    fn crc32_is_the_standard_one() {
+        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
+        assert_eq!(crc32(b""), 0);
+        assert_eq!(crc32(b"a"), 0xE8B7_BE43);
+    }
+
+    fn journal_of(entries: &[Entry]) -> String {
+        entries.iter().map(journal_line).collect()
+    }
+
+    fn sample_entries() -> Vec<Entry> {
+        vec![
+            entry("sysctl:a", "1\n"),
+            entry("sysctl:b", "\"{\\\"len\\\":9}\"\t\n"),
+            entry("sysctl:\u{e9}t\u{e9}", "caf\u{e9}\n"),
+            entry("sysctl:d", "4\n"),
+        ]
+    }
+
+    /// A journal line is one JSON object: the entry with its length and CRC-32 in front,
+    /// which an isold without the mark reads as the entry.
+    #[test]
+    fn a_journal_line_is_the_entry_with_its_length_and_crc() {
+        let e = entry("sysctl:a", "1\n");
+        let line = journal_line(&e);
+        let body = serde_json::to_string(&e).unwrap();
+        assert_eq!(
+            line,
+            format!(
+                "{{\"len\":{},\"crc32\":\"{:08x}\",{}\n",
+                body.len(),
+                crc32(body.as_bytes()),
+                &body[1..]
+            )
+        );
+        assert!(line.starts_with("{\"len\":"), "{line}");
+        assert_eq!(line.matches('\n').count(), 1);
+        assert_eq!(serde_json::from_str::<Entry>(&line).unwrap(), e);
+        assert_eq!(marked_entry(line.trim_end()), Some(e));
+    }
+
+    fn loaded(dir: &Path, journal: &str) -> State {
+        let path = dir.join("state.json");
+        if !path.exists() {
+            State::new("b".into(), "2-3".into(), "c".into())
+                .save(&path)
+                .unwrap();
+        }
+        fs::write(journal_path(&path), journal).unwrap();
+        *LAST.lock().unwrap() = None;
+        State::load(&path).unwrap().unwrap()
+    }
+
+    fn ids(st: &State) -> Vec<String> {
+        st.entries().iter().map(|e| e.id.clone()).collect()
+    }
+
+    /// A journal cut at any byte loads every entry whose line is whole before the cut, and
+    /// nothing else; once the next append has ended the cut line, it is set aside and the
+    /// entries before and after it load.
+    #[test]
+    fn a_journal_cut_at_any_byte_loads_everything_before_the_cut() {
+        let dir = tempfile::tempdir().unwrap();
+        let all = sample_entries();
+        let text = journal_of(&all);
+        let ends: Vec<usize> = text.match_indices('\n').map(|(i, _)| i + 1).collect();
+        let next = entry("sysctl:next", "5\n");
+        for cut in 0..=text.len() {
+            let Some(head) = text.get(..cut) else {
+                continue; // inside a character: a byte cut is still a text cut elsewhere
+            };
+            let whole = ends.iter().filter(|&&e| e <= cut).count();
+            let want: Vec<String> = all[..whole].iter().map(|e| e.id.clone()).collect();
+            let st = loaded(dir.path(), head);
+            assert_eq!(ids(&st), want, "cut at {cut}");
+            assert!(st.set_aside.is_empty(), "cut at {cut}: {:?}", st.set_aside);
+            // The next append (it ends a cut line first).
+            let path = dir.path().join("state.json");
+            assert!(append_entries(&path, std::slice::from_ref(&next)).unwrap());
+            *LAST.lock().unwrap() = None;
+            let st = State::load(&path).unwrap().unwrap();
+            let torn = &text[ends.get(whole.wrapping_sub(1)).map_or(0, |&e| e)..cut];
+            // Cut just before its newline, a line is whole once the append has ended it.
+            let ended = whole < all.len() && ends[whole] == cut + 1;
+            let mut want = want;
+            if ended {
+                want.push(all[whole].id.clone());
+            }
+            want.push(next.id.clone());
+            assert_eq!(ids(&st), want, "cut at {cut}, then an append");
+            if torn.is_empty() || ended {
+                assert!(st.set_aside.is_empty(), "cut at {cut}");
+            } else {
+                assert_eq!(st.set_aside, [torn], "cut at {cut}");
+            }
+        }
+    }
+
+    /// Bytes cut from anywhere in a marked line, or any byte of it changed, never load as an
+    /// entry with another value: the line is set aside (or, its mark alone hit, read whole),
+    /// and the lines around it load.
+    #[test]
+    fn a_changed_or_shortened_line_is_set_aside_and_its_neighbours_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let all = sample_entries();
+        let lines: Vec<String> = all.iter().map(journal_line).collect();
+        let mid = &lines[1];
+        let mut tried = 0;
+        for at in 0..mid.len() - 1 {
+            for bad in [
+                // One byte changed (never into a line end).
+                {
+                    let mut b = mid.clone().into_bytes();
+                    b[at] ^= if b[at] == b'\x0b' { 0x02 } else { 0x01 };
+                    String::from_utf8(b).ok()
+                },
+                // One byte taken out.
+                mid.get(..at)
+                    .zip(mid.get(at + 1..))
+                    .map(|(a, b)| format!("{a}{b}")),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                tried += 1;
+                let text = format!("{}{bad}{}{}", lines[0], lines[2], lines[3]);
+                let st = loaded(dir.path(), &text);
+                for e in st.entries() {
+                    assert!(all.contains(e), "byte {at}: {e:?} from {bad:?}");
+                }
+                for id in ["sysctl:a", "sysctl:\u{e9}t\u{e9}", "sysctl:d"] {
+                    assert!(st.has(id), "byte {at}: {id} lost to {bad:?}");
+                }
+                // Set aside whole, or in parts where a changed byte made a second mark.
+                let parts = if st.has("sysctl:b") {
+                    String::new()
+                } else {
+                    bad.strip_suffix('\n').unwrap_or(&bad).to_string()
+                };
+                assert_eq!(st.set_aside.concat(), parts, "byte {at}: {bad:?}");
+            }
+        }
+        assert!(tried > 2 * 100, "{tried}");
+    }
+
+    /// Lines of an isold before the mark load as they did; a line without the mark that is
+    /// no entry is set aside.
+    #[test]
+    fn journal_lines_without_the_mark_still_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let all = sample_entries();
+        let old: String = all[..2]
+            .iter()
+            .map(|e| serde_json::to_string(e).unwrap() + "\n")
+            .collect();
+        let text = format!("{old}not an entry\n{}", journal_of(&all[2..]));
+        let st = loaded(dir.path(), &text);
+        assert_eq!(st.entries(), all.as_slice());
+        assert_eq!(st.set_aside, ["not an entry"]);
+    }
+
+    /// An append that ran into a line cut short (a writer that did not end it) loses only
+    /// the cut part.
+    #[test]
+    fn lines_run_together_lose_only_the_cut_part() {
+        let dir = tempfile::tempdir().unwrap();
+        let all = sample_entries();
+        let lines: Vec<String> = all.iter().map(journal_line).collect();
+        let cut = &lines[1][..40];
+        let text = format!("{}{cut}{}{}", lines[0], lines[2], lines[3]);
+        let st = loaded(dir.path(), &text);
+        assert_eq!(ids(&st), ["sysctl:a", "sysctl:\u{e9}t\u{e9}", "sysctl:d"]);
+        assert_eq!(st.set_aside, [cut]);
+        // Without marks (an older isold's lines), the run-together line is set aside whole.
+        let old = |e: &Entry| serde_json::to_string(e).unwrap();
+        let text = format!("{}\n{}{}\n", old(&all[0]), &old(&all[1])[..9], old(&all[2]));
+        let st = loaded(dir.path(), &text);
+        assert_eq!(ids(&st), ["sysctl:a"]);
+        assert_eq!(st.set_aside.len(), 1);
     }
 
     /// The journal and the lock are never opened through a symlink left in their place.
@@ -1759,6 +2101,44 @@ mod tests {
             State::load(&files.persistent).unwrap().unwrap().entries(),
             [irqb, kvm]
         );
+    }
+
+    /// Set-aside journal lines leave the journal at the ledger's next write, into the
+    /// set-aside file, once: also when that write removes the state file (a restore).
+    #[test]
+    fn the_ledger_keeps_set_aside_lines_once_even_when_it_removes_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = files_in(dir.path());
+        let root = tree_root(dir.path(), "boot-1");
+        let a = attr("sysctl:vm.x", "sysctl", "/proc/sys/vm/x", "1\n", "1");
+        let mut run = State::new("boot-1".into(), "2-3".into(), "c".into());
+        run.record(a.clone());
+        run.save(&files.runtime).unwrap();
+        let jpath = journal_path(&files.runtime);
+        let bad = set_aside_path(&files.runtime);
+        fs::write(&jpath, "{\"len\":3,\"crc32\":\"00000000\",\"id\":1}\n").unwrap();
+        let mut l = Ledger::load(&files, &root, String::new(), String::new()).unwrap();
+        assert_eq!(l.state.set_aside.len(), 1);
+        // Nothing else to write: the lines alone make the write.
+        l.persist().unwrap();
+        assert!(!jpath.exists());
+        assert_eq!(set_aside_kept(&files.runtime), Some(1));
+        l.persist().unwrap();
+        let l = Ledger::load(&files, &root, String::new(), String::new()).unwrap();
+        assert!(l.state.set_aside.is_empty());
+        assert_eq!(set_aside_kept(&files.runtime), Some(1));
+        // A restore's write: the state file goes, the lines stay.
+        fs::write(&jpath, "cut\n").unwrap();
+        let mut l = Ledger::load(&files, &root, String::new(), String::new()).unwrap();
+        assert_eq!(l.state.set_aside, ["cut"]);
+        l.state.entries_mut().clear();
+        l.persist().unwrap();
+        assert!(!files.runtime.exists() && !jpath.exists());
+        assert_eq!(
+            fs::read_to_string(&bad).unwrap().lines().last(),
+            Some("cut")
+        );
+        assert_eq!(set_aside_kept(&files.runtime), Some(2));
     }
 
     /// A tampered entry is set aside with its reason and leaves the files at the next write;
