@@ -313,8 +313,14 @@ impl LaunchSpec {
                 // a busy-polling workload sees that as a regular stall on its CPU.
                 let runtime = root.read_value_opt("/proc/sys/kernel/sched_rt_runtime_us")?;
                 let period = root.read_value_opt("/proc/sys/kernel/sched_rt_period_us")?;
+                // A runtime of the whole period or more throttles nothing (7.x-rt boots
+                // with 1000000 of 1000000); -1 turns throttling off.
+                let throttles = |r: &str, per: &str| match (r.parse::<i64>(), per.parse::<i64>()) {
+                    (Ok(r), Ok(per)) => r >= 0 && r < per,
+                    _ => r != "-1",
+                };
                 if let (Some(r), Some(per)) = (runtime, period) {
-                    if r.trim() != "-1" {
+                    if throttles(r.trim(), per.trim()) {
                         notes.push(format!(
                             "RT throttling is on (kernel.sched_rt_runtime_us={}, sched_rt_period_us={}): a {p} task that never sleeps is stopped for the rest of each period; set sched_rt_runtime_us to -1 for busy-polling workloads",
                             r.trim(),
@@ -526,6 +532,19 @@ mod tests {
         );
         fs::write(d.path().join("proc/sys/kernel/sched_rt_runtime_us"), "-1\n").unwrap();
         assert!(spec.plan(&root).unwrap().notes.is_empty());
+        // 7.x-rt's default: the whole period, nothing throttled.
+        fs::write(
+            d.path().join("proc/sys/kernel/sched_rt_runtime_us"),
+            "1000000\n",
+        )
+        .unwrap();
+        assert!(spec.plan(&root).unwrap().notes.is_empty());
+        fs::write(
+            d.path().join("proc/sys/kernel/sched_rt_runtime_us"),
+            "999999\n",
+        )
+        .unwrap();
+        assert!(spec.plan(&root).unwrap().notes[0].starts_with("RT throttling is on"));
         let spec = LaunchSpec {
             sched: Some(SchedPolicy::Other),
             ..Default::default()

@@ -55,7 +55,7 @@ capture_isolation_view() {
     for _d in /proc/irq/[0-9]*; do
         capture "$_d/smp_affinity" "$_d/smp_affinity_list" "$_d/effective_affinity" "$_d/effective_affinity_list"
     done
-    for _f in online present possible isolated nohz_full; do
+    for _f in online present possible isolated nohz_full housekeeping; do
         capture /sys/devices/system/cpu/$_f
     done
     for _f in cpumask cpumask_requested cpumask_isolated writeback/cpumask; do
@@ -141,6 +141,7 @@ seed_stat_refresh() {
     _window_cs=$(($1 * 100))
     rm -f /tmp/seed.*
     cat /proc/sys/kernel/sched_rt_runtime_us >/tmp/seed.rt_saved
+    echo "sched_rt_runtime_us_saved=$(cat /tmp/seed.rt_saved)"
     echo -1 >/proc/sys/kernel/sched_rt_runtime_us
     echo "sched_rt_runtime_us=$(cat /proc/sys/kernel/sched_rt_runtime_us)"
     chisol -q vmstat_sync --fallback=native -f 1 -c 3 -- sh -c 'echo native_fallback_started=yes' \

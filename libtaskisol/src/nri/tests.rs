@@ -395,7 +395,8 @@ proptest::proptest! {
 /// StartContainer, StopContainer, RemoveContainer) and a creation isold refused.
 const RECORDED_RUNTIME: &[u8] =
     include_bytes!("../../tests/fixtures/nri/containerd-2.1.9/runtime.bin");
-const RECORDED_PLUGIN: &[u8] = include_bytes!("../../tests/fixtures/nri/containerd-2.1.9/plugin.bin");
+const RECORDED_PLUGIN: &[u8] =
+    include_bytes!("../../tests/fixtures/nri/containerd-2.1.9/plugin.bin");
 
 /// The runtime's calls of a recording, decoded: (stream, method, payload).
 fn recorded_calls() -> Vec<(u32, String, Vec<u8>)> {
@@ -406,7 +407,10 @@ fn recorded_calls() -> Vec<(u32, String, Vec<u8>)> {
         .map(|(_, m)| {
             let r = Request::decode(&m.data).unwrap();
             assert_eq!(r.service, api::PLUGIN_SERVICE);
-            assert!(r.timeout_nano > 0 && r.timeout_nano <= 2_000_000_000, "{r:?}");
+            assert!(
+                r.timeout_nano > 0 && r.timeout_nano <= 2_000_000_000,
+                "{r:?}"
+            );
             (m.stream, r.method, r.payload)
         })
         .collect()
@@ -478,7 +482,10 @@ fn a_recorded_containerd_connection_is_read_whole() {
 
     let stopped = PodContainer::decode_request(&calls[4].2).unwrap();
     let st = stopped.container.as_ref().unwrap();
-    assert_eq!((st.id.as_str(), st.state), (c.id.as_str(), ContainerState::Running));
+    assert_eq!(
+        (st.id.as_str(), st.state),
+        (c.id.as_str(), ContainerState::Running)
+    );
     let removed = PodContainer::decode_event(&calls[5].2).unwrap();
     assert_eq!(removed.event, Some(Event::RemoveContainer));
     assert_eq!(removed.container.as_ref().unwrap().id, c.id);
@@ -522,13 +529,18 @@ fn isolds_recorded_side_is_what_its_encoder_writes() {
         if *stream == 13 {
             assert_eq!(r.code, ttrpc::code::FAILED_PRECONDITION);
             assert!(
-                r.message.starts_with("isold: claim refused: container hk (")
+                r.message
+                    .starts_with("isold: claim refused: container hk (")
                     && r.message.contains("CPUs 0-1 are not for containers"),
                 "{}",
                 r.message
             );
         } else {
-            assert_eq!((r.code, r.message.as_str()), (ttrpc::code::OK, ""), "stream {stream}");
+            assert_eq!(
+                (r.code, r.message.as_str()),
+                (ttrpc::code::OK, ""),
+                "stream {stream}"
+            );
         }
     }
     let mut d = Demux::default();
@@ -565,7 +577,10 @@ fn a_recording_reads_the_same_in_any_pieces_and_cut_anywhere() {
     for cut in 1..RECORDED_RUNTIME.len() {
         match read_trunk(&RECORDED_RUNTIME[..cut]) {
             Err(_) => {}
-            Ok(v) => assert!(v.len() < whole.len() && whole.starts_with(&v), "cut at {cut}"),
+            Ok(v) => assert!(
+                v.len() < whole.len() && whole.starts_with(&v),
+                "cut at {cut}"
+            ),
         }
     }
 }

@@ -108,6 +108,11 @@ pub enum KernelRole {
     Stock61,
     /// Debian 12's backported PREEMPT_RT kernel, linux-image-6.12.N+deb12-rt-amd64.
     Rt612,
+    /// Debian sid's generic 7.x kernel, linux-binary-7.N.M+debK-amd64 (with its
+    /// linux-modules package).
+    Gen7,
+    /// Debian sid's PREEMPT_RT 7.x kernel, linux-binary-7.N.M+debK-rt-amd64.
+    Rt7,
 }
 
 impl KernelRole {
@@ -115,6 +120,18 @@ impl KernelRole {
         match self {
             Self::Stock61 => "stock61",
             Self::Rt612 => "rt612",
+            Self::Gen7 => "gen7",
+            Self::Rt7 => "rt7",
+        }
+    }
+
+    /// Arguments every boot of this kernel gets under TCG. 7.x's clocksource watchdog
+    /// marks the TSC unstable under TCG in some boots, and then the tick of a busy
+    /// nohz_full CPU never stops (tick_stop's dependency CLOCK_UNSTABLE): `tsc=reliable`.
+    pub fn tcg_args(self) -> &'static str {
+        match self {
+            Self::Stock61 | Self::Rt612 => "",
+            Self::Gen7 | Self::Rt7 => "tsc=reliable ",
         }
     }
 }

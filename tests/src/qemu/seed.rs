@@ -117,7 +117,7 @@ fn fallback_message(role: KernelRole, version: &str) -> String {
         KernelRole::Stock61 => format!(
             "chisol: task isolation interface not available: the kernel has no /proc/self/task_isolation (it needs the out-of-tree task-isolation patches); --fallback=native: no native vmstat protection: Linux {version} predates 6.5, whose vmstat_shepherd skips isolated CPUs"
         ),
-        KernelRole::Rt612 => format!(
+        KernelRole::Rt612 | KernelRole::Gen7 | KernelRole::Rt7 => format!(
             "chisol: task isolation interface not available; native protection in effect: Linux {version} skips deferred vmstat work on isolated CPUs (vmstat_shepherd, 6.5+); CPUs 3 are isolated (3: isolcpus domain + nohz_full)"
         ),
     }
@@ -156,7 +156,17 @@ pub fn add(s: &mut Scenario, hang_window_s: u32) -> Result<(), HarnessError> {
         Expect::field("loop_state", "R"),
         Expect::field("loop_cpu", "3"),
         Expect::field("write_rc", "0"),
-        Expect::field("sched_rt_runtime_us_restored", "950000"),
+        // The kernel's own default back (950000 on 6.x; 7.x-rt boots with 1000000).
+        Expect::that(
+            "sched_rt_runtime_us restored to the value saved before",
+            |out: &StepOutput| match (
+                out.field("sched_rt_runtime_us_saved"),
+                out.field("sched_rt_runtime_us_restored"),
+            ) {
+                (Some(a), Some(b)) if a == b && a != "-1" => Ok(()),
+                other => Err(format!("saved, restored: {other:?}")),
+            },
+        ),
         Expect::exit(0),
     ];
     match role {
@@ -179,7 +189,7 @@ pub fn add(s: &mut Scenario, hang_window_s: u32) -> Result<(), HarnessError> {
                 ),
             ]);
         }
-        KernelRole::Rt612 => {
+        KernelRole::Rt612 | KernelRole::Gen7 | KernelRole::Rt7 => {
             expects.extend([
                 Expect::field("native_fallback_rc", "0"),
                 Expect::field("native_fallback_started", "yes"),
@@ -211,7 +221,8 @@ pub fn add(s: &mut Scenario, hang_window_s: u32) -> Result<(), HarnessError> {
          _st=$(cat /proc/$(cat /tmp/seed.loop)/stat 2>/dev/null)\n\
          _st=${_st##*) }\n\
          echo loop_state=${_st%% *}\n\
-         echo sched_rt_runtime_us=$(cat /proc/sys/kernel/sched_rt_runtime_us)",
+         echo sched_rt_runtime_us=$(cat /proc/sys/kernel/sched_rt_runtime_us)\n\
+         echo saved=$(cat /tmp/seed.rt_saved)",
         vec![
             Expect::field("write", "returned"),
             // Gone ("") or a zombie not yet reaped: not running on CPU 3 any more.
@@ -221,7 +232,13 @@ pub fn add(s: &mut Scenario, hang_window_s: u32) -> Result<(), HarnessError> {
                     other => Err(format!("loop_state = {other:?}")),
                 }
             }),
-            Expect::field("sched_rt_runtime_us", "950000"),
+            Expect::that(
+                "RT throttling as the kernel had it",
+                |out: &StepOutput| match (out.field("saved"), out.field("sched_rt_runtime_us")) {
+                    (Some(a), Some(b)) if a == b && a != "-1" => Ok(()),
+                    other => Err(format!("saved, now: {other:?}")),
+                },
+            ),
         ],
     );
     Ok(())

@@ -501,8 +501,10 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
     };
     let boots = s.boots();
     let append = format!(
-        "console=ttyS0 quiet panic=-1 no_timer_check {init}{} taskisol.scenario={}",
-        s.cmdline, s.name
+        "console=ttyS0 quiet panic=-1 no_timer_check {}{init}{} taskisol.scenario={}",
+        s.role.tcg_args(),
+        s.cmdline,
+        s.name
     );
     fs::write(workdir.join("cmdline"), &append).map_err(|e| HarnessError::Io(e.to_string()))?;
     let qemu_log =
