@@ -120,6 +120,35 @@ const EXPECT: &[Expect] = &[
         online: "0-3",
     },
     Expect {
+        name: "debian-7.2-noisol",
+        kernel: (7, 2),
+        domain: "",
+        nohz_full: "", // 7.2 prints an empty line, 6.x "(null)"
+        partitions: &[],
+        all: "",
+        online: "0-3",
+    },
+    Expect {
+        name: "debian-7.2-rt-isol23",
+        kernel: (7, 2),
+        domain: "2-3",
+        nohz_full: "2-3",
+        partitions: &[],
+        all: "2-3",
+        online: "0-3",
+    },
+    Expect {
+        // 7.2 makes an isolated partition of CPUs isolcpus= took (6.12 reads back
+        // "isolated invalid").
+        name: "debian-7.2-rt-isol23-partition3",
+        kernel: (7, 2),
+        domain: "2-3",
+        nohz_full: "2-3",
+        partitions: &[("/sys/fs/cgroup/rt", "3")],
+        all: "2-3",
+        online: "0-3",
+    },
+    Expect {
         name: "debian-6.12-rt-isol23-invalid-partition",
         kernel: (6, 12),
         domain: "2-3",
