@@ -120,6 +120,15 @@ const EXPECT: &[Expect] = &[
         online: "0-3",
     },
     Expect {
+        name: "debian-7.2-rt-isold",
+        kernel: (7, 2),
+        domain: "",
+        nohz_full: "",
+        partitions: &[],
+        all: "",
+        online: "0-3",
+    },
+    Expect {
         name: "debian-7.2-noisol",
         kernel: (7, 2),
         domain: "",

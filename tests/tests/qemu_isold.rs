@@ -296,6 +296,18 @@ fn stock61_isold_apply_verify_restore() {
     run(&s).unwrap_or_else(|e| panic!("{e}")).assert_ok();
 }
 
+/// Debian sid's 7.x PREEMPT_RT kernel: the same apply, verify, restore and partition; a 7.x
+/// isolated partition also takes the unbound workqueues and kthreads off its CPUs by itself,
+/// and isold neither fights it nor reports it as drift.
+#[test]
+fn rt7_isold_apply_verify_restore() {
+    let mut s = Scenario::new("rt7-isold", KernelRole::Rt7, "");
+    s.capture_isold_fixture("debian-7.2-rt-isold");
+    isold_scenario(&mut s, false);
+    partition_steps(&mut s);
+    run(&s).unwrap_or_else(|e| panic!("{e}")).assert_ok();
+}
+
 /// The JSON document printed between `--- json` and `--- end` by a step.
 fn json_of(o: &StepOutput) -> Result<serde_json::Value, String> {
     let start = o.stdout.find("--- json\n").ok_or("no '--- json' line")? + 9;
