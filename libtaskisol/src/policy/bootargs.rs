@@ -752,6 +752,9 @@ mod tests {
             Some("3")
         );
         assert_eq!(first_value("quiet", "nohz_full"), None);
+        // A bare nohz_full (7.2 rejects it; 6.x hands it to init) isolates nothing.
+        assert!(!satisfied("quiet nohz_full", "nohz_full"));
+        assert!(!satisfied("nohz_full isolcpus=2-3", "nohz_full"));
     }
 
     #[test]
