@@ -30,15 +30,24 @@ demo_audit() {
     echo "--- end"
 }
 
+# demo_partition: the policy also makes an isolated cpuset partition of its CPUs.
+demo_partition() {
+    printf '[items]\ncgroup_partition = true\n' >>/tmp/isold.toml
+    echo "policy: [items] cgroup_partition = true (an isolated cpuset partition /sys/fs/cgroup/isolated)"
+}
+
 demo_apply() {
     echo "\$ isold apply"
     isold --config /tmp/isold.toml apply | tail -n 1
 }
 
+# demo_workload_start [CGROUP]: a SCHED_FIFO busy loop on CPU 3 (in CGROUP, a partition).
 demo_workload_start() {
     rm -f /tmp/wl.pid
-    echo "\$ chisol -f 1 -c 3 -- sh -c 'busy loop'   (SCHED_FIFO 1 on isolated CPU 3)"
-    setsid chisol -f 1 -c 3 -- sh -c 'echo $$ > /tmp/wl.pid; while :; do :; done' </dev/null >/dev/null 2>&1 &
+    _cg=${1:+--cgroup $1 }
+    echo "\$ chisol ${_cg}-f 1 -c 3 -- sh -c 'busy loop'   (SCHED_FIFO 1 on isolated CPU 3)"
+    # shellcheck disable=SC2086
+    setsid chisol $_cg-f 1 -c 3 -- sh -c 'echo $$ > /tmp/wl.pid; while :; do :; done' </dev/null >/dev/null 2>&1 &
     wait_for 20 test -s /tmp/wl.pid || { echo "workload did not start"; return 1; }
     _pid=$(cat /tmp/wl.pid)
     echo "workload pid $_pid: Cpus_allowed_list $(grep Cpus_allowed_list /proc/"$_pid"/status | cut -f2), $(sched_of "$_pid" | tr '\n' ' ')"

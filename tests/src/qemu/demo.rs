@@ -10,7 +10,10 @@
 //! 5. Why the tool exists: the seed's stat_refresh case (see [`super::seed`]) on that boot and
 //!    on a stock 6.1 guest booted alongside, with chisol --fallback=native's decision on each.
 //!
-//! It ends with one table, before and after, per isolated CPU.
+//! 6. Steps 1-4 again on Debian's 7.x-rt, with a policy that also makes an isolated cpuset
+//!    partition of CPUs 2-3 (runtime isolation alone, no reboot), and the workload in it.
+//!
+//! It ends with one table per kernel, before and after, per isolated CPU.
 
 use std::time::Duration;
 
@@ -132,31 +135,162 @@ fn print_outputs(s: &Scenario, o: &Outcome) {
     }
 }
 
+/// One kernel's two boots: without isolation arguments (noise, apply, audits, bootargs),
+/// then with the arguments bootargs listed (apply, a chisol workload, audits).
+struct Pass {
+    role: KernelRole,
+    /// Its name in the demo's words.
+    label: &'static str,
+    /// The policy also makes an isolated cpuset partition of CPUs 2-3 (7.x makes one over
+    /// boot-isolated CPUs; 6.12 refuses it), and the workload is started inside it.
+    partition: bool,
+}
+
+const PASSES: [Pass; 2] = [
+    Pass {
+        role: KernelRole::Rt612,
+        label: "6.12-rt",
+        partition: false,
+    },
+    Pass {
+        role: KernelRole::Rt7,
+        label: "7.x-rt, apply with the partition",
+        partition: true,
+    },
+];
+
+impl Pass {
+    fn name(&self, stage: &str) -> String {
+        match self.role {
+            KernelRole::Rt612 => stage.to_string(),
+            r => format!("{stage}-{}", r.as_str()),
+        }
+    }
+
+    /// The guest's policy file, after demo_noise wrote isolated_cpus.
+    fn policy(&self) -> &'static str {
+        if self.partition {
+            "demo_partition\n"
+        } else {
+            ""
+        }
+    }
+
+    fn first(&self) -> Scenario {
+        let mut a = Scenario::new(&self.name("demo"), self.role, "");
+        a.binaries = vec!["chisol".into(), "isold".into()];
+        a.step("kernel", &script("demo_kernel"), vec![Expect::exit(0)]);
+        a.step(
+            "noise",
+            &script(&format!("demo_noise\n{}", self.policy())),
+            vec![Expect::exit(0)],
+        );
+        audit_step(&mut a, "audit-before");
+        a.step_with_timeout(
+            "apply",
+            &script("demo_apply"),
+            Duration::from_secs(120),
+            vec![Expect::exit(0)],
+        );
+        audit_step(&mut a, "audit-after-apply");
+        a.step(
+            "bootargs",
+            &script(
+                "echo '$ isold bootargs'; isold --config /tmp/isold.toml bootargs | tail -n 3\n\
+                 isold --config /tmp/isold.toml bootargs --json >/tmp/b.json\n\
+                 echo '--- json bootargs'; cat /tmp/b.json; echo '--- end'",
+            ),
+            vec![Expect::exit(0), Expect::stdout_has("--- end\n")],
+        );
+        a
+    }
+
+    fn second(&self, args: &[String]) -> Result<Scenario, HarnessError> {
+        let mut b = Scenario::new(&self.name("demo-bootargs"), self.role, &args.join(" "));
+        b.binaries = vec!["chisol".into(), "isold".into()];
+        b.step(
+            "kernel-with-bootargs",
+            &script(&format!(
+                "demo_kernel\nprintf 'isolated_cpus = \"2-3\"\\n' >/tmp/isold.toml\n{}demo_apply",
+                self.policy()
+            )),
+            vec![Expect::exit(0)],
+        );
+        audit_step(&mut b, "audit-with-bootargs");
+        let cgroup = if self.partition {
+            " /sys/fs/cgroup/isolated"
+        } else {
+            ""
+        };
+        b.step(
+            "workload",
+            &script(&format!("demo_workload_start{cgroup}")),
+            vec![Expect::exit(0)],
+        );
+        audit_step(&mut b, "audit-with-workload");
+        b.step(
+            "stop-and-restore",
+            &script("demo_workload_stop"),
+            vec![Expect::exit(0)],
+        );
+        if !self.partition {
+            seed::add(&mut b, SEED_WINDOW_S)?;
+        }
+        Ok(b)
+    }
+}
+
+/// What `isold bootargs --json` of a first boot said is missing.
+fn missing_args(first: &Outcome) -> Vec<String> {
+    first
+        .outputs
+        .get("bootargs")
+        .and_then(|o| audit_json(&o.stdout))
+        .and_then(|b| {
+            b["missing"].as_array().map(|v| {
+                v.iter()
+                    .filter_map(|a| a.as_str().map(String::from))
+                    .collect()
+            })
+        })
+        .unwrap_or_default()
+}
+
+fn print_table(pass: &Pass, first: &Outcome, second: &Outcome) {
+    println!(
+        "\n== before and after, per isolated CPU, {} {} ({WINDOW_S} s windows)\n\
+         {:<21} {:>3} {:>11}   {:>29} {:>6}\n\
+         {:<21} {:>3} {:>5} {:>5}   {:>5} {:>5} {:>8} {:>5} {:>6}  verdict",
+        pass.label,
+        first.kernel.version,
+        "",
+        "",
+        "can disturb",
+        "did disturb (counts)",
+        "tick",
+        "stage",
+        "CPU",
+        "IRQs",
+        "tasks",
+        "IRQs",
+        "IPIs",
+        "softirqs",
+        "tasks",
+        "/s",
+    );
+    for (step, label) in STAGES {
+        let out = first.outputs.get(step).or_else(|| second.outputs.get(step));
+        match out.and_then(|o| audit_json(&o.stdout)) {
+            Some(j) => table_rows(label, &j).iter().for_each(|r| println!("{r}")),
+            None => println!("{label:<22} (no audit)"),
+        }
+    }
+}
+
 /// Runs the demo, printing for a human; `Ok(false)` when a step failed.
 pub fn run_demo() -> Result<bool, HarnessError> {
-    // First boot: no isolation arguments.
-    let mut a = Scenario::new("demo", KernelRole::Rt612, "");
-    a.binaries = vec!["chisol".into(), "isold".into()];
-    a.step("kernel", &script("demo_kernel"), vec![Expect::exit(0)]);
-    a.step("noise", &script("demo_noise"), vec![Expect::exit(0)]);
-    audit_step(&mut a, "audit-before");
-    a.step_with_timeout(
-        "apply",
-        &script("demo_apply"),
-        Duration::from_secs(120),
-        vec![Expect::exit(0)],
-    );
-    audit_step(&mut a, "audit-after-apply");
-    a.step(
-        "bootargs",
-        &script(
-            "echo '$ isold bootargs'; isold --config /tmp/isold.toml bootargs | tail -n 3\n\
-             isold --config /tmp/isold.toml bootargs --json >/tmp/b.json\n\
-             echo '--- json bootargs'; cat /tmp/b.json; echo '--- end'",
-        ),
-        vec![Expect::exit(0), Expect::stdout_has("--- end\n")],
-    );
-
+    let [rt612, rt7] = &PASSES;
+    let a = rt612.first();
     // The case that motivated task isolation on the stock kernel, booted meanwhile.
     let mut stock = Scenario::new("demo-stock61", KernelRole::Stock61, ISOL23);
     stock.binaries = vec!["chisol".into()];
@@ -184,77 +318,48 @@ pub fn run_demo() -> Result<bool, HarnessError> {
             .unwrap_or_else(|| "?".into())
     );
     print_outputs(&a, &first);
-    let args: Vec<String> = first
-        .outputs
-        .get("bootargs")
-        .and_then(|o| audit_json(&o.stdout))
-        .and_then(|b| {
-            b["missing"].as_array().map(|v| {
-                v.iter()
-                    .filter_map(|a| a.as_str().map(String::from))
-                    .collect()
-            })
-        })
-        .unwrap_or_default();
+    let args = missing_args(&first);
     if args.is_empty() {
         println!("FAILED: isold bootargs listed no missing argument");
         return Ok(false);
     }
 
-    // Second boot: with exactly what bootargs listed.
-    let mut b = Scenario::new("demo-bootargs", KernelRole::Rt612, &args.join(" "));
-    b.binaries = vec!["chisol".into(), "isold".into()];
-    b.step(
-        "kernel-with-bootargs",
-        &script("demo_kernel\nprintf 'isolated_cpus = \"2-3\"\\n' >/tmp/isold.toml\ndemo_apply"),
-        vec![Expect::exit(0)],
-    );
-    audit_step(&mut b, "audit-with-bootargs");
-    b.step(
-        "workload",
-        &script("demo_workload_start"),
-        vec![Expect::exit(0)],
-    );
-    audit_step(&mut b, "audit-with-workload");
-    b.step(
-        "stop-and-restore",
-        &script("demo_workload_stop"),
-        vec![Expect::exit(0)],
-    );
-    seed::add(&mut b, SEED_WINDOW_S)?;
+    // Second boot: with exactly what bootargs listed; 7.x's first boot meanwhile.
+    let b = rt612.second(&args)?;
+    let a7 = rt7.first();
     println!(
-        "\n== booting 6.12-rt again with the arguments isold bootargs listed:\n   {}",
-        args.join(" ")
+        "\n== booting 6.12-rt again with the arguments isold bootargs listed:\n   {}\n   and {} without isolation arguments, at once",
+        args.join(" "),
+        rt7.label
     );
-    let second = run(&b)?;
+    let (second, first7) = std::thread::scope(|scope| {
+        let other = scope.spawn(|| run(&a7));
+        let second = run(&b);
+        (second, other.join().expect("the 7.x guest's thread panicked"))
+    });
+    let (second, first7) = (second?, first7?);
     print_outputs(&b, &second);
-
     println!(
-        "\n== before and after, per isolated CPU ({WINDOW_S} s windows)\n\
-         {:<21} {:>3} {:>11}   {:>29} {:>6}\n\
-         {:<21} {:>3} {:>5} {:>5}   {:>5} {:>5} {:>8} {:>5} {:>6}  verdict",
-        "",
-        "",
-        "can disturb",
-        "did disturb (counts)",
-        "tick",
-        "stage",
-        "CPU",
-        "IRQs",
-        "tasks",
-        "IRQs",
-        "IPIs",
-        "softirqs",
-        "tasks",
-        "/s",
+        "\n== {}: {} {}, booted without isolation arguments",
+        rt7.label, first7.kernel.package, first7.kernel.version
     );
-    for (step, label) in STAGES {
-        let out = first.outputs.get(step).or_else(|| second.outputs.get(step));
-        match out.and_then(|o| audit_json(&o.stdout)) {
-            Some(j) => table_rows(label, &j).iter().for_each(|r| println!("{r}")),
-            None => println!("{label:<22} (no audit)"),
-        }
+    print_outputs(&a7, &first7);
+    let args7 = missing_args(&first7);
+    if args7.is_empty() {
+        println!("FAILED: isold bootargs listed no missing argument on 7.x");
+        return Ok(false);
     }
+    let b7 = rt7.second(&args7)?;
+    println!(
+        "\n== booting {} again with the arguments isold bootargs listed:\n   {}",
+        rt7.label,
+        args7.join(" ")
+    );
+    let second7 = run(&b7)?;
+    print_outputs(&b7, &second7);
+
+    print_table(rt612, &first, &second);
+    print_table(rt7, &first7, &second7);
     println!(
         "can disturb: IRQs and tasks (or movable kthreads) allowed on the CPU; did disturb: what the kernel\n\
          counted on it in the window (IPIs: rescheduling, function call, TLB, irq work, ...; tasks: threads\n\
@@ -272,15 +377,19 @@ pub fn run_demo() -> Result<bool, HarnessError> {
         print!("{}", seed::report(o));
     }
     println!(
-        "\n== guest files (console log, results, initramfs): {}, {} and {}",
+        "\n== guest files (console log, results, initramfs): {}, {}, {}, {} and {}",
         first.workdir.display(),
         second.workdir.display(),
+        first7.workdir.display(),
+        second7.workdir.display(),
         stock_outcome.workdir.display()
     );
     let failures: Vec<_> = first
         .failures
         .iter()
         .chain(&second.failures)
+        .chain(&first7.failures)
+        .chain(&second7.failures)
         .chain(&stock_outcome.failures)
         .collect();
     for f in &failures {
