@@ -335,7 +335,10 @@ pub fn run_demo() -> Result<bool, HarnessError> {
     let (second, first7) = std::thread::scope(|scope| {
         let other = scope.spawn(|| run(&a7));
         let second = run(&b);
-        (second, other.join().expect("the 7.x guest's thread panicked"))
+        (
+            second,
+            other.join().expect("the 7.x guest's thread panicked"),
+        )
     });
     let (second, first7) = (second?, first7?);
     print_outputs(&b, &second);
