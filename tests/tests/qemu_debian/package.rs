@@ -21,13 +21,17 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use taskisol_tests::qemu::{bin_dir, run, workspace_root, Expect, Scenario};
+use taskisol_tests::qemu::{bin_dir, release_binary, run, workspace_root, Expect, Scenario};
 
 use super::at_least;
 
 /// Packages the release binaries as taskisol `version` into `dir` with `make deb-package`
-/// (what `make deb` runs after building) and returns the package's path.
+/// (what `make deb` runs after building) and returns the package's path. The binaries are
+/// refused, as the guest's are, when older than their sources.
 fn make_deb(dir: &Path, version: &str) -> PathBuf {
+    for b in ["isold", "chisol"] {
+        release_binary(b).unwrap_or_else(|e| panic!("{e}"));
+    }
     let out = Command::new("make")
         .current_dir(workspace_root())
         .args(["-s", "--no-print-directory", "deb-package"])
