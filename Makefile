@@ -4,6 +4,7 @@
 #   make install                           # below /usr/local, unit in /usr/local/lib/systemd/system
 #   make install PREFIX=/usr DESTDIR=/tmp/pkg   # as a distribution package would
 #   make uninstall PREFIX=/usr
+#   make deb                               # the Debian package, target/debian/taskisol_*.deb, linted
 #
 # install-files installs what is built without building (packagers build first).
 # /etc/isold/isold.toml is never written: the example goes next to it, as isold.toml.example,
@@ -20,10 +21,14 @@ UNITDIR ?= $(PREFIX)/lib/systemd/system
 # Where podman and CRI-O read OCI hook definitions (oci-hooks(5)): a fixed path, not below PREFIX.
 HOOKSDIR ?= /usr/share/containers/oci/hooks.d
 CARGO ?= cargo
-RELEASE_DIR ?= target/release
+# Where cargo puts them: CARGO_TARGET_DIR when set (a worktree sharing a build directory).
+RELEASE_DIR ?= $(or $(CARGO_TARGET_DIR),target)/release
 INSTALL ?= install
+# The Debian package: the workspace's version and a Debian revision.
+DEB_VERSION ?= $(shell sed -n '/^\[workspace.package\]/,/^\[/ s/^version = "\(.*\)"/\1/p' Cargo.toml)-1
+DEB_DIR ?= $(or $(CARGO_TARGET_DIR),target)/debian
 
-.PHONY: all build install install-files uninstall
+.PHONY: all build install install-files uninstall deb deb-package deb-lint
 
 all: build
 
@@ -55,3 +60,16 @@ uninstall:
 		$(DESTDIR)$(MANDIR)/man8/isold.8 $(DESTDIR)$(MANDIR)/man5/isold.toml.5 \
 		$(DESTDIR)$(MANDIR)/man1/chisol.1 $(DESTDIR)$(UNITDIR)/isold.service \
 		$(DESTDIR)$(SYSCONFDIR)/isold/isold.toml.example $(DESTDIR)$(HOOKSDIR)/isold.json
+
+# deb-package packages what is built without building, as install-files installs it (the QEMU
+# test packages two versions of the same binaries); deb-lint runs Debian's lintian on it
+# (installed with apt when missing, as root): errors fail, warnings are printed.
+deb: build deb-package deb-lint
+
+deb-package:
+	scripts/build-deb $(DEB_VERSION) $(DEB_DIR) $(RELEASE_DIR)
+
+deb-lint:
+	@command -v lintian >/dev/null || { [ "$$(id -u)" = 0 ] || { echo "make deb-lint: lintian is missing: sudo apt-get install -y lintian" >&2; exit 1; }; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends lintian >/dev/null; }
+	lintian --fail-on error $(DEB_DIR)/taskisol_$(DEB_VERSION)_$$(dpkg --print-architecture).deb

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-pub use vm::run;
+pub use vm::{release_binary, run};
 
 /// Why a scenario could not be run at all (as opposed to a check that failed).
 #[derive(Debug)]

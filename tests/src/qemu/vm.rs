@@ -137,6 +137,24 @@ fn dep_info_sources(binary: &Path) -> Option<Vec<std::path::PathBuf>> {
     Some(out)
 }
 
+/// The path of release binary `name` in [`bin_dir`], refused when it is missing or older than
+/// its sources (see [`check_fresh`]; not checked for a $TASKISOL_BIN_DIR given by hand). Also
+/// for what a test takes from there by other ways than the guest's /usr/bin (the Debian
+/// package of `make deb-package`).
+pub fn release_binary(name: &str) -> Result<PathBuf, HarnessError> {
+    let path = bin_dir().join(name);
+    if !path.is_file() {
+        return Err(HarnessError::setup(
+            format!("release binary {} is missing", path.display()),
+            "cargo build --release --workspace --bins --features taskisol-tests/qemu",
+        ));
+    }
+    if std::env::var_os("TASKISOL_BIN_DIR").is_none() {
+        check_fresh(name, &path)?;
+    }
+    Ok(path)
+}
+
 /// Refuses release binaries older than their sources: the guest would test stale code and
 /// nobody would notice. "Their sources" are exactly the files cargo's dep-info lists for the
 /// binary, so a changed test or benchmark does not count.
@@ -274,18 +292,8 @@ fn build_initramfs(
     }
     c.file("/guest/lib.sh", 0o644, GUEST_LIB.as_bytes());
 
-    let dir = bin_dir();
     for name in &s.binaries {
-        let path = dir.join(name);
-        if !path.is_file() {
-            return Err(HarnessError::setup(
-                format!("release binary {} is missing", path.display()),
-                "cargo build --release --workspace --bins --features taskisol-tests/qemu",
-            ));
-        }
-        if std::env::var_os("TASKISOL_BIN_DIR").is_none() {
-            check_fresh(name, &path)?;
-        }
+        let path = release_binary(name)?;
         c.file(&format!("/usr/bin/{name}"), 0o755, &read(&path)?);
         if s.userland == Userland::Debian {
             continue;

@@ -1,9 +1,10 @@
 //! isold.service in the Debian root of scripts/setup-debroot, booted with systemd as PID 1 on
 //! Debian's 6.12-rt: the service itself (`service`), a production host's restarts and reboots
-//! (`lifecycle`), a KVM host with libvirt (`libvirt`) and containers under podman
-//! (`containers`). They are one test binary so that the test harness runs two guests at a
-//! time: QEMU runs each guest on one host thread (`-accel tcg,thread=single`), so two of them
-//! use the machine's two cores where one binary per scenario left one idle.
+//! (`lifecycle`), a KVM host with libvirt (`libvirt`), containers under podman
+//! (`containers`) and the Debian package under dpkg (`package`). They are one test binary so
+//! that the test harness runs two guests at a time: QEMU runs each guest on one host thread
+//! (`-accel tcg,thread=single`), so two of them use the machine's two cores where one binary
+//! per scenario left one idle.
 //!
 //! Run one with a filter: `cargo test -p taskisol-tests --features qemu --test qemu_debian
 //! containers::`. Built only with `--features qemu` (see docs/TESTING.md).
@@ -14,6 +15,7 @@ mod containerd;
 mod containers;
 mod libvirt;
 mod lifecycle;
+mod package;
 mod service;
 
 /// Every step starts on the housekeeping CPUs, so the step's own shell is not a wide task

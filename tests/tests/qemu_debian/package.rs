@@ -1,0 +1,292 @@
+//! The Debian package of `make deb` (scripts/build-deb, dist/debian/) under dpkg and the real
+//! systemd of the Debian root: the guest has no isold of its own, only the two packages, the
+//! release binaries packaged as 0.1.0-1 and as 0.1.0-2 by `make deb-package`.
+//!
+//! - install: no kernel value changes (a full snapshot equals the one before) and isold.service
+//!   is enabled but has not run (no /etc/isold/isold.toml: ConditionPathExists);
+//! - with a configuration naming CPUs 2-3 (`on_stop = "restore"`, where a stop would undo) and
+//!   the service running, `dpkg -i` of 0.1.0-2: `timer_migration`, sampled every 50 ms, never
+//!   reads its original 1; the service runs the new binary (another pid), and the policy holds;
+//! - `dpkg -r` (with `on_stop = "keep"`, where only `isold restore` undoes): every value as
+//!   before the install, the configuration kept;
+//! - `dpkg -P`: the configuration and isold's state directories gone, no file left that was
+//!   not there before the install, and every file of /etc as it was.
+//!
+//! On the host, lintian on the package: no error.
+//!
+//! The steps run under busybox sh, whose own `dpkg` applet would shadow Debian's: dpkg is
+//! called by its path. Built only with `--features qemu` (see docs/TESTING.md).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use taskisol_tests::qemu::{bin_dir, release_binary, run, workspace_root, Expect, Scenario};
+
+use super::at_least;
+
+/// Packages the release binaries as taskisol `version` into `dir` with `make deb-package`
+/// (what `make deb` runs after building) and returns the package's path. The binaries are
+/// refused, as the guest's are, when older than their sources.
+fn make_deb(dir: &Path, version: &str) -> PathBuf {
+    for b in ["isold", "chisol"] {
+        release_binary(b).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let out = Command::new("make")
+        .current_dir(workspace_root())
+        .args(["-s", "--no-print-directory", "deb-package"])
+        .arg(format!("DEB_VERSION={version}"))
+        .arg(format!("DEB_DIR={}", dir.display()))
+        .arg(format!("RELEASE_DIR={}", bin_dir().display()))
+        .output()
+        .expect("make (package make) must be installed: scripts/setup-qemu");
+    assert!(
+        out.status.success(),
+        "make deb-package DEB_VERSION={version}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(path.is_file(), "{} is not a file", path.display());
+    path
+}
+
+/// The package as `make deb` lints it, on the host: Debian's lintian finds no error (its
+/// warnings are printed), and it holds the binaries, man pages, unit, OCI hook, example
+/// configuration and alert rules where Debian 12 looks for them.
+#[test]
+fn deb_package_is_lintian_clean_and_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let deb = make_deb(dir.path(), "0.1.0-1");
+    let started = std::time::Instant::now();
+    let out = Command::new("lintian")
+        .args(["--fail-on", "error"])
+        .arg(&deb)
+        .output()
+        .expect("lintian must be installed: scripts/setup-qemu (or make deb-lint) installs it");
+    let report = String::from_utf8_lossy(&out.stdout);
+    eprintln!(
+        "lintian ({:.1} s):\n{report}",
+        started.elapsed().as_secs_f64()
+    );
+    let errors: Vec<&str> = report.lines().filter(|l| l.starts_with("E: ")).collect();
+    assert!(errors.is_empty(), "lintian errors: {errors:#?}");
+    assert!(
+        out.status.success(),
+        "lintian exit {:?}: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let list = Command::new("dpkg-deb")
+        .arg("--contents")
+        .arg(&deb)
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&list.stdout);
+    let paths: Vec<&str> = list
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .collect();
+    for want in [
+        "./usr/bin/isold",
+        "./usr/bin/chisol",
+        "./usr/share/man/man8/isold.8.gz",
+        "./usr/share/man/man5/isold.toml.5.gz",
+        "./usr/share/man/man1/chisol.1.gz",
+        "./lib/systemd/system/isold.service",
+        "./usr/share/containers/oci/hooks.d/isold.json",
+        "./usr/share/doc/taskisol/examples/isold.toml",
+        "./usr/share/taskisol/prometheus/isold-alerts.yml",
+        // The unit's sandbox can make an existing directory writable, not create one.
+        "./etc/systemd/system.conf.d/",
+    ] {
+        assert!(
+            paths.contains(&want),
+            "{want} is not in the package: {paths:#?}"
+        );
+    }
+    // No file in /etc: the configuration is the administrator's, never a conffile.
+    let etc_files: Vec<&&str> = paths
+        .iter()
+        .filter(|p| p.starts_with("./etc/") && !p.ends_with('/'))
+        .collect();
+    assert!(etc_files.is_empty(), "{etc_files:?}");
+}
+
+/// Every file of the root but the kernel's, the runtime's, dpkg's and the logs' (which a
+/// package's life changes by design), one path a line.
+const FILES: &str = "find / -xdev \\( -path /proc -o -path /sys -o -path /dev -o -path /run -o -path /tmp \
+    -o -path /var/log -o -path /var/lib/dpkg -o -path /var/cache -o -path /var/lib/systemd/timers \
+    -o -path /scenario -o -path /guest -o -path /root -o -path /var/lib/taskisol \\) -prune -o -print | LC_ALL=C sort";
+
+/// The 50 ms sampler of timer_migration (original 1, 0 under the policy): a shell loop with
+/// builtins but the sleep, so that a sample costs no fork for the read.
+const SAMPLER: &str = "(while [ ! -e /tmp/sampler.stop ]; do read v </proc/sys/kernel/timer_migration; echo \"$v\"; /usr/bin/busybox usleep 50000; done) >/tmp/samples &\n\
+     sampler=$!\n";
+
+#[test]
+fn rt612_deb_install_upgrade_remove_purge() {
+    let dir = tempfile::tempdir().unwrap();
+    let v1 = make_deb(dir.path(), "0.1.0-1");
+    let v2 = make_deb(dir.path(), "0.1.0-2");
+
+    let mut s = Scenario::debian("rt612_deb_package", "");
+    // Only the packages bring isold and chisol.
+    s.binaries.clear();
+    s.file("/root/taskisol_1.deb", 0o644, &std::fs::read(&v1).unwrap());
+    s.file("/root/taskisol_2.deb", 0o644, &std::fs::read(&v2).unwrap());
+    s.step_with_timeout(
+        "before",
+        &format!(
+            "echo isold=$(command -v isold || echo none)\n\
+             isold_snapshot /tmp/snap.before; echo snapshot_lines=$(wc -l </tmp/snap.before)\n\
+             echo timer_migration=$(cat /proc/sys/kernel/timer_migration)\n\
+             {FILES} >/tmp/files.before; echo files=$(wc -l </tmp/files.before)\n\
+             etc_snapshot /tmp/etc.before"
+        ),
+        Duration::from_secs(120),
+        vec![
+            Expect::field("isold", "none"),
+            at_least("snapshot_lines", 100.0),
+            Expect::field("timer_migration", "1"),
+            at_least("files", 1000.0),
+        ],
+    );
+    s.step_with_timeout(
+        "install_changes_nothing",
+        "/usr/bin/dpkg -i /root/taskisol_1.deb >/tmp/dpkg.out 2>&1; echo dpkg_rc=$?\ncat /tmp/dpkg.out\n\
+         echo isold=$(command -v isold)\necho chisol=$(command -v chisol)\n\
+         echo enabled=$(systemctl is-enabled isold)\necho active=$(systemctl is-active isold)\n\
+         echo condition=$(systemctl show -p ConditionResult --value isold)\n\
+         echo started_at=$(systemctl show -p ExecMainStartTimestampMonotonic --value isold)\n\
+         echo unit=$(systemctl show -p FragmentPath --value isold)\n\
+         echo exec=$(systemctl show -p ExecStart --value isold | grep -o 'argv\\[\\]=[^;]*' | sed 's/argv\\[\\]=//; s/ *$//')\n\
+         [ -d /etc/systemd/system.conf.d ] && echo confd=dir\n\
+         echo runtime=$(ls -d /run/isold /var/lib/isold 2>/dev/null | wc -l)\n\
+         echo man=$(man -w isold 2>/dev/null || ls /usr/share/man/man8/isold.8.gz)\n\
+         isold_snapshot /tmp/snap.installed\nsnapshot_diff /tmp/snap.before /tmp/snap.installed",
+        Duration::from_secs(180),
+        vec![
+            Expect::field("dpkg_rc", "0"),
+            Expect::field("isold", "/usr/bin/isold"),
+            Expect::field("chisol", "/usr/bin/chisol"),
+            // Enabled as Debian enables a service: it starts at boot once the file exists.
+            Expect::field("enabled", "enabled"),
+            Expect::field("active", "inactive"),
+            Expect::field("condition", "no"),
+            Expect::field("started_at", "0"),
+            Expect::field("unit", "/lib/systemd/system/isold.service"),
+            Expect::field("exec", "/usr/bin/isold --config /etc/isold/isold.toml run"),
+            Expect::field("confd", "dir"),
+            Expect::field("runtime", "0"),
+            Expect::field("man", "/usr/share/man/man8/isold.8.gz"),
+            Expect::field("differences", "0"),
+        ],
+    );
+    s.step_with_timeout(
+        "configured_and_started",
+        "printf 'isolated_cpus = \"2-3\"\\non_stop = \"restore\"\\n' >/etc/isold/isold.toml\n\
+         systemctl start isold; echo start_rc=$?\n\
+         echo active=$(systemctl is-active isold)\n\
+         echo timer_migration=$(cat /proc/sys/kernel/timer_migration)\n\
+         echo irq4=$(cat /proc/irq/4/smp_affinity_list)",
+        Duration::from_secs(120),
+        vec![
+            Expect::field("start_rc", "0"),
+            Expect::field("active", "active"),
+            Expect::field("timer_migration", "0"),
+            Expect::field("irq4", "0-1"),
+        ],
+    );
+    s.step_with_timeout(
+        "upgrade_keeps_the_policy_in_force",
+        &format!(
+            "old=$(systemctl show -p MainPID --value isold)\n\
+             {SAMPLER}sleep 1\n\
+             /usr/bin/dpkg -i /root/taskisol_2.deb >/tmp/dpkg.out 2>&1; echo dpkg_rc=$?\ncat /tmp/dpkg.out\n\
+             sleep 1; touch /tmp/sampler.stop; wait $sampler\n\
+             echo samples=$(wc -l </tmp/samples)\n\
+             echo original_read=$(grep -c '^1$' /tmp/samples)\n\
+             echo other_read=$(grep -v -c '^0$' /tmp/samples)\n\
+             new=$(systemctl show -p MainPID --value isold)\n\
+             echo restarted=$([ \"$new\" != \"$old\" ] && [ \"$new\" != 0 ] && echo yes || echo no)\n\
+             echo active=$(systemctl is-active isold)\n\
+             echo version=$(dpkg-query -W -f '${{Version}}' taskisol)\n\
+             isold verify >/tmp/verify.out 2>&1; echo verify_rc=$?\nhead -n 5 /tmp/verify.out"
+        ),
+        Duration::from_secs(180),
+        vec![
+            Expect::field("dpkg_rc", "0"),
+            at_least("samples", 40.0),
+            Expect::field("original_read", "0"),
+            Expect::field("other_read", "0"),
+            Expect::field("restarted", "yes"),
+            Expect::field("active", "active"),
+            Expect::field("version", "0.1.0-2"),
+            Expect::field("verify_rc", "0"),
+        ],
+    );
+    s.step_with_timeout(
+        "remove_restores_every_value_and_keeps_the_configuration",
+        // The default on_stop = "keep": the service's stop leaves every value, and only the
+        // prerm's `isold restore` can give them back.
+        "printf 'isolated_cpus = \"2-3\"\\non_stop = \"keep\"\\n' >/etc/isold/isold.toml\n\
+         systemctl reload isold\n\
+         wait_for 30 sh -c \"isold status | grep -q 'reloads: 1'\" || echo reloaded=no\n\
+         /usr/bin/dpkg -r taskisol >/tmp/dpkg.out 2>&1; echo dpkg_rc=$?\ncat /tmp/dpkg.out\n\
+         echo isold=$(command -v isold || echo none)\n\
+         echo status=$(dpkg-query -W -f '${db:Status-Status}' taskisol)\n\
+         echo active=$(systemctl is-active isold)\n\
+         echo config=$(cat /etc/isold/isold.toml | head -n 1)\n\
+         echo timer_migration=$(cat /proc/sys/kernel/timer_migration)\n\
+         isold_snapshot /tmp/snap.removed\nsnapshot_diff /tmp/snap.before /tmp/snap.removed",
+        Duration::from_secs(180),
+        vec![
+            Expect::output_lacks("reloaded=no"),
+            Expect::field("dpkg_rc", "0"),
+            Expect::field("isold", "none"),
+            Expect::field("status", "config-files"),
+            Expect::field("active", "inactive"),
+            Expect::field("config", "isolated_cpus = \"2-3\""),
+            Expect::field("timer_migration", "1"),
+            Expect::field("differences", "0"),
+        ],
+    );
+    s.step_with_timeout(
+        "purge_leaves_nothing",
+        &format!(
+            "/usr/bin/dpkg -P taskisol >/tmp/dpkg.out 2>&1; echo dpkg_rc=$?\ncat /tmp/dpkg.out\n\
+             echo known=$(dpkg-query -W taskisol >/dev/null 2>&1 && echo yes || echo no)\n\
+             echo left=$(ls -d /etc/isold /var/lib/isold /run/isold 2>/dev/null | wc -l)\n\
+             {FILES} >/tmp/files.after\n\
+             LC_ALL=C comm -13 /tmp/files.before /tmp/files.after | sed 's/^/added since the install /'\n\
+             LC_ALL=C comm -23 /tmp/files.before /tmp/files.after | sed 's/^/missing since the install /'\n\
+             echo new=$(LC_ALL=C comm -13 /tmp/files.before /tmp/files.after | wc -l)\n\
+             echo gone=$(LC_ALL=C comm -23 /tmp/files.before /tmp/files.after | wc -l)\n\
+             etc_snapshot /tmp/etc.after; diff /tmp/etc.before /tmp/etc.after\n\
+             echo etc_changes=$(diff -u /tmp/etc.before /tmp/etc.after | grep -v -e '^--- ' -e '^+++ ' | grep -c '^[-+]')\n\
+             isold_snapshot /tmp/snap.purged\nsnapshot_diff /tmp/snap.before /tmp/snap.purged"
+        ),
+        Duration::from_secs(180),
+        vec![
+            Expect::field("dpkg_rc", "0"),
+            Expect::field("known", "no"),
+            Expect::field("left", "0"),
+            Expect::field("new", "0"),
+            Expect::field("gone", "0"),
+            // Every file of /etc as it was: irqbalance's defaults and the kvm options isold
+            // wrote were put back by the removal.
+            Expect::field("etc_changes", "0"),
+            Expect::field("differences", "0"),
+        ],
+    );
+    let o = run(&s).unwrap_or_else(|e| panic!("{e}"));
+    if let Some(out) = o.outputs.get("upgrade_keeps_the_policy_in_force") {
+        eprintln!(
+            "upgrade: {} samples of timer_migration, {} reading the original",
+            out.field("samples").unwrap_or("?"),
+            out.field("original_read").unwrap_or("?")
+        );
+    }
+    o.assert_ok();
+}
