@@ -439,6 +439,63 @@ kill $w
             }),
         ],
     );
+    // A state that survives a cut write: a journal line torn as an append cut short by a full
+    // disk leaves it, one more wide task is narrowed after it, and the service restarts with
+    // the line set aside and shown by `isold status`; restore is exact. Then a full state
+    // directory: apply fails before any change, naming the directory and the errno.
+    s.step_with_timeout(
+        "torn_journal_line_and_full_state_directory",
+        &format!(
+            "{PRE}narrowed() {{ [ \"$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/$1/status)\" = 0-1 ]; }}
+             printf 'isolated_cpus = \"2-3\"\\n' >/etc/isold/isold.toml
+             isold_snapshot /tmp/t0
+             systemctl start isold; echo start_rc=$?
+             setsid taskset -c 0-3 sleep 100000 </dev/null >/dev/null 2>&1 & w1=$!
+             wait_for 10 narrowed $w1 && echo w1=narrowed
+             printf '{{\"len\":4242,\"crc32\":\"00' >>/run/isold/state.journal
+             setsid taskset -c 0-3 sleep 100000 </dev/null >/dev/null 2>&1 & w2=$!
+             wait_for 10 narrowed $w2 && echo w2=narrowed
+             systemctl restart isold; echo restart_rc=$?
+             echo active=$(systemctl is-active isold)
+             echo set_aside=\"$(isold status | grep 'set aside')\"
+             [ -s /run/isold/state.journal.bad ] && echo bad=kept
+             systemctl stop isold; isold restore >/dev/null; echo restore_rc=$?
+             kill $w1 $w2; wait $w1 $w2 2>/dev/null
+             isold_snapshot /tmp/t1; snapshot_diff /tmp/t0 /tmp/t1 | sed 's/^/torn_/'
+             mount -t tmpfs -o size=64k tmpfs /run/isold
+             dd if=/dev/zero of=/run/isold/fill bs=4k count=64 2>/dev/null
+             isold apply >/tmp/full.out 2>&1; echo full_rc=$?; cat /tmp/full.out
+             isold_snapshot /tmp/t2; snapshot_diff /tmp/t0 /tmp/t2 | sed 's/^/full_/'
+             umount /run/isold; isold restore >/dev/null; echo cleanup_rc=$?"
+        ),
+        Duration::from_secs(180),
+        vec![
+            Expect::field("start_rc", "0"),
+            Expect::field("w1", "narrowed"),
+            Expect::field("w2", "narrowed"),
+            Expect::field("restart_rc", "0"),
+            Expect::field("active", "active"),
+            Expect::that("isold status shows the line set aside", |o: &StepOutput| {
+                match o.field("set_aside") {
+                    Some(l) if l.contains("1 line(s) set aside") => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            }),
+            Expect::field("bad", "kept"),
+            Expect::field("restore_rc", "0"),
+            Expect::field("torn_differences", "0"),
+            Expect::that("a full state directory fails the apply", |o: &StepOutput| {
+                match o.field("full_rc") {
+                    Some("0") | None => Err(format!("{:?}", o.field("full_rc"))),
+                    Some(_) => Ok(()),
+                }
+            }),
+            Expect::output_has("cannot record the original values in /run/isold"),
+            Expect::output_has("No space left on device"),
+            Expect::field("full_differences", "0"),
+            Expect::field("cleanup_rc", "0"),
+        ],
+    );
     // `[metrics]` under the shipped unit: without the drop-in of isold(8) the sandbox refuses
     // the listener and the textfile, and the journal says which drop-in opens them; with it,
     // both publish.
