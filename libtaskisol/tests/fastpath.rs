@@ -576,3 +576,298 @@ fn the_fast_path_ends_a_torn_journal_line_before_its_own() {
         "{\"id\":\"task:7:1\",\"ite\n"
     );
 }
+
+/// The racer: `n` threads of this test, each started on CPUs 0-1 (wide: it reaches into the
+/// isolated CPU 1), each pinning itself onto CPU 1 (a workload's pin) while the fixer, on the
+/// running system, narrows them. The fixer reads /proc and writes affinities of these threads
+/// only; its state file lives in a copied fixture tree.
+mod racer {
+    use super::*;
+    use libtaskisol::policy::fastpath::Step;
+    use libtaskisol::CpuSet;
+    use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering::SeqCst};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// When the owners pin.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum When {
+        /// At random, 0 to `max_us` µs after their batch of 64 is handed to the fixer.
+        Random { max_us: u64 },
+        /// Right after the fixer's journal write ([`Step::Recorded`]), one thread at a time,
+        /// the owner spinning on the other CPU for the signal.
+        AfterJournal,
+    }
+
+    #[derive(Debug, Default)]
+    pub struct Tally {
+        pub threads: usize,
+        /// Threads not on their pin (CPU 1) once all have pinned.
+        pub lost: usize,
+        /// ... of which the fixer reported as its own correction.
+        pub lost_as_changed: usize,
+        pub changed: usize,
+        /// Reported as the owner's (left as set).
+        pub owners: usize,
+        pub fine: usize,
+        pub folds: usize,
+        pub elapsed: Duration,
+    }
+
+    const IDLE: u8 = 0;
+    const ARMED: u8 = 1;
+    const SPINNING: u8 = 2;
+    const PINNED: u8 = 3;
+
+    struct Slot {
+        tid: AtomicI32,
+        state: AtomicU8,
+        /// AfterJournal: the fixer's signal to pin now.
+        now: AtomicBool,
+        delay_us: std::sync::atomic::AtomicU64,
+        random: AtomicBool,
+    }
+
+    fn cpus(list: &str) -> CpuSet {
+        CpuSet::parse_list(list).unwrap()
+    }
+
+    /// `None` when this machine cannot run the race (fewer than two CPUs this test may use).
+    pub fn run(n: usize, when: When) -> Option<Tally> {
+        let me = libtaskisol::sched::get_affinity(0).unwrap();
+        if !cpus("0-1").is_subset(&me) {
+            eprintln!("racer: needs CPUs 0 and 1, this test has {me}");
+            return None;
+        }
+        let dir = if Path::new("/dev/shm").is_dir() {
+            tempfile::tempdir_in("/dev/shm").unwrap()
+        } else {
+            tempfile::tempdir().unwrap()
+        };
+        let tree = dir.path().join("root");
+        copy_dir(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/debian-6.12-rt-isold"),
+            &tree,
+        );
+        let fake = SysRoot::new(&tree);
+        let cfg = Config::parse("isolated_cpus = \"1\"\n", Path::new("isold.toml")).unwrap();
+        let policy = Policy::resolve(cfg, &fake).unwrap();
+        let files = StateFiles::default_for(&fake);
+        engine::apply(&fake, &policy, &files).unwrap();
+        let state = files.runtime.clone();
+
+        let slots: Arc<Vec<Slot>> = Arc::new(
+            (0..n)
+                .map(|_| Slot {
+                    tid: AtomicI32::new(0),
+                    state: AtomicU8::new(IDLE),
+                    now: AtomicBool::new(false),
+                    delay_us: Default::default(),
+                    random: AtomicBool::new(matches!(when, When::Random { .. })),
+                })
+                .collect(),
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut handles = Vec::with_capacity(n);
+        for i in 0..n {
+            let (slots, stop) = (slots.clone(), stop.clone());
+            let h = std::thread::Builder::new()
+                .stack_size(64 << 10)
+                .spawn(move || owner(&slots[i], &stop))
+                .expect("spawn (ulimit -u, threads-max?)");
+            handles.push(h);
+        }
+        while slots.iter().any(|s| s.tid.load(SeqCst) == 0) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let index: std::collections::HashMap<i32, usize> = slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.tid.load(SeqCst), i))
+            .collect();
+
+        let mut f = TaskFixer::new(&state);
+        f.resync().unwrap();
+        if when == When::AfterJournal {
+            let (slots, index) = (slots.clone(), index.clone());
+            f.between_steps(move |step, tid| {
+                if step == Step::Recorded {
+                    if let Some(&i) = index.get(&tid) {
+                        slots[i].now.store(true, SeqCst);
+                    }
+                }
+            });
+        }
+        let host = SysRoot::host();
+        let pid = std::process::id() as i32;
+        let mut t = Tally {
+            threads: n,
+            ..Tally::default()
+        };
+        let mut reports = vec![None; n];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let start = Instant::now();
+        for batch in (0..n).collect::<Vec<_>>().chunks(64) {
+            for &i in batch {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                if let When::Random { max_us } = when {
+                    slots[i]
+                        .delay_us
+                        .store((seed >> 33) % max_us.max(1), SeqCst);
+                }
+            }
+            for &i in batch {
+                slots[i].state.store(ARMED, SeqCst);
+                handles[i].thread().unpark();
+                if when == When::AfterJournal {
+                    while slots[i].state.load(SeqCst) != SPINNING {
+                        std::hint::spin_loop();
+                    }
+                    reports[i] = Some(fix(
+                        &mut f,
+                        &host,
+                        &policy,
+                        pid,
+                        slots[i].tid.load(SeqCst),
+                        &state,
+                        &mut t,
+                    ));
+                    // Whatever happened, the owner pins once.
+                    slots[i].now.store(true, SeqCst);
+                    while slots[i].state.load(SeqCst) != PINNED {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+            if let When::Random { .. } = when {
+                for &i in batch {
+                    reports[i] = Some(fix(
+                        &mut f,
+                        &host,
+                        &policy,
+                        pid,
+                        slots[i].tid.load(SeqCst),
+                        &state,
+                        &mut t,
+                    ));
+                }
+            }
+        }
+        while slots.iter().any(|s| s.state.load(SeqCst) != PINNED) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        t.elapsed = start.elapsed();
+        let pin = cpus("1");
+        for (i, s) in slots.iter().enumerate() {
+            let now = libtaskisol::sched::get_affinity(s.tid.load(SeqCst)).unwrap();
+            if now != pin {
+                t.lost += 1;
+                if matches!(reports[i], Some(Fix::Changed { .. })) {
+                    t.lost_as_changed += 1;
+                }
+            }
+        }
+        stop.store(true, SeqCst);
+        for h in &handles {
+            h.thread().unpark();
+        }
+        for h in handles {
+            h.join().unwrap();
+        }
+        Some(t)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fix(
+        f: &mut TaskFixer,
+        host: &SysRoot,
+        policy: &Policy,
+        pid: i32,
+        tid: i32,
+        state: &Path,
+        t: &mut Tally,
+    ) -> Fix {
+        let mut r = f.fix(host, policy, pid, tid).unwrap();
+        if r == Fix::UseEngine {
+            // The journal is full: fold it in as the general path would, then again.
+            State::load(state).unwrap().unwrap().save(state).unwrap();
+            f.resync().unwrap();
+            t.folds += 1;
+            r = f.fix(host, policy, pid, tid).unwrap();
+        }
+        match &r {
+            Fix::Changed { .. } => t.changed += 1,
+            Fix::Fine => t.fine += 1,
+            Fix::UseEngine => panic!("the general path twice for {tid}"),
+            _ => t.owners += 1,
+        }
+        r
+    }
+
+    /// A thread of the race: wide on 0-1, it waits to be armed, then pins itself onto CPU 1
+    /// (after its delay, or on the fixer's signal), and sleeps until the end.
+    fn owner(s: &Slot, stop: &AtomicBool) {
+        libtaskisol::sched::set_affinity(0, &cpus("0-1")).unwrap();
+        // SAFETY: gettid has no preconditions.
+        s.tid.store(unsafe { libc::gettid() }, SeqCst);
+        while s.state.load(SeqCst) != ARMED {
+            std::thread::park();
+        }
+        if s.random.load(SeqCst) {
+            std::thread::sleep(Duration::from_micros(s.delay_us.load(SeqCst)));
+        } else {
+            s.state.store(SPINNING, SeqCst);
+            while !s.now.load(SeqCst) {
+                std::hint::spin_loop();
+            }
+        }
+        libtaskisol::sched::set_affinity(0, &cpus("1")).unwrap();
+        s.state.store(PINNED, SeqCst);
+        while !stop.load(SeqCst) {
+            std::thread::park();
+        }
+    }
+}
+
+fn race_size() -> usize {
+    std::env::var("ISOL_RACE_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000)
+}
+
+fn report(what: &str, t: &racer::Tally) {
+    println!(
+        "racer {what}: threads={} lost={} (reported as corrections: {}) changed={} owners'={} \
+         fine={} journal folds={} in {:.2} s",
+        t.threads,
+        t.lost,
+        t.lost_as_changed,
+        t.changed,
+        t.owners,
+        t.fine,
+        t.folds,
+        t.elapsed.as_secs_f64()
+    );
+}
+
+/// The racer with owners pinning at random moments (ISOL_RACE_THREADS, default 20,000):
+/// `cargo test -p libtaskisol --test fastpath race_ -- --ignored --nocapture --test-threads=1`.
+#[test]
+#[ignore = "a measurement: 20,000 threads of this test, run by hand"]
+fn race_owners_pin_at_random() {
+    if let Some(t) = racer::run(race_size(), racer::When::Random { max_us: 3000 }) {
+        report("random", &t);
+    }
+}
+
+/// The racer with each owner pinning right after the fixer's journal write.
+#[test]
+#[ignore = "a measurement: 20,000 threads of this test, run by hand"]
+fn race_owners_pin_after_the_journal_write() {
+    if let Some(t) = racer::run(race_size(), racer::When::AfterJournal) {
+        report("after the journal write", &t);
+    }
+}

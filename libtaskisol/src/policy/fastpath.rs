@@ -49,6 +49,30 @@ pub enum Fix {
     UseEngine,
 }
 
+/// Where [`TaskFixer::fix`] stands when it calls the hook of [`TaskFixer::between_steps`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The original is in the journal; the affinity is read again and written next.
+    Recorded,
+    /// The affinity was written; it is read back next.
+    Written,
+}
+
+type Hook = Box<dyn FnMut(Step, i32) + Send>;
+
+/// A test's hook, called with the step and the tid (never inside the read-to-write window).
+struct StepHook(Option<Hook>);
+
+impl std::fmt::Debug for StepHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Some(hook)"
+        } else {
+            "None"
+        })
+    }
+}
+
 /// The identity of the state file: it is replaced (rename) on every whole write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct FileId {
@@ -84,6 +108,7 @@ pub struct TaskFixer {
     journal: Option<fs::File>,
     /// The journal's last line may be cut short: the next append ends it first.
     torn: bool,
+    hook: StepHook,
 }
 
 /// The lock held while the fixer records and writes; released when dropped. It holds the
@@ -109,6 +134,19 @@ impl TaskFixer {
             lock_file: None,
             journal: None,
             torn: false,
+            hook: StepHook(None),
+        }
+    }
+
+    /// Call `hook` at each [`Step`] of [`TaskFixer::fix`]: for tests that make an owner pin
+    /// a thread at the worst moment (right after the journal write, right after isold's).
+    pub fn between_steps(&mut self, hook: impl FnMut(Step, i32) + Send + 'static) {
+        self.hook = StepHook(Some(Box::new(hook)));
+    }
+
+    fn step(&mut self, step: Step, tid: i32) {
+        if let Some(h) = self.hook.0.as_mut() {
+            h(step, tid);
         }
     }
 
@@ -224,6 +262,7 @@ impl TaskFixer {
             }
             self.recorded.insert(id);
         }
+        self.step(Step::Recorded, tid);
         // Something may have pinned it since it was read (libvirt's <vcpupin>, DPDK, taskset
         // -p, its own creator right after pthread_create): read again just before the write,
         // and a pin into the isolated CPUs stands.
@@ -243,6 +282,7 @@ impl TaskFixer {
                 _ => Err(e),
             };
         }
+        self.step(Step::Written, tid);
         match threads::after_write(threads::affinity(root, pid, tid), iso) {
             threads::AfterWrite::Narrowed(now) => Ok(Fix::Changed {
                 label,
