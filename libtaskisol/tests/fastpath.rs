@@ -577,6 +577,127 @@ fn the_fast_path_ends_a_torn_journal_line_before_its_own() {
     );
 }
 
+/// Thread 193's status file given the affinity `cpus`, as its owner's sched_setaffinity would.
+fn pin_in_tree(tree: &Path, cpus: &str) {
+    let p = tree.join("proc/193/task/193/status");
+    let text = std::fs::read_to_string(&p).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Cpus_allowed_list:"))
+        .unwrap()
+        .to_string();
+    std::fs::write(
+        &p,
+        text.replace(&line, &format!("Cpus_allowed_list:\t{cpus}")),
+    )
+    .unwrap();
+}
+
+/// An owner's pin that lands while the fixer writes the journal (after its first read): the
+/// read just before the write sees it; the pin stands and is reported as the owner's.
+#[test]
+fn an_owners_pin_during_the_journal_write_stands_and_is_no_correction() {
+    use libtaskisol::policy::fastpath::Step;
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    let mut f = TaskFixer::new(&s.state);
+    f.resync().unwrap();
+    renew(&s, 700_001);
+    set_affinity(&s, "0-3");
+    let tree = s.tree.clone();
+    f.between_steps(move |step, _| {
+        if step == Step::Recorded {
+            pin_in_tree(&tree, "3");
+        }
+    });
+    assert_eq!(
+        f.fix(&s.root, &s.policy, 193, 193).unwrap(),
+        Fix::Contested {
+            label: "task 193 (sh)".into(),
+            now: "3".into(),
+            why: "set while isold looked at it".into()
+        }
+    );
+    assert_eq!(affinity(&s), "3", "the pin is kept");
+    // The original was journaled before the check: restore gives back 0-3, as it was first.
+    let st = State::load(&s.state).unwrap().unwrap();
+    assert!(st.has("task:193:700001"));
+}
+
+/// An owner's pin right after isold's write (onto an isolated CPU, or onto a housekeeping one
+/// that isold's narrowing also allows): the read-back sees it; it stands and is the owner's,
+/// not counted as isold's correction.
+#[test]
+fn an_owners_pin_right_after_the_write_is_the_owners_not_a_correction() {
+    use libtaskisol::policy::fastpath::Step;
+    for pin in ["3", "1", "0-3"] {
+        let s = setup("isolated_cpus = \"2-3\"\n");
+        let mut f = TaskFixer::new(&s.state);
+        f.resync().unwrap();
+        renew(&s, 700_002);
+        set_affinity(&s, "0-3");
+        let tree = s.tree.clone();
+        f.between_steps(move |step, _| {
+            if step == Step::Written {
+                pin_in_tree(&tree, pin);
+            }
+        });
+        assert_eq!(
+            f.fix(&s.root, &s.policy, 193, 193).unwrap(),
+            Fix::Contested {
+                label: "task 193 (sh)".into(),
+                now: pin.into(),
+                why: "set right after isold wrote 0-1".into()
+            },
+            "pinned on {pin}"
+        );
+        assert_eq!(affinity(&s), pin);
+    }
+}
+
+/// The same on the running system, with a thread of this test: the pin made during the
+/// journal write is seen by the system call right before the write and kept.
+#[test]
+fn a_pin_during_the_journal_write_stands_on_the_running_system() {
+    use libtaskisol::policy::fastpath::Step;
+    use std::sync::mpsc;
+    let me = libtaskisol::sched::get_affinity(0).unwrap();
+    if !racer::cpus("0-1").is_subset(&me) {
+        eprintln!("skipped: needs CPUs 0 and 1, this test has {me}");
+        return;
+    }
+    let (_dir, policy, state) = racer::host_setup();
+    let (tx, rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        libtaskisol::sched::set_affinity(0, &racer::cpus("0-1")).unwrap();
+        // SAFETY: gettid has no preconditions.
+        tx.send(unsafe { libc::gettid() }).unwrap();
+        let _ = done_rx.recv();
+    });
+    let tid = rx.recv().unwrap();
+    let mut f = TaskFixer::new(&state);
+    f.resync().unwrap();
+    f.between_steps(move |step, t| {
+        if step == Step::Recorded && t == tid {
+            libtaskisol::sched::set_affinity(tid, &racer::cpus("1")).unwrap();
+        }
+    });
+    let host = SysRoot::host();
+    let r = f
+        .fix(&host, &policy, std::process::id() as i32, tid)
+        .unwrap();
+    assert!(
+        matches!(&r, Fix::Contested { now, .. } if now == "1"),
+        "{r:?}"
+    );
+    assert_eq!(
+        libtaskisol::sched::get_affinity(tid).unwrap(),
+        racer::cpus("1")
+    );
+    done_tx.send(()).unwrap();
+    t.join().unwrap();
+}
+
 /// The racer: `n` threads of this test, each started on CPUs 0-1 (wide: it reaches into the
 /// isolated CPU 1), each pinning itself onto CPU 1 (a workload's pin) while the fixer, on the
 /// running system, narrows them. The fixer reads /proc and writes affinities of these threads
@@ -628,17 +749,9 @@ mod racer {
         random: AtomicBool,
     }
 
-    fn cpus(list: &str) -> CpuSet {
-        CpuSet::parse_list(list).unwrap()
-    }
-
-    /// `None` when this machine cannot run the race (fewer than two CPUs this test may use).
-    pub fn run(n: usize, when: When) -> Option<Tally> {
-        let me = libtaskisol::sched::get_affinity(0).unwrap();
-        if !cpus("0-1").is_subset(&me) {
-            eprintln!("racer: needs CPUs 0 and 1, this test has {me}");
-            return None;
-        }
+    /// A state file in a copied fixture tree (in /dev/shm where there is one: the journal's
+    /// fdatasync costs nothing there), and a policy that isolates CPU 1 of its four.
+    pub fn host_setup() -> (tempfile::TempDir, Policy, PathBuf) {
         let dir = if Path::new("/dev/shm").is_dir() {
             tempfile::tempdir_in("/dev/shm").unwrap()
         } else {
@@ -654,7 +767,21 @@ mod racer {
         let policy = Policy::resolve(cfg, &fake).unwrap();
         let files = StateFiles::default_for(&fake);
         engine::apply(&fake, &policy, &files).unwrap();
-        let state = files.runtime.clone();
+        (dir, policy, files.runtime.clone())
+    }
+
+    pub fn cpus(list: &str) -> CpuSet {
+        CpuSet::parse_list(list).unwrap()
+    }
+
+    /// `None` when this machine cannot run the race (fewer than two CPUs this test may use).
+    pub fn run(n: usize, when: When) -> Option<Tally> {
+        let me = libtaskisol::sched::get_affinity(0).unwrap();
+        if !cpus("0-1").is_subset(&me) {
+            eprintln!("racer: needs CPUs 0 and 1, this test has {me}");
+            return None;
+        }
+        let (_dir, policy, state) = host_setup();
 
         let slots: Arc<Vec<Slot>> = Arc::new(
             (0..n)

@@ -21,7 +21,6 @@ use std::path::{Path, PathBuf};
 use super::config::glob_match;
 use super::plan::{thread_verdict, ThreadVerdict};
 use super::state::{self, Entry, Original, State};
-use super::threads::SinceRead;
 use super::Status;
 use super::{threads, Policy};
 use crate::error::{Error, Result};
@@ -42,6 +41,14 @@ pub enum Fix {
         label: String,
         from: String,
         to: String,
+    },
+    /// Its owner set its affinity while isold was changing it (before isold's write, or
+    /// right after it): left as the owner set it, and no correction of isold's. The label,
+    /// the affinity now, and when it was seen.
+    Contested {
+        label: String,
+        now: String,
+        why: String,
     },
     /// The task exited before it could be changed.
     Gone,
@@ -264,41 +271,43 @@ impl TaskFixer {
         }
         self.step(Step::Recorded, tid);
         // Something may have pinned it since it was read (libvirt's <vcpupin>, DPDK, taskset
-        // -p, its own creator right after pthread_create): read again just before the write,
-        // and a pin into the isolated CPUs stands.
-        match threads::since_read(&aff, threads::affinity(root, pid, tid), iso) {
-            SinceRead::Unchanged => {}
-            SinceRead::Gone => return Ok(Fix::Gone),
-            SinceRead::Outside => return Ok(Fix::Fine),
-            SinceRead::Changed(now) => {
-                return Ok(Fix::Settled(format!(
-                    "its affinity became {now} while isold looked at it: left as set"
-                )))
+        // -p, its own creator right after pthread_create, or while the journal was written):
+        // it is read again right before the write, with nothing between the two, and a change
+        // is the owner's.
+        match threads::set_thread_affinity_if(root, pid, tid, &aff, &want) {
+            Ok(None) => {}
+            // Moved off the isolated CPUs by someone else: nothing left to do.
+            Ok(Some(now)) if now.is_disjoint(iso) => return Ok(Fix::Fine),
+            Ok(Some(now)) => {
+                return Ok(Fix::Contested {
+                    label,
+                    now: now.to_string(),
+                    why: "set while isold looked at it".into(),
+                })
+            }
+            Err(e) => {
+                return match threads::refusal(&e) {
+                    threads::Refusal::Gone => Ok(Fix::Gone),
+                    _ => Err(e),
+                }
             }
         }
-        if let Err(e) = super::threads::set_thread_affinity(root, pid, tid, &want) {
-            return match threads::refusal(&e) {
-                threads::Refusal::Gone => Ok(Fix::Gone),
-                _ => Err(e),
-            };
-        }
         self.step(Step::Written, tid);
-        match threads::after_write(threads::affinity(root, pid, tid), iso) {
-            threads::AfterWrite::Narrowed(now) => Ok(Fix::Changed {
+        // Read back: what isold wrote, or the owner's value set right after (which stands).
+        // What this read cannot see is an owner's write between the check and isold's write
+        // above: isold's overwrote it (see docs/ARCHITECTURE.md, "Pins").
+        match threads::affinity(root, pid, tid) {
+            None => Ok(Fix::Gone),
+            Some(now) if now == want => Ok(Fix::Changed {
                 label,
                 from: aff.to_string(),
                 to: now.to_string(),
             }),
-            // Pinned into the isolated CPUs right after isold's write: its pin stands.
-            threads::AfterWrite::PinnedInside(now) => Ok(Fix::Settled(format!(
-                "pinned on {now} right after isold narrowed it: left as set"
-            ))),
-            threads::AfterWrite::Wrong(now) => Err(Error::Parse {
-                path: root.path(format!("/proc/{pid}/task/{tid}/status")),
-                input: now.to_string(),
-                reason: format!("sched_setaffinity({tid}, {want}) left CPUs {now}"),
+            Some(now) => Ok(Fix::Contested {
+                label,
+                now: now.to_string(),
+                why: format!("set right after isold wrote {want}"),
             }),
-            threads::AfterWrite::Gone => Ok(Fix::Gone),
         }
     }
 }
