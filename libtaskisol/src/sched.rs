@@ -84,6 +84,64 @@ pub fn set_affinity(tid: i32, cpus: &CpuSet) -> Result<()> {
     Ok(())
 }
 
+/// Set the affinity of task `tid` to `cpus` only if it is still `expect`: `Ok(None)` when
+/// written, `Ok(Some(now))` when it was `now` instead and was left so.
+///
+/// The kernel has no compare-and-swap for an affinity, so the check and the write are two
+/// system calls; everything else (both bitmaps, the buffer for the kernel's answer) is made
+/// before them, so that nothing (no allocation, no I/O, no lock) runs between them: an owner's
+/// `sched_setaffinity` can still land in the few hundred nanoseconds between the two, or
+/// longer when this thread is preempted there, and is then overwritten unseen.
+pub fn set_affinity_if(tid: i32, expect: &CpuSet, cpus: &CpuSet) -> Result<Option<CpuSet>> {
+    let expect_bits = expect.to_kernel_bitmap(std::mem::size_of::<libc::c_ulong>());
+    let want = cpus.to_kernel_bitmap(std::mem::size_of::<libc::c_ulong>());
+    // NR_CPUS is at most 8192 (x86's MAXSMP): 1 KiB holds any kernel's mask. On the stack.
+    let mut now = [0u8; 1024];
+    // SAFETY: now is a valid writable buffer of now.len() bytes; the raw syscall writes at
+    // most that many bytes and returns how many it wrote.
+    let got = crate::cost::call(crate::cost::Call::GetAffinity, || unsafe {
+        libc::syscall(
+            libc::SYS_sched_getaffinity,
+            tid as libc::pid_t,
+            now.len(),
+            now.as_mut_ptr(),
+        )
+    });
+    if got < 0 {
+        return Err(Error::syscall(
+            format!("sched_getaffinity(pid {tid})"),
+            Errno::last(),
+        ));
+    }
+    let now = &now[..(got as usize).min(now.len())];
+    if !same_bitmap(now, &expect_bits) {
+        return Ok(Some(CpuSet::from_kernel_bitmap(now)));
+    }
+    // SAFETY: want is a valid readable buffer of want.len() bytes for the duration of the call.
+    let ret = crate::cost::call(crate::cost::Call::SetAffinity, || unsafe {
+        libc::syscall(
+            libc::SYS_sched_setaffinity,
+            tid as libc::pid_t,
+            want.len(),
+            want.as_ptr(),
+        )
+    });
+    if ret < 0 {
+        return Err(Error::syscall(
+            format!("sched_setaffinity(pid {tid}, CPUs {cpus})"),
+            Errno::last(),
+        ));
+    }
+    Ok(None)
+}
+
+/// Two kernel bitmaps of the same CPUs, whatever their lengths (the tail beyond the shorter
+/// one all zero).
+fn same_bitmap(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len().min(b.len());
+    a[..n] == b[..n] && a[n..].iter().all(|&x| x == 0) && b[n..].iter().all(|&x| x == 0)
+}
+
 /// A scheduling policy with its priority.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SchedPolicy {

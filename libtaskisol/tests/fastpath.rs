@@ -576,3 +576,456 @@ fn the_fast_path_ends_a_torn_journal_line_before_its_own() {
         "{\"id\":\"task:7:1\",\"ite\n"
     );
 }
+
+/// Thread 193's status file given the affinity `cpus`, as its owner's sched_setaffinity would.
+fn pin_in_tree(tree: &Path, cpus: &str) {
+    let p = tree.join("proc/193/task/193/status");
+    let text = std::fs::read_to_string(&p).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Cpus_allowed_list:"))
+        .unwrap()
+        .to_string();
+    std::fs::write(
+        &p,
+        text.replace(&line, &format!("Cpus_allowed_list:\t{cpus}")),
+    )
+    .unwrap();
+}
+
+/// An owner's pin that lands while the fixer writes the journal (after its first read): the
+/// read just before the write sees it; the pin stands and is reported as the owner's.
+#[test]
+fn an_owners_pin_during_the_journal_write_stands_and_is_no_correction() {
+    use libtaskisol::policy::fastpath::Step;
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    let mut f = TaskFixer::new(&s.state);
+    f.resync().unwrap();
+    renew(&s, 700_001);
+    set_affinity(&s, "0-3");
+    let tree = s.tree.clone();
+    f.between_steps(move |step, _| {
+        if step == Step::Recorded {
+            pin_in_tree(&tree, "3");
+        }
+    });
+    assert_eq!(
+        f.fix(&s.root, &s.policy, 193, 193).unwrap(),
+        Fix::Contested {
+            label: "task 193 (sh)".into(),
+            now: "3".into(),
+            why: "set while isold looked at it".into()
+        }
+    );
+    assert_eq!(affinity(&s), "3", "the pin is kept");
+    // The original was journaled before the check: restore gives back 0-3, as it was first.
+    let st = State::load(&s.state).unwrap().unwrap();
+    assert!(st.has("task:193:700001"));
+}
+
+/// An owner's pin right after isold's write (onto an isolated CPU, or onto a housekeeping one
+/// that isold's narrowing also allows): the read-back sees it; it stands and is the owner's,
+/// not counted as isold's correction.
+#[test]
+fn an_owners_pin_right_after_the_write_is_the_owners_not_a_correction() {
+    use libtaskisol::policy::fastpath::Step;
+    for pin in ["3", "1", "0-3"] {
+        let s = setup("isolated_cpus = \"2-3\"\n");
+        let mut f = TaskFixer::new(&s.state);
+        f.resync().unwrap();
+        renew(&s, 700_002);
+        set_affinity(&s, "0-3");
+        let tree = s.tree.clone();
+        f.between_steps(move |step, _| {
+            if step == Step::Written {
+                pin_in_tree(&tree, pin);
+            }
+        });
+        assert_eq!(
+            f.fix(&s.root, &s.policy, 193, 193).unwrap(),
+            Fix::Contested {
+                label: "task 193 (sh)".into(),
+                now: pin.into(),
+                why: "set right after isold wrote 0-1".into()
+            },
+            "pinned on {pin}"
+        );
+        assert_eq!(affinity(&s), pin);
+    }
+}
+
+/// The same on the running system, with a thread of this test: the pin made during the
+/// journal write is seen by the system call right before the write and kept.
+#[test]
+fn a_pin_during_the_journal_write_stands_on_the_running_system() {
+    use libtaskisol::policy::fastpath::Step;
+    use std::sync::mpsc;
+    let me = libtaskisol::sched::get_affinity(0).unwrap();
+    if !racer::cpus("0-1").is_subset(&me) {
+        eprintln!("skipped: needs CPUs 0 and 1, this test has {me}");
+        return;
+    }
+    let (_dir, policy, state) = racer::host_setup();
+    let (tx, rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let t = std::thread::spawn(move || {
+        libtaskisol::sched::set_affinity(0, &racer::cpus("0-1")).unwrap();
+        // SAFETY: gettid has no preconditions.
+        tx.send(unsafe { libc::gettid() }).unwrap();
+        let _ = done_rx.recv();
+    });
+    let tid = rx.recv().unwrap();
+    let mut f = TaskFixer::new(&state);
+    f.resync().unwrap();
+    f.between_steps(move |step, t| {
+        if step == Step::Recorded && t == tid {
+            libtaskisol::sched::set_affinity(tid, &racer::cpus("1")).unwrap();
+        }
+    });
+    let host = SysRoot::host();
+    let r = f
+        .fix(&host, &policy, std::process::id() as i32, tid)
+        .unwrap();
+    assert!(
+        matches!(&r, Fix::Contested { now, .. } if now == "1"),
+        "{r:?}"
+    );
+    assert_eq!(
+        libtaskisol::sched::get_affinity(tid).unwrap(),
+        racer::cpus("1")
+    );
+    done_tx.send(()).unwrap();
+    t.join().unwrap();
+}
+
+/// The racer: `n` threads of this test, each started on CPUs 0-1 (wide: it reaches into the
+/// isolated CPU 1), each pinning itself onto CPU 1 (a workload's pin) while the fixer, on the
+/// running system, narrows them. The fixer reads /proc and writes affinities of these threads
+/// only; its state file lives in a copied fixture tree.
+mod racer {
+    use super::*;
+    use libtaskisol::policy::fastpath::Step;
+    use libtaskisol::CpuSet;
+    use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering::SeqCst};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// When the owners pin.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum When {
+        /// At random, 0 to `max_us` µs after their batch of 64 is handed to the fixer.
+        Random { max_us: u64 },
+        /// Right after the fixer's journal write ([`Step::Recorded`]), one thread at a time,
+        /// the owner spinning on the other CPU for the signal.
+        AfterJournal,
+    }
+
+    /// Threads alive at once: vm.max_map_count (65530) allows about 14,700 of a Rust process
+    /// (stack, guard page, signal stack and its guard: four mappings each); more are raced in
+    /// rounds.
+    pub const ROUND: usize = 10_000;
+
+    #[derive(Debug, Default)]
+    pub struct Tally {
+        pub threads: usize,
+        /// Threads not on their pin (CPU 1) once all have pinned.
+        pub lost: usize,
+        /// ... of which the fixer reported as its own correction.
+        pub lost_as_changed: usize,
+        pub changed: usize,
+        /// Reported as the owner's (left as set).
+        pub owners: usize,
+        pub fine: usize,
+        pub folds: usize,
+        pub elapsed: Duration,
+    }
+
+    impl Tally {
+        pub fn add(&mut self, o: Tally) {
+            self.threads += o.threads;
+            self.lost += o.lost;
+            self.lost_as_changed += o.lost_as_changed;
+            self.changed += o.changed;
+            self.owners += o.owners;
+            self.fine += o.fine;
+            self.folds += o.folds;
+            self.elapsed += o.elapsed;
+        }
+    }
+
+    /// `n` threads raced, [`ROUND`] at a time.
+    pub fn rounds(n: usize, when: When) -> Option<Tally> {
+        let mut t = Tally::default();
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(ROUND);
+            t.add(run(k, when)?);
+            left -= k;
+        }
+        Some(t)
+    }
+
+    const IDLE: u8 = 0;
+    const ARMED: u8 = 1;
+    const SPINNING: u8 = 2;
+    const PINNED: u8 = 3;
+
+    struct Slot {
+        tid: AtomicI32,
+        state: AtomicU8,
+        /// AfterJournal: the fixer's signal to pin now.
+        now: AtomicBool,
+        delay_us: std::sync::atomic::AtomicU64,
+        random: AtomicBool,
+    }
+
+    /// A state file in a copied fixture tree (in /dev/shm where there is one: the journal's
+    /// fdatasync costs nothing there), and a policy that isolates CPU 1 of its four.
+    pub fn host_setup() -> (tempfile::TempDir, Policy, PathBuf) {
+        let dir = if Path::new("/dev/shm").is_dir() {
+            tempfile::tempdir_in("/dev/shm").unwrap()
+        } else {
+            tempfile::tempdir().unwrap()
+        };
+        let tree = dir.path().join("root");
+        copy_dir(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/debian-6.12-rt-isold"),
+            &tree,
+        );
+        let fake = SysRoot::new(&tree);
+        let cfg = Config::parse("isolated_cpus = \"1\"\n", Path::new("isold.toml")).unwrap();
+        let policy = Policy::resolve(cfg, &fake).unwrap();
+        let files = StateFiles::default_for(&fake);
+        engine::apply(&fake, &policy, &files).unwrap();
+        (dir, policy, files.runtime.clone())
+    }
+
+    pub fn cpus(list: &str) -> CpuSet {
+        CpuSet::parse_list(list).unwrap()
+    }
+
+    /// `None` when this machine cannot run the race (fewer than two CPUs this test may use).
+    pub fn run(n: usize, when: When) -> Option<Tally> {
+        let me = libtaskisol::sched::get_affinity(0).unwrap();
+        if !cpus("0-1").is_subset(&me) {
+            eprintln!("racer: needs CPUs 0 and 1, this test has {me}");
+            return None;
+        }
+        let (_dir, policy, state) = host_setup();
+
+        let slots: Arc<Vec<Slot>> = Arc::new(
+            (0..n)
+                .map(|_| Slot {
+                    tid: AtomicI32::new(0),
+                    state: AtomicU8::new(IDLE),
+                    now: AtomicBool::new(false),
+                    delay_us: Default::default(),
+                    random: AtomicBool::new(matches!(when, When::Random { .. })),
+                })
+                .collect(),
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut handles = Vec::with_capacity(n);
+        for i in 0..n {
+            let (slots, stop) = (slots.clone(), stop.clone());
+            let h = std::thread::Builder::new()
+                .stack_size(64 << 10)
+                .spawn(move || owner(&slots[i], &stop))
+                .expect("spawn (ulimit -u, threads-max?)");
+            handles.push(h);
+        }
+        while slots.iter().any(|s| s.tid.load(SeqCst) == 0) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let index: std::collections::HashMap<i32, usize> = slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.tid.load(SeqCst), i))
+            .collect();
+
+        let mut f = TaskFixer::new(&state);
+        f.resync().unwrap();
+        if when == When::AfterJournal {
+            let (slots, index) = (slots.clone(), index.clone());
+            f.between_steps(move |step, tid| {
+                if step == Step::Recorded {
+                    if let Some(&i) = index.get(&tid) {
+                        slots[i].now.store(true, SeqCst);
+                    }
+                }
+            });
+        }
+        let host = SysRoot::host();
+        let pid = std::process::id() as i32;
+        let mut t = Tally {
+            threads: n,
+            ..Tally::default()
+        };
+        let mut reports = vec![None; n];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let start = Instant::now();
+        for batch in (0..n).collect::<Vec<_>>().chunks(64) {
+            for &i in batch {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                if let When::Random { max_us } = when {
+                    slots[i]
+                        .delay_us
+                        .store((seed >> 33) % max_us.max(1), SeqCst);
+                }
+            }
+            for &i in batch {
+                slots[i].state.store(ARMED, SeqCst);
+                handles[i].thread().unpark();
+                if when == When::AfterJournal {
+                    while slots[i].state.load(SeqCst) != SPINNING {
+                        std::thread::yield_now();
+                    }
+                    reports[i] = Some(fix(
+                        &mut f,
+                        &host,
+                        &policy,
+                        pid,
+                        slots[i].tid.load(SeqCst),
+                        &state,
+                        &mut t,
+                    ));
+                    // Whatever happened, the owner pins once.
+                    slots[i].now.store(true, SeqCst);
+                    while slots[i].state.load(SeqCst) != PINNED {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+            if let When::Random { .. } = when {
+                for &i in batch {
+                    reports[i] = Some(fix(
+                        &mut f,
+                        &host,
+                        &policy,
+                        pid,
+                        slots[i].tid.load(SeqCst),
+                        &state,
+                        &mut t,
+                    ));
+                }
+            }
+        }
+        while slots.iter().any(|s| s.state.load(SeqCst) != PINNED) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        t.elapsed = start.elapsed();
+        let pin = cpus("1");
+        for (i, s) in slots.iter().enumerate() {
+            let now = libtaskisol::sched::get_affinity(s.tid.load(SeqCst)).unwrap();
+            if now != pin {
+                t.lost += 1;
+                if matches!(reports[i], Some(Fix::Changed { .. })) {
+                    t.lost_as_changed += 1;
+                }
+            }
+        }
+        stop.store(true, SeqCst);
+        for h in &handles {
+            h.thread().unpark();
+        }
+        for h in handles {
+            h.join().unwrap();
+        }
+        Some(t)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fix(
+        f: &mut TaskFixer,
+        host: &SysRoot,
+        policy: &Policy,
+        pid: i32,
+        tid: i32,
+        state: &Path,
+        t: &mut Tally,
+    ) -> Fix {
+        let mut r = f.fix(host, policy, pid, tid).unwrap();
+        if r == Fix::UseEngine {
+            // The journal is full: fold it in as the general path would, then again.
+            State::load(state).unwrap().unwrap().save(state).unwrap();
+            f.resync().unwrap();
+            t.folds += 1;
+            r = f.fix(host, policy, pid, tid).unwrap();
+        }
+        match &r {
+            Fix::Changed { .. } => t.changed += 1,
+            Fix::Fine => t.fine += 1,
+            Fix::UseEngine => panic!("the general path twice for {tid}"),
+            _ => t.owners += 1,
+        }
+        r
+    }
+
+    /// A thread of the race: wide on 0-1, it waits to be armed, then pins itself onto CPU 1
+    /// (after its delay, or on the fixer's signal), and sleeps until the end.
+    fn owner(s: &Slot, stop: &AtomicBool) {
+        libtaskisol::sched::set_affinity(0, &cpus("0-1")).unwrap();
+        // SAFETY: gettid has no preconditions.
+        s.tid.store(unsafe { libc::gettid() }, SeqCst);
+        while s.state.load(SeqCst) != ARMED {
+            std::thread::park();
+        }
+        if s.random.load(SeqCst) {
+            std::thread::sleep(Duration::from_micros(s.delay_us.load(SeqCst)));
+        } else {
+            s.state.store(SPINNING, SeqCst);
+            while !s.now.load(SeqCst) {
+                std::hint::spin_loop();
+            }
+        }
+        libtaskisol::sched::set_affinity(0, &cpus("1")).unwrap();
+        s.state.store(PINNED, SeqCst);
+        while !stop.load(SeqCst) {
+            std::thread::park();
+        }
+    }
+}
+
+fn race_size() -> usize {
+    std::env::var("ISOL_RACE_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000)
+}
+
+fn report(what: &str, t: &racer::Tally) {
+    println!(
+        "racer {what}: threads={} (at most {} at once) lost={} (reported as corrections: {}) changed={} owners'={} \
+         fine={} journal folds={} in {:.2} s",
+        t.threads,
+        racer::ROUND,
+        t.lost,
+        t.lost_as_changed,
+        t.changed,
+        t.owners,
+        t.fine,
+        t.folds,
+        t.elapsed.as_secs_f64()
+    );
+}
+
+/// The racer with owners pinning at random moments (ISOL_RACE_THREADS, default 20,000):
+/// `cargo test -p libtaskisol --test fastpath race_ -- --ignored --nocapture --test-threads=1`.
+#[test]
+#[ignore = "a measurement: 20,000 threads of this test, run by hand"]
+fn race_owners_pin_at_random() {
+    if let Some(t) = racer::rounds(race_size(), racer::When::Random { max_us: 3000 }) {
+        report("random", &t);
+    }
+}
+
+/// The racer with each owner pinning right after the fixer's journal write.
+#[test]
+#[ignore = "a measurement: 20,000 threads of this test, run by hand"]
+fn race_owners_pin_after_the_journal_write() {
+    if let Some(t) = racer::rounds(race_size(), racer::When::AfterJournal) {
+        report("after the journal write", &t);
+    }
+}

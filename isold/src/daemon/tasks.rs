@@ -167,6 +167,12 @@ impl Tasks {
                 log.debug(&format!("task {tid}: left alone: {why}"));
                 false
             }
+            // Its owner's value, set while isold changed it: it stands, and is no correction.
+            Ok(Fix::Contested { label, now, why }) => {
+                self.settled.insert(tid);
+                log.debug(&format!("{label}: left on {now}, its owner's: {why}"));
+                false
+            }
             Ok(Fix::Changed { label, from, to }) => {
                 if let Some(at) = event_ns {
                     cx.books.reacted(at);

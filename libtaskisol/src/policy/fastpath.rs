@@ -21,7 +21,6 @@ use std::path::{Path, PathBuf};
 use super::config::glob_match;
 use super::plan::{thread_verdict, ThreadVerdict};
 use super::state::{self, Entry, Original, State};
-use super::threads::SinceRead;
 use super::Status;
 use super::{threads, Policy};
 use crate::error::{Error, Result};
@@ -43,10 +42,42 @@ pub enum Fix {
         from: String,
         to: String,
     },
+    /// Its owner set its affinity while isold was changing it (before isold's write, or
+    /// right after it): left as the owner set it, and no correction of isold's. The label,
+    /// the affinity now, and when it was seen.
+    Contested {
+        label: String,
+        now: String,
+        why: String,
+    },
     /// The task exited before it could be changed.
     Gone,
     /// Not for this path: take [`super::engine::apply_threads`], then [`TaskFixer::resync`].
     UseEngine,
+}
+
+/// Where [`TaskFixer::fix`] stands when it calls the hook of [`TaskFixer::between_steps`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The original is in the journal; the affinity is read again and written next.
+    Recorded,
+    /// The affinity was written; it is read back next.
+    Written,
+}
+
+type Hook = Box<dyn FnMut(Step, i32) + Send>;
+
+/// A test's hook, called with the step and the tid (never inside the read-to-write window).
+struct StepHook(Option<Hook>);
+
+impl std::fmt::Debug for StepHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Some(hook)"
+        } else {
+            "None"
+        })
+    }
 }
 
 /// The identity of the state file: it is replaced (rename) on every whole write.
@@ -84,6 +115,7 @@ pub struct TaskFixer {
     journal: Option<fs::File>,
     /// The journal's last line may be cut short: the next append ends it first.
     torn: bool,
+    hook: StepHook,
 }
 
 /// The lock held while the fixer records and writes; released when dropped. It holds the
@@ -109,6 +141,19 @@ impl TaskFixer {
             lock_file: None,
             journal: None,
             torn: false,
+            hook: StepHook(None),
+        }
+    }
+
+    /// Call `hook` at each [`Step`] of [`TaskFixer::fix`]: for tests that make an owner pin
+    /// a thread at the worst moment (right after the journal write, right after isold's).
+    pub fn between_steps(&mut self, hook: impl FnMut(Step, i32) + Send + 'static) {
+        self.hook = StepHook(Some(Box::new(hook)));
+    }
+
+    fn step(&mut self, step: Step, tid: i32) {
+        if let Some(h) = self.hook.0.as_mut() {
+            h(step, tid);
         }
     }
 
@@ -224,41 +269,45 @@ impl TaskFixer {
             }
             self.recorded.insert(id);
         }
+        self.step(Step::Recorded, tid);
         // Something may have pinned it since it was read (libvirt's <vcpupin>, DPDK, taskset
-        // -p, its own creator right after pthread_create): read again just before the write,
-        // and a pin into the isolated CPUs stands.
-        match threads::since_read(&aff, threads::affinity(root, pid, tid), iso) {
-            SinceRead::Unchanged => {}
-            SinceRead::Gone => return Ok(Fix::Gone),
-            SinceRead::Outside => return Ok(Fix::Fine),
-            SinceRead::Changed(now) => {
-                return Ok(Fix::Settled(format!(
-                    "its affinity became {now} while isold looked at it: left as set"
-                )))
+        // -p, its own creator right after pthread_create, or while the journal was written):
+        // it is read again right before the write, with nothing between the two, and a change
+        // is the owner's.
+        match threads::set_thread_affinity_if(root, pid, tid, &aff, &want) {
+            Ok(None) => {}
+            // Moved off the isolated CPUs by someone else: nothing left to do.
+            Ok(Some(now)) if now.is_disjoint(iso) => return Ok(Fix::Fine),
+            Ok(Some(now)) => {
+                return Ok(Fix::Contested {
+                    label,
+                    now: now.to_string(),
+                    why: "set while isold looked at it".into(),
+                })
+            }
+            Err(e) => {
+                return match threads::refusal(&e) {
+                    threads::Refusal::Gone => Ok(Fix::Gone),
+                    _ => Err(e),
+                }
             }
         }
-        if let Err(e) = super::threads::set_thread_affinity(root, pid, tid, &want) {
-            return match threads::refusal(&e) {
-                threads::Refusal::Gone => Ok(Fix::Gone),
-                _ => Err(e),
-            };
-        }
-        match threads::after_write(threads::affinity(root, pid, tid), iso) {
-            threads::AfterWrite::Narrowed(now) => Ok(Fix::Changed {
+        self.step(Step::Written, tid);
+        // Read back: what isold wrote, or the owner's value set right after (which stands).
+        // What this read cannot see is an owner's write between the check and isold's write
+        // above: isold's overwrote it (see docs/ARCHITECTURE.md, "Pins").
+        match threads::affinity(root, pid, tid) {
+            None => Ok(Fix::Gone),
+            Some(now) if now == want => Ok(Fix::Changed {
                 label,
                 from: aff.to_string(),
                 to: now.to_string(),
             }),
-            // Pinned into the isolated CPUs right after isold's write: its pin stands.
-            threads::AfterWrite::PinnedInside(now) => Ok(Fix::Settled(format!(
-                "pinned on {now} right after isold narrowed it: left as set"
-            ))),
-            threads::AfterWrite::Wrong(now) => Err(Error::Parse {
-                path: root.path(format!("/proc/{pid}/task/{tid}/status")),
-                input: now.to_string(),
-                reason: format!("sched_setaffinity({tid}, {want}) left CPUs {now}"),
+            Some(now) => Ok(Fix::Contested {
+                label,
+                now: now.to_string(),
+                why: format!("set right after isold wrote {want}"),
             }),
-            threads::AfterWrite::Gone => Ok(Fix::Gone),
         }
     }
 }

@@ -17,6 +17,30 @@ pub(crate) fn set_thread_affinity(root: &SysRoot, pid: i32, tid: i32, cpus: &Cpu
     })
 }
 
+/// Write `want` as a thread's affinity only if it is still `read`: `Ok(None)` when written,
+/// `Ok(Some(now))` when it had become `now` (someone else's: left so); an error as
+/// [`set_thread_affinity`]'s (ESRCH: gone). On the running system the check and the write are
+/// back to back ([`sched::set_affinity_if`]); on a tree, its status file read and rewritten.
+pub(crate) fn set_thread_affinity_if(
+    root: &SysRoot,
+    pid: i32,
+    tid: i32,
+    read: &CpuSet,
+    want: &CpuSet,
+) -> Result<Option<CpuSet>> {
+    if root.is_host() {
+        return sched::set_affinity_if(tid, read, want);
+    }
+    match affinity_now(root, pid, tid)? {
+        None => Err(Error::syscall(
+            format!("thread {tid}"),
+            nix::errno::Errno::ESRCH,
+        )),
+        Some(now) if now != *read => Ok(Some(now)),
+        Some(_) => set_thread_affinity(root, pid, tid, want).map(|()| None),
+    }
+}
+
 /// `text` (a status file) with the value of its `key:` line replaced; unchanged without one.
 /// One copy of the file, whatever its length (a thread each on a tree of 50,000).
 fn with_field(text: &str, key: &str, value: &str) -> String {
@@ -65,28 +89,6 @@ pub(crate) fn since_read(read: &CpuSet, now: Option<CpuSet>, isolated: &CpuSet) 
         Some(now) if now == *read => SinceRead::Unchanged,
         Some(now) if now.is_disjoint(isolated) => SinceRead::Outside,
         Some(now) => SinceRead::Changed(now),
-    }
-}
-
-/// What the fast path's read-back after its write says.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum AfterWrite {
-    /// The thread exited.
-    Gone,
-    /// Off the isolated CPUs: narrowed (to what it asked, or less where a cpuset narrows it).
-    Narrowed(CpuSet),
-    /// Pinned into the isolated CPUs right after the write: the pin stands.
-    PinnedInside(CpuSet),
-    /// Still reaching into the isolated CPUs: the write did not take.
-    Wrong(CpuSet),
-}
-
-pub(crate) fn after_write(now: Option<CpuSet>, isolated: &CpuSet) -> AfterWrite {
-    match now {
-        None => AfterWrite::Gone,
-        Some(now) if now.is_disjoint(isolated) => AfterWrite::Narrowed(now),
-        Some(now) if now.is_subset(isolated) => AfterWrite::PinnedInside(now),
-        Some(now) => AfterWrite::Wrong(now),
     }
 }
 
@@ -240,34 +242,6 @@ mod tests {
         let pid = child.id() as i32;
         child.wait().unwrap();
         assert_eq!(super::affinity_now(&host, pid, pid).unwrap(), None);
-    }
-
-    #[test]
-    fn the_read_back_after_a_write_is_told_apart() {
-        use super::{after_write, AfterWrite};
-        let l = |s: &str| CpuSet::parse_list(s).unwrap();
-        let iso = l("2-3");
-        assert_eq!(after_write(None, &iso), AfterWrite::Gone);
-        assert_eq!(
-            after_write(Some(l("0-1")), &iso),
-            AfterWrite::Narrowed(l("0-1"))
-        );
-        assert_eq!(
-            after_write(Some(l("1")), &iso),
-            AfterWrite::Narrowed(l("1"))
-        );
-        assert_eq!(
-            after_write(Some(l("3")), &iso),
-            AfterWrite::PinnedInside(l("3"))
-        );
-        assert_eq!(
-            after_write(Some(l("2-3")), &iso),
-            AfterWrite::PinnedInside(l("2-3"))
-        );
-        assert_eq!(
-            after_write(Some(l("0-3")), &iso),
-            AfterWrite::Wrong(l("0-3"))
-        );
     }
 
     #[test]
