@@ -1503,7 +1503,8 @@ fn a_claim_whose_record_is_lost_is_given_back_at_the_start() {
         }
         let aside = t.root.join("run/isold/claims.json.bad");
         assert_eq!(std::fs::read_to_string(&aside).unwrap(), bad);
-        assert!(running(&t), "the daemon did not start with {bad:?}");
+        // Its status is written after the give-back: wait for it, not for the values alone.
+        eventually(&format!("the daemon started with {bad:?}"), || running(&t));
         let (_, out, _) = common::isold_at(Some(&t.root), &["claims"]);
         assert_eq!(out.trim(), "no container claims CPUs");
         let log = kill9(c);
