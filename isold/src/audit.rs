@@ -13,6 +13,7 @@ use libtaskisol::policy::grub;
 use libtaskisol::policy::preset::Preset;
 use libtaskisol::policy::state::{State, StateFiles};
 use libtaskisol::policy::Policy;
+use libtaskisol::tickstop;
 use libtaskisol::topology::{self, IsolatedCpus};
 use libtaskisol::{CpuSet, SysRoot};
 
@@ -139,6 +140,15 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs, state_path: &Path) -
     } else {
         None
     };
+    // The kernel's own reason a tick ran (tick_stop), recorded over the window; why not, for
+    // a note should a tick have run.
+    let mut tick_trace = Err(String::new());
+    if args.duration > 0.0 {
+        tick_trace = tickstop::find(root).and_then(|dir| {
+            tickstop::Recording::start(root, &dir, &scope.cpus, args.duration)
+                .map_err(|e| format!("could not record it: {e}"))
+        });
+    }
     let started = Instant::now();
     let before = sample();
     if before.is_ok() {
@@ -146,6 +156,10 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs, state_path: &Path) -
     }
     let after = before.and_then(|b| sample().map(|a| (b, a)));
     let noise = tracer.map(|t| t.finish(root));
+    let tick_trace = tick_trace.and_then(|rec| {
+        rec.finish(root)
+            .map_err(|e| format!("its record could not be read: {e}"))
+    });
     let (before, after) = match after {
         Ok(ba) => ba,
         Err(code) => return code,
@@ -172,6 +186,18 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs, state_path: &Path) -
                 notes.push(format!("osnoise: no sample from CPU {} (a SCHED_FIFO or SCHED_RR task there keeps the tracer's thread from running)", c.cpu));
             }
         }
+    }
+    match &tick_trace {
+        Ok(t) => {
+            a.add_tick_stops(t);
+            if t.lost > 0 {
+                notes.push(format!("tick_stop: the trace buffer lost {} events; the tick's reasons are counted from the rest", t.lost));
+            }
+        }
+        Err(why) if !why.is_empty() && a.any_tick_ran() => notes.push(format!(
+            "tick_stop: {why}; the tick's reason is the audit's reading of the counters, not the kernel's"
+        )),
+        Err(_) => {}
     }
     a.notes = notes;
     a.settings.extend(contested(state_path));
@@ -236,7 +262,14 @@ fn rate(r: f64) -> String {
 fn cpu_block(s: &mut String, c: &CpuAudit, verbose: bool) {
     let tick = match &c.tick {
         Some(t) if t.stopped => format!("tick stopped ({}/s)", rate(t.per_s)),
-        Some(t) => format!("tick running ({}/s)", rate(t.per_s)),
+        Some(t) => match t.reasons.as_deref() {
+            Some([first, ..]) => format!(
+                "tick running ({}/s, kernel: {})",
+                rate(t.per_s),
+                first.dependency
+            ),
+            _ => format!("tick running ({}/s)", rate(t.per_s)),
+        },
         None => "no window".into(),
     };
     let by = if c.isolated_by.is_empty() {
@@ -390,6 +423,12 @@ pub fn human(a: &Audit, verbose: bool) -> String {
         a.cpus, a.source, a.housekeeping, a.kernel, a.window_s
     );
     let _ = writeln!(s, "{}", wrap(&head, 0, 2));
+    if let Some(hk) = &a.kernel_housekeeping {
+        let _ = writeln!(
+            s,
+            "kernel housekeeping CPUs (/sys/devices/system/cpu/housekeeping): {hk}"
+        );
+    }
     for c in &a.per_cpu {
         cpu_block(&mut s, c, verbose);
     }
@@ -761,6 +800,7 @@ mod tests {
                 per_s: if did.is_empty() { 0.5 } else { 250.0 },
                 stopped: did.is_empty(),
                 nohz_full: true,
+                reasons: None,
             }),
             disturbed_by: did,
             workloads_ran: Vec::new(),
@@ -790,6 +830,7 @@ mod tests {
             cpus: "2-3".into(),
             source: "--cpus".into(),
             housekeeping: "0-1".into(),
+            kernel_housekeeping: None,
             window_s: 2.0,
             settings: Vec::new(),
             boot_args: Vec::new(),
