@@ -277,12 +277,8 @@ fn cpu_block(s: &mut String, c: &CpuAudit, verbose: bool) {
     } else {
         c.isolated_by.join(" + ")
     };
-    let _ = writeln!(
-        s,
-        "CPU {}: {}, {tick}; {by}",
-        c.cpu,
-        c.verdict.to_uppercase()
-    );
+    let line = format!("CPU {}: {}, {tick}; {by}", c.cpu, c.verdict.to_uppercase());
+    let _ = writeln!(s, "{}", wrap(&line, 0, 2));
     let mut fixes: Vec<&str> = Vec::new();
     let shown = if verbose { usize::MAX } else { SHOWN };
     for d in c.disturbed_by.iter().take(shown) {
@@ -883,6 +879,35 @@ mod tests {
         let mut quiet = a.clone();
         quiet.per_cpu.truncate(1);
         assert!(human(&quiet, false).ends_with("audit: 1 of 1 CPUs quiet\n"));
+    }
+
+    /// The kernel's first reason in the CPU's line, which wraps at 79 columns like the rest
+    /// (6.1's `isolcpus domain + nohz_full` made it 88).
+    #[test]
+    fn the_cpu_line_names_the_kernels_reason_and_wraps() {
+        let mut c = cpu(3, vec![d("tick", "LOC local timer interrupts", 500, "f")]);
+        c.isolated_by = vec!["isolcpus domain".into(), "nohz_full".into()];
+        c.tick.as_mut().unwrap().reasons = Some(vec![libtaskisol::audit::TickReason {
+            dependency: "POSIX_TIMER".into(),
+            count: 500,
+            pids: vec![125],
+            fix: "f".into(),
+        }]);
+        let mut s = String::new();
+        cpu_block(&mut s, &c, false);
+        assert!(
+            s.starts_with(
+                "CPU 3: DISTURBED, tick running (250/s, kernel: POSIX_TIMER); isolcpus domain +\n  nohz_full\n"
+            ),
+            "{s}"
+        );
+        c.tick.as_mut().unwrap().reasons = Some(Vec::new());
+        let mut s = String::new();
+        cpu_block(&mut s, &c, false);
+        assert!(
+            s.starts_with("CPU 3: DISTURBED, tick running (250/s); isolcpus domain + nohz_full\n"),
+            "{s}"
+        );
     }
 
     fn task(tid: i32, comm: &str) -> libtaskisol::audit::TaskRef {

@@ -372,7 +372,8 @@ fn tick_reasons_fix(reasons: &[TickReason]) -> String {
                 1 => format!(", task {}", pids[0]),
                 _ => format!(", tasks {}", pids.join(" ")),
             };
-            format!("{} ({} times{who}): {}", r.dependency, r.count, r.fix)
+            let times = if r.count == 1 { "time" } else { "times" };
+            format!("{} ({} {times}{who}): {}", r.dependency, r.count, r.fix)
         })
         .collect();
     format!("the kernel kept the tick for {}", parts.join("; "))
@@ -1240,7 +1241,7 @@ ERR:          0\n";
             "{fix}"
         );
         assert!(
-            fix.contains("; SCHED (1 times, task 150): more than one task"),
+            fix.contains("; SCHED (1 time, task 150): more than one task"),
             "{fix}"
         );
         // CPU 2's tick stopped: nothing to fix, the kernel's record kept.
