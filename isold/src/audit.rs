@@ -155,6 +155,9 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs, state_path: &Path) -
         std::thread::sleep(Duration::from_secs_f64(args.duration));
     }
     let after = before.and_then(|b| sample().map(|a| (b, a)));
+    // The window ends with the second sample: stopping the tracers (tick_stop's instance
+    // is removed after an RCU grace period) is not part of it.
+    let elapsed = started.elapsed().as_secs_f64();
     let noise = tracer.map(|t| t.finish(root));
     let tick_trace = tick_trace.and_then(|rec| {
         rec.finish(root)
@@ -170,7 +173,7 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs, state_path: &Path) -
         None => None,
     };
     let window = if root.is_host() {
-        started.elapsed().as_secs_f64()
+        elapsed
     } else {
         args.duration
     };
