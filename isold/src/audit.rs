@@ -13,6 +13,7 @@ use libtaskisol::policy::grub;
 use libtaskisol::policy::preset::Preset;
 use libtaskisol::policy::state::{State, StateFiles};
 use libtaskisol::policy::Policy;
+use libtaskisol::tickstop;
 use libtaskisol::topology::{self, IsolatedCpus};
 use libtaskisol::{CpuSet, SysRoot};
 
@@ -139,13 +140,29 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs, state_path: &Path) -
     } else {
         None
     };
+    // The kernel's own reason a tick ran (tick_stop), recorded over the window; why not, for
+    // a note should a tick have run.
+    let mut tick_trace = Err(String::new());
+    if args.duration > 0.0 {
+        tick_trace = tickstop::find(root).and_then(|dir| {
+            tickstop::Recording::start(root, &dir, &scope.cpus, args.duration)
+                .map_err(|e| format!("could not record it: {e}"))
+        });
+    }
     let started = Instant::now();
     let before = sample();
     if before.is_ok() {
         std::thread::sleep(Duration::from_secs_f64(args.duration));
     }
     let after = before.and_then(|b| sample().map(|a| (b, a)));
+    // The window ends with the second sample: stopping the tracers (tick_stop's instance
+    // is removed after an RCU grace period) is not part of it.
+    let elapsed = started.elapsed().as_secs_f64();
     let noise = tracer.map(|t| t.finish(root));
+    let tick_trace = tick_trace.and_then(|rec| {
+        rec.finish(root)
+            .map_err(|e| format!("its record could not be read: {e}"))
+    });
     let (before, after) = match after {
         Ok(ba) => ba,
         Err(code) => return code,
@@ -156,7 +173,7 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs, state_path: &Path) -
         None => None,
     };
     let window = if root.is_host() {
-        started.elapsed().as_secs_f64()
+        elapsed
     } else {
         args.duration
     };
@@ -172,6 +189,18 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs, state_path: &Path) -
                 notes.push(format!("osnoise: no sample from CPU {} (a SCHED_FIFO or SCHED_RR task there keeps the tracer's thread from running)", c.cpu));
             }
         }
+    }
+    match &tick_trace {
+        Ok(t) => {
+            a.add_tick_stops(t);
+            if t.lost > 0 {
+                notes.push(format!("tick_stop: the trace buffer lost {} events; the tick's reasons are counted from the rest", t.lost));
+            }
+        }
+        Err(why) if !why.is_empty() && a.any_tick_ran() => notes.push(format!(
+            "tick_stop: {why}; the tick's reason is the audit's reading of the counters, not the kernel's"
+        )),
+        Err(_) => {}
     }
     a.notes = notes;
     a.settings.extend(contested(state_path));
@@ -236,7 +265,14 @@ fn rate(r: f64) -> String {
 fn cpu_block(s: &mut String, c: &CpuAudit, verbose: bool) {
     let tick = match &c.tick {
         Some(t) if t.stopped => format!("tick stopped ({}/s)", rate(t.per_s)),
-        Some(t) => format!("tick running ({}/s)", rate(t.per_s)),
+        Some(t) => match t.reasons.as_deref() {
+            Some([first, ..]) => format!(
+                "tick running ({}/s, kernel: {})",
+                rate(t.per_s),
+                first.dependency
+            ),
+            _ => format!("tick running ({}/s)", rate(t.per_s)),
+        },
         None => "no window".into(),
     };
     let by = if c.isolated_by.is_empty() {
@@ -244,12 +280,8 @@ fn cpu_block(s: &mut String, c: &CpuAudit, verbose: bool) {
     } else {
         c.isolated_by.join(" + ")
     };
-    let _ = writeln!(
-        s,
-        "CPU {}: {}, {tick}; {by}",
-        c.cpu,
-        c.verdict.to_uppercase()
-    );
+    let line = format!("CPU {}: {}, {tick}; {by}", c.cpu, c.verdict.to_uppercase());
+    let _ = writeln!(s, "{}", wrap(&line, 0, 2));
     let mut fixes: Vec<&str> = Vec::new();
     let shown = if verbose { usize::MAX } else { SHOWN };
     for d in c.disturbed_by.iter().take(shown) {
@@ -390,6 +422,12 @@ pub fn human(a: &Audit, verbose: bool) -> String {
         a.cpus, a.source, a.housekeeping, a.kernel, a.window_s
     );
     let _ = writeln!(s, "{}", wrap(&head, 0, 2));
+    if let Some(hk) = &a.kernel_housekeeping {
+        let _ = writeln!(
+            s,
+            "kernel housekeeping CPUs (/sys/devices/system/cpu/housekeeping): {hk}"
+        );
+    }
     for c in &a.per_cpu {
         cpu_block(&mut s, c, verbose);
     }
@@ -761,6 +799,7 @@ mod tests {
                 per_s: if did.is_empty() { 0.5 } else { 250.0 },
                 stopped: did.is_empty(),
                 nohz_full: true,
+                reasons: None,
             }),
             disturbed_by: did,
             workloads_ran: Vec::new(),
@@ -790,6 +829,7 @@ mod tests {
             cpus: "2-3".into(),
             source: "--cpus".into(),
             housekeeping: "0-1".into(),
+            kernel_housekeeping: None,
             window_s: 2.0,
             settings: Vec::new(),
             boot_args: Vec::new(),
@@ -842,6 +882,35 @@ mod tests {
         let mut quiet = a.clone();
         quiet.per_cpu.truncate(1);
         assert!(human(&quiet, false).ends_with("audit: 1 of 1 CPUs quiet\n"));
+    }
+
+    /// The kernel's first reason in the CPU's line, which wraps at 79 columns like the rest
+    /// (6.1's `isolcpus domain + nohz_full` made it 88).
+    #[test]
+    fn the_cpu_line_names_the_kernels_reason_and_wraps() {
+        let mut c = cpu(3, vec![d("tick", "LOC local timer interrupts", 500, "f")]);
+        c.isolated_by = vec!["isolcpus domain".into(), "nohz_full".into()];
+        c.tick.as_mut().unwrap().reasons = Some(vec![libtaskisol::audit::TickReason {
+            dependency: "POSIX_TIMER".into(),
+            count: 500,
+            pids: vec![125],
+            fix: "f".into(),
+        }]);
+        let mut s = String::new();
+        cpu_block(&mut s, &c, false);
+        assert!(
+            s.starts_with(
+                "CPU 3: DISTURBED, tick running (250/s, kernel: POSIX_TIMER); isolcpus domain +\n  nohz_full\n"
+            ),
+            "{s}"
+        );
+        c.tick.as_mut().unwrap().reasons = Some(Vec::new());
+        let mut s = String::new();
+        cpu_block(&mut s, &c, false);
+        assert!(
+            s.starts_with("CPU 3: DISTURBED, tick running (250/s); isolcpus domain + nohz_full\n"),
+            "{s}"
+        );
     }
 
     fn task(tid: i32, comm: &str) -> libtaskisol::audit::TaskRef {

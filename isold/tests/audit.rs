@@ -937,3 +937,200 @@ fn write_grub_refuses_what_it_cannot_replace_and_bootargs_names_the_running_occu
         "{out}"
     );
 }
+
+/// A tracefs in a captured tree: the tick_stop tracepoint and instances, and `trace` (what
+/// a new instance records here) from the kernel given (tests/fixtures/tick_stop).
+fn tick_stop_tracefs(root: &Path, trace: &str) -> PathBuf {
+    let tr = root.join("sys/kernel/tracing");
+    std::fs::create_dir_all(tr.join("events/timer/tick_stop")).unwrap();
+    std::fs::create_dir_all(tr.join("instances")).unwrap();
+    std::fs::write(tr.join("available_events"), "timer:tick_stop\n").unwrap();
+    std::fs::write(tr.join("events/timer/tick_stop/enable"), "0\n").unwrap();
+    std::fs::write(tr.join("buffer_size_kb"), "1410\n").unwrap();
+    std::fs::write(tr.join("tracing_cpumask"), "f\n").unwrap();
+    std::fs::copy(fixture("tick_stop").join(trace), tr.join("trace")).unwrap();
+    tr
+}
+
+/// The window between the two real captures with CPUs 2-3 made nohz_full: the tick ran on
+/// CPU 3, and with 6.12-rt's tick_stop trace joined the audit names the kernel's reasons.
+#[test]
+fn the_kernels_tick_reasons_join_a_window_of_real_captures() {
+    let t = tempfile::tempdir().unwrap();
+    copy_dir(&fixture("debian-6.12-rt-audit-end"), t.path());
+    std::fs::write(t.path().join("sys/devices/system/cpu/nohz_full"), "2-3\n").unwrap();
+    let start = SysRoot::new(fixture("debian-6.12-rt-audit"));
+    let end = SysRoot::new(t.path());
+    let (before, after) = (Sample::read(&start).unwrap(), Sample::read(&end).unwrap());
+    let mut a = audit::audit(&end, &scope(), &before, &after, 10.0).unwrap();
+    let c3 = &a.per_cpu[1];
+    assert!(!c3.tick.as_ref().unwrap().stopped);
+    let tick_fix = |a: &audit::Audit| {
+        a.per_cpu[1]
+            .disturbed_by
+            .iter()
+            .find(|d| d.kind == "tick")
+            .map(|d| d.fix.clone())
+            .unwrap()
+    };
+    assert!(tick_fix(&a).contains("more than one task is runnable"));
+    let trace = libtaskisol::tickstop::parse_trace(
+        &std::fs::read_to_string(fixture("tick_stop").join("debian-6.12-rt.trace")).unwrap(),
+    )
+    .unwrap();
+    a.add_tick_stops(&trace);
+    let reasons = a.per_cpu[1].tick.as_ref().unwrap().reasons.clone().unwrap();
+    let deps: Vec<(&str, u64)> = reasons
+        .iter()
+        .map(|r| (r.dependency.as_str(), r.count))
+        .collect();
+    assert_eq!(deps, [("POSIX_TIMER", 256), ("SCHED", 256)]);
+    assert_eq!(reasons[0].pids, [203]);
+    assert!(
+        tick_fix(&a).starts_with("the kernel kept the tick for POSIX_TIMER (256 times, task 203): a task here runs under a CPU-time limit"),
+        "{}",
+        tick_fix(&a)
+    );
+    // CPU 2 had no failed stop in the trace.
+    assert_eq!(
+        a.per_cpu[0].tick.as_ref().unwrap().reasons,
+        Some(Vec::new())
+    );
+}
+
+/// `isold audit` on a captured tree whose tick runs on nohz_full CPU 3 during the window (the
+/// test adds 500 local timer interrupts there once the audit started): with tracefs, the
+/// kernel's reason and fix in JSON and text, the instance gone afterwards and the top-level
+/// tracefs files untouched; without tracefs, a note and the audit's own wording. 7.x's
+/// housekeeping file is shown.
+#[test]
+fn the_audit_names_the_kernels_reason_a_tick_ran_from_tracefs() {
+    let t = tempfile::tempdir().unwrap();
+    copy_dir(&fixture("debian-6.12-rt-audit"), t.path());
+    std::fs::write(t.path().join("sys/devices/system/cpu/nohz_full"), "2-3\n").unwrap();
+    std::fs::write(
+        t.path().join("sys/devices/system/cpu/housekeeping"),
+        "0-1\n",
+    )
+    .unwrap();
+    let tr = tick_stop_tracefs(t.path(), "debian-7.2.trace");
+    let interrupts = std::fs::read_to_string(t.path().join("proc/interrupts")).unwrap();
+    let ticked = interrupts.replace(
+        "LOC:        860        813        744        701",
+        "LOC:        860        813        744       1201",
+    );
+    assert_ne!(ticked, interrupts);
+    let audit = |json: bool| {
+        std::fs::write(t.path().join("proc/interrupts"), &interrupts).unwrap();
+        let mut c = Command::new(env!("CARGO_BIN_EXE_isold"));
+        c.arg("--root").arg(t.path());
+        c.args(["audit", "--cpus", "2-3", "-d", "2"]);
+        if json {
+            c.arg("--json");
+        }
+        let mut child = c
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The first sample follows the instance's making (or, without tracefs, the start).
+        let inst = tr.join(format!("instances/isold-audit-{}", child.id()));
+        let t0 = std::time::Instant::now();
+        while tr.exists() && !inst.exists() && t0.elapsed().as_secs() < 10 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        std::fs::write(t.path().join("proc/interrupts"), &ticked).unwrap();
+        let rc = child.wait().unwrap();
+        let mut out = String::new();
+        let mut err = String::new();
+        use std::io::Read;
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert!(rc.success(), "{err}");
+        assert!(!inst.exists(), "the instance is removed");
+        out
+    };
+    let v: serde_json::Value = serde_json::from_str(&audit(true)).unwrap();
+    assert_eq!(v["kernel_housekeeping"], "0-1");
+    let c3 = &v["per_cpu"][1];
+    assert_eq!(c3["tick"]["stopped"], false, "{c3}");
+    let reasons = c3["tick"]["reasons"].as_array().unwrap();
+    let deps: Vec<(&str, u64)> = reasons
+        .iter()
+        .map(|r| {
+            (
+                r["dependency"].as_str().unwrap(),
+                r["count"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(deps, [("SCHED", 675), ("POSIX_TIMER", 239)]);
+    assert!(reasons[1]["fix"].as_str().unwrap().contains("ulimit -t"));
+    assert_eq!(reasons[1]["pids"], serde_json::json!([141]));
+    let tick = c3["disturbed_by"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["kind"] == "tick")
+        .unwrap();
+    assert!(
+        tick["fix"]
+            .as_str()
+            .unwrap()
+            .starts_with("the kernel kept the tick for SCHED (675 times, tasks 0 143 144 146): more than one task"),
+        "{tick}"
+    );
+    assert_eq!(v["notes"], serde_json::json!([]));
+    for (f, want) in [
+        ("events/timer/tick_stop/enable", "0\n"),
+        ("buffer_size_kb", "1410\n"),
+        ("tracing_cpumask", "f\n"),
+    ] {
+        assert_eq!(std::fs::read_to_string(tr.join(f)).unwrap(), want, "{f}");
+    }
+    let out = audit(false);
+    assert!(
+        out.contains("\nkernel housekeeping CPUs (/sys/devices/system/cpu/housekeeping): 0-1\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("CPU 3: DISTURBED, tick running (250/s, kernel: SCHED); nohz_full\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("POSIX_TIMER (239 times, task 141): a task here runs"),
+        "{out}"
+    );
+    assert!(out.lines().all(|l| l.len() <= 80), "{out}");
+
+    // Without tracefs: said in a note, and the audit's own reading as before.
+    std::fs::remove_dir_all(t.path().join("sys/kernel/tracing")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&audit(true)).unwrap();
+    let c3 = &v["per_cpu"][1];
+    assert!(c3["tick"].get("reasons").is_none(), "{c3}");
+    assert_eq!(
+        v["notes"],
+        serde_json::json!(["tick_stop: tracefs is not mounted (at /sys/kernel/tracing or /sys/kernel/debug/tracing); the tick's reason is the audit's reading of the counters, not the kernel's"])
+    );
+    let tick = c3["disturbed_by"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["kind"] == "tick")
+        .unwrap();
+    assert!(tick["fix"]
+        .as_str()
+        .unwrap()
+        .contains("more than one task is runnable"));
+}

@@ -23,6 +23,7 @@ use crate::policy::config::glob_match;
 use crate::policy::preset::Preset;
 use crate::sysroot::SysRoot;
 use crate::tasks::{self, Thread};
+use crate::tickstop;
 use crate::topology::{self, IsolatedCpus};
 use crate::workqueue;
 
@@ -230,6 +231,24 @@ pub struct Tick {
     pub stopped: bool,
     /// The CPU is a nohz_full CPU.
     pub nohz_full: bool,
+    /// Why the kernel did not stop it, from its tick_stop tracepoint during the window, most
+    /// first; `None` when the tracepoint was not recorded (no tracefs, or no window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasons: Option<Vec<TickReason>>,
+}
+
+/// A dependency the kernel named when it could not stop the tick (`tick_stop:
+/// success=0 dependency=...`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TickReason {
+    /// The kernel's name: POSIX_TIMER, PERF_EVENTS, SCHED, CLOCK_UNSTABLE, RCU, RCU_EXP.
+    pub dependency: String,
+    /// Times the tick could not stop for it in the window.
+    pub count: u64,
+    /// The tasks that were running then (0 is the idle task).
+    pub pids: Vec<i32>,
+    /// What removes it.
+    pub fix: String,
 }
 
 /// Everything about one CPU.
@@ -268,6 +287,9 @@ pub struct Audit {
     pub source: String,
     /// Online CPUs outside them.
     pub housekeeping: String,
+    /// The kernel's own housekeeping CPUs (`/sys/devices/system/cpu/housekeeping`, 7.x).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_housekeeping: Option<String>,
     /// The window between the two samples, seconds.
     pub window_s: f64,
     /// Machine-wide settings that reach the audited CPUs.
@@ -291,6 +313,70 @@ impl Audit {
     pub fn missing_boot_args(&self) -> impl Iterator<Item = &BootArg> {
         self.boot_args.iter().filter(|a| !a.satisfied)
     }
+
+    /// Whether the tick ran on an audited CPU during the window.
+    pub fn any_tick_ran(&self) -> bool {
+        self.per_cpu
+            .iter()
+            .any(|c| c.tick.as_ref().is_some_and(|t| !t.stopped))
+    }
+
+    /// Join what the kernel's tick_stop tracepoint recorded during the window: each CPU's
+    /// tick gets the dependencies it did not stop for, and a tick that ran is reported with
+    /// them and their fixes instead of the audit's own reading.
+    pub fn add_tick_stops(&mut self, trace: &tickstop::Trace) {
+        for c in &mut self.per_cpu {
+            let Some(tick) = &mut c.tick else { continue };
+            let mut reasons: Vec<TickReason> = trace
+                .per_cpu
+                .get(&c.cpu)
+                .map(|s| {
+                    s.failed
+                        .iter()
+                        .map(|(dep, f)| TickReason {
+                            dependency: dep.clone(),
+                            count: f.count,
+                            pids: f.pids.iter().copied().collect(),
+                            fix: tickstop::fix(dep, &self.cpus),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            reasons.sort_by(|a, b| {
+                b.count
+                    .cmp(&a.count)
+                    .then_with(|| a.dependency.cmp(&b.dependency))
+            });
+            if !tick.stopped && !reasons.is_empty() {
+                if let Some(d) = c.disturbed_by.iter_mut().find(|d| d.kind == "tick") {
+                    d.fix = tick_reasons_fix(&reasons);
+                }
+            }
+            tick.reasons = Some(reasons);
+        }
+    }
+}
+
+/// The fix of a tick that ran, from the kernel's reasons: each with how often and the tasks
+/// that were running (up to four).
+fn tick_reasons_fix(reasons: &[TickReason]) -> String {
+    let parts: Vec<String> = reasons
+        .iter()
+        .map(|r| {
+            let mut pids: Vec<String> = r.pids.iter().take(4).map(|p| p.to_string()).collect();
+            if r.pids.len() > 4 {
+                pids.push("...".into());
+            }
+            let who = match pids.len() {
+                0 => String::new(),
+                1 => format!(", task {}", pids[0]),
+                _ => format!(", tasks {}", pids.join(" ")),
+            };
+            let times = if r.count == 1 { "time" } else { "times" };
+            format!("{} ({} {times}{who}): {}", r.dependency, r.count, r.fix)
+        })
+        .collect();
+    format!("the kernel kept the tick for {}", parts.join("; "))
 }
 
 /// Build the audit of `scope` from the files under `root` (the "can" part, read now) and two
@@ -449,6 +535,7 @@ pub fn audit(
         cpus: scope.cpus.to_string(),
         source: scope.source.clone(),
         housekeeping: housekeeping.to_string(),
+        kernel_housekeeping: root.read_value_opt("/sys/devices/system/cpu/housekeeping")?,
         window_s,
         settings,
         boot_args,
@@ -763,6 +850,7 @@ fn tick_of(d: &Deltas, cpu: usize, window_s: f64, nohz_full: bool) -> Option<Tic
         per_s: rate,
         stopped: rate <= TICK_STOPPED_PER_S,
         nohz_full,
+        reasons: None,
     })
 }
 
@@ -1065,13 +1153,122 @@ ERR:          0\n";
             Tick {
                 per_s: 1.5,
                 stopped: true,
-                nohz_full: true
+                nohz_full: true,
+                reasons: None,
             }
         );
         let tick = tick_of(d, 3, 2.0, false).unwrap();
         assert!(!tick.stopped);
         assert_eq!(tick_of(d, 3, 0.0, false), None, "no window");
         assert_eq!(tick_of(d, 7, 2.0, false), None, "no column");
+    }
+
+    fn cpu_with_tick(cpu: usize, per_s: f64) -> CpuAudit {
+        let stopped = per_s <= TICK_STOPPED_PER_S;
+        CpuAudit {
+            cpu,
+            isolated_by: vec!["nohz_full".into()],
+            verdict: "disturbed".into(),
+            tick: Some(Tick {
+                per_s,
+                stopped,
+                nohz_full: true,
+                reasons: None,
+            }),
+            disturbed_by: if stopped {
+                Vec::new()
+            } else {
+                vec![Disturbance {
+                    kind: "tick".into(),
+                    source: "LOC local timer interrupts".into(),
+                    count: (per_s * 2.0) as u64,
+                    per_s,
+                    cpu_ms: None,
+                    fix: ipi_fix("LOC", true, &"2-3".parse().unwrap()).1,
+                }]
+            },
+            workloads_ran: Vec::new(),
+            workload_irqs_fired: Vec::new(),
+            can_disturb: Exposure::default(),
+            osnoise: None,
+        }
+    }
+
+    /// The kernel's reasons replace the audit's own reading of a tick that ran, most first,
+    /// each with its fix and the tasks that ran; a stopped tick keeps its fix (it has none)
+    /// but still shows what the kernel said; a CPU with no record gets an empty list.
+    #[test]
+    fn the_kernel_s_tick_reasons_replace_the_fixed_sentence() {
+        let trace = tickstop::parse_trace(
+            "\x20 sh-150 [003] d.... 1.0: tick_stop: success=0 dependency=SCHED\n\
+             \x20 sh-141 [003] d.... 1.1: tick_stop: success=0 dependency=POSIX_TIMER\n\
+             \x20 sh-141 [003] d.... 1.2: tick_stop: success=0 dependency=POSIX_TIMER\n\
+             \x20 sh-9 [002] d.... 1.2: tick_stop: success=0 dependency=RCU\n",
+        )
+        .unwrap();
+        let mut a = Audit {
+            kernel: "7.2".into(),
+            cpus: "1-3".into(),
+            source: "--cpus".into(),
+            housekeeping: "0".into(),
+            kernel_housekeeping: None,
+            window_s: 2.0,
+            settings: Vec::new(),
+            boot_args: Vec::new(),
+            per_cpu: vec![
+                cpu_with_tick(1, 250.0),
+                cpu_with_tick(2, 1.0),
+                cpu_with_tick(3, 250.0),
+            ],
+            notes: Vec::new(),
+        };
+        assert!(a.any_tick_ran());
+        a.add_tick_stops(&trace);
+        let c3 = &a.per_cpu[2];
+        let reasons = c3.tick.as_ref().unwrap().reasons.as_ref().unwrap();
+        let got: Vec<(&str, u64, &[i32])> = reasons
+            .iter()
+            .map(|r| (r.dependency.as_str(), r.count, r.pids.as_slice()))
+            .collect();
+        assert_eq!(
+            got,
+            [("POSIX_TIMER", 2, &[141][..]), ("SCHED", 1, &[150][..])]
+        );
+        assert_eq!(reasons[0].fix, tickstop::fix("POSIX_TIMER", "1-3"));
+        let fix = &c3.disturbed_by[0].fix;
+        assert!(
+            fix.starts_with("the kernel kept the tick for POSIX_TIMER (2 times, task 141): a task here runs under a CPU-time limit"),
+            "{fix}"
+        );
+        assert!(
+            fix.contains("; SCHED (1 time, task 150): more than one task"),
+            "{fix}"
+        );
+        // CPU 2's tick stopped: nothing to fix, the kernel's record kept.
+        let c2 = &a.per_cpu[1];
+        assert!(c2.disturbed_by.is_empty());
+        assert_eq!(
+            c2.tick.as_ref().unwrap().reasons.as_ref().unwrap()[0].dependency,
+            "RCU"
+        );
+        assert!(c2.tick.as_ref().unwrap().reasons.as_ref().unwrap()[0]
+            .fix
+            .contains("rcu_nocbs=1-3"));
+        // CPU 1: recorded, nothing failed: the audit's own wording stays.
+        let c1 = &a.per_cpu[0];
+        assert_eq!(c1.tick.as_ref().unwrap().reasons, Some(Vec::new()));
+        assert!(c1.disturbed_by[0].fix.contains("more than one task"));
+        // Many tasks are cut at four.
+        let r = TickReason {
+            dependency: "SCHED".into(),
+            count: 9,
+            pids: vec![1, 2, 3, 4, 5],
+            fix: "f".into(),
+        };
+        assert_eq!(
+            tick_reasons_fix(&[r]),
+            "the kernel kept the tick for SCHED (9 times, tasks 1 2 3 4 ...): f"
+        );
     }
 
     #[test]

@@ -53,6 +53,7 @@ pub mod sched;
 pub mod sysctl;
 pub mod sysroot;
 pub mod tasks;
+pub mod tickstop;
 pub mod topology;
 pub mod workqueue;
 

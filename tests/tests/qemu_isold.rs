@@ -682,3 +682,149 @@ fn rt612_64_cpus_isold_and_chisol() {
     );
     run(&s).unwrap_or_else(|e| panic!("{e}")).assert_ok();
 }
+
+/// The counts of failed tick stops on CPU 3 by dependency that a step printed between
+/// `--- tick_stop` and `--- end` (`uniq -c` lines), most first.
+fn tick_stop_counts(o: &StepOutput) -> Result<Vec<(String, u64)>, String> {
+    let start = o
+        .stdout
+        .find("--- tick_stop\n")
+        .ok_or("no '--- tick_stop' line")?
+        + 14;
+    let end = o.stdout[start..]
+        .find("--- end")
+        .ok_or("no '--- end' line")?
+        + start;
+    o.stdout[start..end]
+        .lines()
+        .map(|l| {
+            let (n, dep) = l.trim().split_once(' ').ok_or(format!("{l:?}"))?;
+            Ok((dep.to_string(), n.parse().map_err(|_| format!("{l:?}"))?))
+        })
+        .collect()
+}
+
+/// Why the tick of a nohz_full CPU ran, from the kernel: booted with the isolation
+/// arguments, a busy loop alone on CPU 3 under a CPU-time limit (`ulimit -t`, RLIMIT_CPU).
+/// `isold audit` must name POSIX_TIMER with the workload's pid and the fix that lifts the
+/// limit, as the tracepoint's own record in a second instance over the same window says
+/// (the step reads it itself), and leave no instance behind. 7.x also shows its
+/// housekeeping file. One short boot per kernel.
+fn audit_tick_reason(name: &str, role: KernelRole) {
+    let mut s = Scenario::new(name, role, taskisol_tests::qemu::ISOL23);
+    s.binaries.push("isold".into());
+    let seven = matches!(role, KernelRole::Gen7 | KernelRole::Rt7);
+    s.step(
+        "isold_audit_names_the_kernels_tick_reason",
+        "taskset -pc 0-1 $$ >/dev/null\n\
+         t=/sys/kernel/tracing\n\
+         (ulimit -t 100000; exec taskset -c 3 sh -c 'while :; do :; done') </dev/null >/dev/null 2>&1 &\n\
+         w=$!; echo workload=$w\n\
+         sleep 1\n\
+         mkdir $t/instances/check && echo 8 >$t/instances/check/tracing_cpumask && echo 1 >$t/instances/check/events/timer/tick_stop/enable\n\
+         isold audit --cpus 2-3 --duration 3 --json >/tmp/audit.json; echo rc=$?\n\
+         echo 0 >$t/instances/check/events/timer/tick_stop/enable\n\
+         echo '--- tick_stop'; grep -o '\\[003\\].*success=0 dependency=[A-Z_0-9]*' $t/instances/check/trace | sed 's/.*dependency=//' | sort | uniq -c | sort -rn; echo '--- end'\n\
+         rmdir $t/instances/check\n\
+         echo instances_left=$(ls $t/instances | tr '\\n' ' ')\n\
+         isold audit --cpus 2-3 --duration 2 >/tmp/audit.txt; echo text_rc=$?\n\
+         kill $w\n\
+         cat /tmp/audit.txt\n\
+         echo widest=$(awk '{ if (length($0) > m) m = length($0) } END { print m }' /tmp/audit.txt)\n\
+         echo '--- json'; cat /tmp/audit.json; echo '--- end'",
+        vec![
+            Expect::field("rc", "0"),
+            Expect::field("text_rc", "0"),
+            Expect::field("instances_left", ""),
+            Expect::output_has("kernel: POSIX_TIMER);"),
+            Expect::output_has("a task here runs under a CPU-time limit"),
+            Expect::that("the human form fits 80 columns", |o: &StepOutput| {
+                match o.field("widest").and_then(|w| w.parse::<u32>().ok()) {
+                    Some(w) if w <= 80 => Ok(()),
+                    other => Err(format!("widest line {other:?}")),
+                }
+            }),
+            Expect::that(
+                "the audit's reason for CPU 3 is the tracepoint's: POSIX_TIMER, the workload's",
+                |o: &StepOutput| {
+                    let a = json_of(o)?;
+                    let kernel = tick_stop_counts(o)?;
+                    let c3 = audit_cpu(&a, 3)?;
+                    if c3["tick"]["stopped"] != false {
+                        return Err(format!("CPU 3's tick {}", c3["tick"]));
+                    }
+                    let reasons = c3["tick"]["reasons"]
+                        .as_array()
+                        .ok_or_else(|| format!("no reasons: {}; notes {}", c3["tick"], a["notes"]))?;
+                    let audit: Vec<(String, u64)> = reasons
+                        .iter()
+                        .map(|r| {
+                            (
+                                r["dependency"].as_str().unwrap_or("").to_string(),
+                                r["count"].as_u64().unwrap_or(0),
+                            )
+                        })
+                        .collect();
+                    let top = |v: &[(String, u64)]| v.first().map(|(d, _)| d.clone());
+                    if top(&audit).as_deref() != Some("POSIX_TIMER") || top(&kernel) != top(&audit) {
+                        return Err(format!("audit {audit:?}, tracepoint {kernel:?}"));
+                    }
+                    // The step's record spans the audit's window: every reason the audit
+                    // names is in it, at least as often.
+                    for (dep, n) in &audit {
+                        match kernel.iter().find(|(d, _)| d == dep) {
+                            Some((_, k)) if k >= n && *n > 0 => {}
+                            _ => return Err(format!("audit {audit:?}, tracepoint {kernel:?}")),
+                        }
+                    }
+                    let w: i64 = o.field("workload").and_then(|w| w.parse().ok()).ok_or("no workload pid")?;
+                    let r = &reasons[0];
+                    if !r["pids"].as_array().is_some_and(|p| p.iter().any(|p| p.as_i64() == Some(w))) {
+                        return Err(format!("workload {w} not among {}", r["pids"]));
+                    }
+                    if !r["fix"].as_str().unwrap_or("").contains("ulimit -t") {
+                        return Err(format!("fix {}", r["fix"]));
+                    }
+                    let tick_fix = c3["disturbed_by"]
+                        .as_array()
+                        .and_then(|d| d.iter().find(|d| d["kind"] == "tick"))
+                        .and_then(|d| d["fix"].as_str())
+                        .unwrap_or("");
+                    if !tick_fix.starts_with("the kernel kept the tick for POSIX_TIMER (") {
+                        return Err(format!("the tick row's fix: {tick_fix:?}"));
+                    }
+                    Ok(())
+                },
+            ),
+            Expect::that("the kernel's housekeeping file where it has one", move |o: &StepOutput| {
+                let a = json_of(o)?;
+                let hk = &a["kernel_housekeeping"];
+                match (seven, hk.as_str()) {
+                    (true, Some("0-1")) | (false, None) => Ok(()),
+                    _ => Err(format!("kernel_housekeeping {hk}")),
+                }
+            }),
+        ],
+    );
+    run(&s).unwrap_or_else(|e| panic!("{e}")).assert_ok();
+}
+
+#[test]
+fn stock61_audit_tick_reason() {
+    audit_tick_reason("stock61-tick-reason", KernelRole::Stock61);
+}
+
+#[test]
+fn rt612_audit_tick_reason() {
+    audit_tick_reason("rt612-tick-reason", KernelRole::Rt612);
+}
+
+#[test]
+fn gen7_audit_tick_reason() {
+    audit_tick_reason("gen7-tick-reason", KernelRole::Gen7);
+}
+
+#[test]
+fn rt7_audit_tick_reason() {
+    audit_tick_reason("rt7-tick-reason", KernelRole::Rt7);
+}
