@@ -17,6 +17,11 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The tick_stop traces captured from each kernel (libtaskisol/tests/fixtures/tick_stop).
+fn tick_traces() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../libtaskisol/tests/fixtures/tick_stop")
+}
+
 fn isold(args: &[&str]) -> (i32, String, String) {
     common::isold_at(None, args)
 }
@@ -939,7 +944,7 @@ fn write_grub_refuses_what_it_cannot_replace_and_bootargs_names_the_running_occu
 }
 
 /// A tracefs in a captured tree: the tick_stop tracepoint and instances, and `trace` (what
-/// a new instance records here) from the kernel given (tests/fixtures/tick_stop).
+/// a new instance records here) from the kernel given (libtaskisol/tests/fixtures/tick_stop).
 fn tick_stop_tracefs(root: &Path, trace: &str) -> PathBuf {
     let tr = root.join("sys/kernel/tracing");
     std::fs::create_dir_all(tr.join("events/timer/tick_stop")).unwrap();
@@ -948,7 +953,7 @@ fn tick_stop_tracefs(root: &Path, trace: &str) -> PathBuf {
     std::fs::write(tr.join("events/timer/tick_stop/enable"), "0\n").unwrap();
     std::fs::write(tr.join("buffer_size_kb"), "1410\n").unwrap();
     std::fs::write(tr.join("tracing_cpumask"), "f\n").unwrap();
-    std::fs::copy(fixture("tick_stop").join(trace), tr.join("trace")).unwrap();
+    std::fs::copy(tick_traces().join(trace), tr.join("trace")).unwrap();
     tr
 }
 
@@ -975,7 +980,7 @@ fn the_kernels_tick_reasons_join_a_window_of_real_captures() {
     };
     assert!(tick_fix(&a).contains("more than one task is runnable"));
     let trace = libtaskisol::tickstop::parse_trace(
-        &std::fs::read_to_string(fixture("tick_stop").join("debian-6.12-rt.trace")).unwrap(),
+        &std::fs::read_to_string(tick_traces().join("debian-6.12-rt.trace")).unwrap(),
     )
     .unwrap();
     a.add_tick_stops(&trace);

@@ -3,7 +3,7 @@
 //! kernel records `success=1 dependency=NONE`, or `success=0` and the first dependency that
 //! keeps the tick (kernel/time/tick-sched.c, `check_tick_dependency`): POSIX_TIMER,
 //! PERF_EVENTS, SCHED, CLOCK_UNSTABLE, RCU or RCU_EXP. The format is the same on 6.1, 6.12
-//! and 7.2 (tests/fixtures/tick_stop holds a trace of each).
+//! and 7.2 (libtaskisol/tests/fixtures/tick_stop holds a trace of each).
 //!
 //! [`Recording::start`] records it in a tracefs instance of its own
 //! (`instances/isold-audit-<pid>`), never in the global buffer: whatever else traces on the
@@ -316,7 +316,7 @@ mod tests {
 
     fn fixture(name: &str) -> String {
         let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/tick_stop")
+            .join("tests/fixtures/tick_stop")
             .join(name);
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
     }
