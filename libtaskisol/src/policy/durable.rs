@@ -1,6 +1,6 @@
 //! The writes of the state path (the state files, their journal, the set-aside lines): write,
 //! fsync and rename, in one place, so that a test can make each of them fail as a full disk,
-//! a failing disk or a crash would ([`faults`], with the `fault-injection` feature; without
+//! a failing disk or a crash would (`faults`, with the `fault-injection` feature; without
 //! it these are the plain calls).
 
 use std::fs;

@@ -7,7 +7,7 @@
 //!
 //! Entries recorded one at a time (a daemon narrowing each new task) go to a journal next to
 //! it instead, appended and fdatasync'd: the cost of recording stays constant however many
-//! originals are kept. Each line carries its entry's length and CRC-32 ([`journal_line`]). A
+//! originals are kept. Each line carries its entry's length and CRC-32 (`journal_line`). A
 //! last line cut by a crash is ignored (its value was not changed yet: the write comes after
 //! the append); a whole line that is not an entry, or whose mark does not match, is set aside
 //! for the administrator (`state.journal.bad`) and every other line is used. The next whole
