@@ -145,7 +145,7 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs, state_path: &Path) -
     let mut tick_trace = Err(String::new());
     if args.duration > 0.0 {
         tick_trace = tickstop::find(root).and_then(|dir| {
-            tickstop::Recording::start(root, &dir, &scope.cpus, args.duration)
+            tickstop::Recording::start(root, &dir, &scope.cpus)
                 .map_err(|e| format!("could not record it: {e}"))
         });
     }

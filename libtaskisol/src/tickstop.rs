@@ -32,14 +32,6 @@ const INSTANCE_FILES: [&str; 4] = [
     "trace",
 ];
 
-/// Bytes one tick_stop event takes in the ring buffer (20 on 6.1, 6.12 and 7.2: the
-/// per-CPU `stats` read 7480 bytes for 374 entries).
-const EVENT_BYTES: u64 = 20;
-
-/// The kernel's default per-CPU buffer (`trace_buf_size`, 1408 KB): a recording never asks
-/// for more than an instance is made with.
-const MAX_BUFFER_KB: u64 = 1408;
-
 /// What one failed stop dependency did on one CPU.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Failed {
@@ -187,16 +179,6 @@ pub fn find(root: &SysRoot) -> std::result::Result<String, String> {
     })
 }
 
-/// The per-CPU buffer for a window of `window_s` seconds: every tick of a 1000 Hz kernel
-/// failing to stop, and a margin, up to the kernel's default.
-pub fn buffer_kb(window_s: f64) -> u64 {
-    let events = (window_s.max(0.0) * 1000.0).ceil() as u64;
-    (events * EVENT_BYTES)
-        .div_ceil(1024)
-        .saturating_add(16)
-        .min(MAX_BUFFER_KB)
-}
-
 /// A tick_stop recording in progress, in its own tracefs instance.
 #[derive(Debug)]
 pub struct Recording {
@@ -206,9 +188,9 @@ pub struct Recording {
 
 impl Recording {
     /// Make the instance `<tracefs>/instances/isold-audit-<pid>` (first removing those that
-    /// earlier audits killed mid-window left behind), size its buffers for `window_s`,
-    /// record on `cpus` only, and enable tick_stop there.
-    pub fn start(root: &SysRoot, tracefs: &str, cpus: &CpuSet, window_s: f64) -> Result<Self> {
+    /// earlier audits killed mid-window left behind), record on `cpus` only, and enable
+    /// tick_stop there. Its buffers stay as the kernel made them (see the body).
+    pub fn start(root: &SysRoot, tracefs: &str, cpus: &CpuSet) -> Result<Self> {
         remove_stale(root, tracefs);
         let dir = format!(
             "{tracefs}/instances/{INSTANCE_PREFIX}{}",
@@ -216,11 +198,13 @@ impl Recording {
         );
         mkdir(root, tracefs, &dir)?;
         let rec = Recording { dir };
+        // The instance keeps the buffers the kernel made it with: resizing them queues work
+        // on every CPU (ring_buffer_resize), and on an isolated CPU whose SCHED_FIFO
+        // workload never yields that kworker waits runnable, and keeps the very tick the
+        // audit looks at (seen on 7.2-rt: 233/s, dependency SCHED, the workload alone
+        // otherwise). The default (1408 KB a CPU, 20 bytes an event) holds a 1000 Hz
+        // tick's failed stops for more than a minute.
         let setup = || -> Result<()> {
-            root.write(
-                format!("{}/buffer_size_kb", rec.dir),
-                buffer_kb(window_s).to_string(),
-            )?;
             root.write(
                 format!("{}/tracing_cpumask", rec.dir),
                 cpus.to_mask_string(),
@@ -425,13 +409,6 @@ mod tests {
         assert!(fix("0x40", "2-3").contains("(0x40)"));
     }
 
-    #[test]
-    fn buffers_fit_the_window_up_to_the_kernel_default() {
-        assert_eq!(buffer_kb(0.0), 16);
-        assert_eq!(buffer_kb(2.0), 40 + 16);
-        assert_eq!(buffer_kb(3600.0), MAX_BUFFER_KB);
-    }
-
     /// A tracefs tree: the top level's files stand for what the kernel gives a new instance.
     fn tracefs(trace: &str) -> (tempfile::TempDir, SysRoot) {
         let dir = tempfile::tempdir().unwrap();
@@ -459,7 +436,7 @@ mod tests {
         // A dead audit's instance (no /proc/<pid>), and another program's.
         std::fs::create_dir_all(t.join("instances/isold-audit-999999/events")).unwrap();
         std::fs::create_dir_all(t.join("instances/mine")).unwrap();
-        let rec = Recording::start(&root, &d, &"3".parse().unwrap(), 2.0).unwrap();
+        let rec = Recording::start(&root, &d, &"3".parse().unwrap()).unwrap();
         let inst = root.path(rec.dir());
         assert_eq!(
             rec.dir(),
@@ -471,7 +448,8 @@ mod tests {
         let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap();
         assert_eq!(read(&inst.join(EVENT).join("enable")), "1");
         assert_eq!(read(&inst.join("tracing_cpumask")), "8");
-        assert_eq!(read(&inst.join("buffer_size_kb")), "56");
+        // Never resized: a resize queues work on every CPU, the isolated ones too.
+        assert_eq!(read(&inst.join("buffer_size_kb")), "1410\n");
         assert!(!t.join("instances/isold-audit-999999").exists());
         assert!(t.join("instances/mine").exists());
         let got = rec.finish(&root).unwrap();
@@ -488,7 +466,7 @@ mod tests {
             assert_eq!(read(&t.join(f)), v, "{f}");
         }
         std::fs::write(t.join("trace"), "garbage\n").unwrap();
-        let rec = Recording::start(&root, &d, &"3".parse().unwrap(), 2.0).unwrap();
+        let rec = Recording::start(&root, &d, &"3".parse().unwrap()).unwrap();
         let inst = root.path(rec.dir());
         let e = rec.finish(&root).unwrap_err();
         assert!(e.to_string().contains("not a tick_stop event"), "{e}");
@@ -517,8 +495,7 @@ mod tests {
         let (dir, root) = tracefs("");
         let t = dir.path().join("sys/kernel/tracing");
         std::fs::remove_file(t.join("tracing_cpumask")).unwrap();
-        let e =
-            Recording::start(&root, "/sys/kernel/tracing", &"3".parse().unwrap(), 1.0).unwrap_err();
+        let e = Recording::start(&root, "/sys/kernel/tracing", &"3".parse().unwrap()).unwrap_err();
         assert!(e.to_string().contains("tracing_cpumask"), "{e}");
         assert_eq!(std::fs::read_dir(t.join("instances")).unwrap().count(), 0);
     }

@@ -828,3 +828,60 @@ fn gen7_audit_tick_reason() {
 fn rt7_audit_tick_reason() {
     audit_tick_reason("rt7-tick-reason", KernelRole::Rt7);
 }
+
+/// Debian sid's 7.x-rt booted with every argument `isold bootargs` asks for (under TCG:
+/// ISOL23, skew_tick, nosoftlockup, amd_pstate=disable; 7.x boots also get tsc=reliable):
+/// bootargs finds nothing missing; isold apply makes the isolated partition over the
+/// boot-isolated CPUs (7.x accepts it); a SCHED_FIFO loop started in it with chisol leaves
+/// both CPUs quiet in the audit; restore removes the partition. (What the kernel itself does
+/// to the root cgroup's tasks when the partition goes is pinned below: a known gap.)
+#[test]
+fn rt7_booted_isolated_partition_fifo_loop_quiet() {
+    let args = format!(
+        "{} skew_tick=1 nosoftlockup amd_pstate=disable",
+        taskisol_tests::qemu::ISOL23
+    );
+    let mut s = Scenario::new("rt7-isolated-quiet", KernelRole::Rt7, &args);
+    s.binaries.push("isold".into());
+    s.step_with_timeout(
+        "partition_fifo_loop_quiet_bootargs_restore",
+        "taskset -pc 0-1 $$ >/dev/null\n\
+         printf 'isolated_cpus = \"2-3\"\\n[items]\\ncgroup_partition = true\\n' >/tmp/isold.toml\n\
+         isold --config /tmp/isold.toml bootargs >/tmp/b.out; echo bootargs_rc=$?; cat /tmp/b.out\n\
+         echo init_before=$(grep Cpus_allowed_list /proc/1/status | cut -f2)\n\
+         isold --config /tmp/isold.toml apply >/dev/null; echo apply_rc=$?\n\
+         echo partition=$(cat /sys/fs/cgroup/isolated/cpuset.cpus.partition)\n\
+         sleep 3\n\
+         setsid chisol --cgroup /sys/fs/cgroup/isolated -f 1 -c 3 -- sh -c 'echo $$ >/tmp/wl.pid; while :; do :; done' </dev/null >/dev/null 2>&1 &\n\
+         wait_for 20 test -s /tmp/wl.pid; w=$(cat /tmp/wl.pid)\n\
+         echo workload_cgroup=$(cat /proc/$w/cgroup)\n\
+         echo workload=$(grep Cpus_allowed_list /proc/$w/status | cut -f2)\n\
+         sleep 1\n\
+         isold --config /tmp/isold.toml audit --duration 3 >/tmp/audit.txt; echo audit_rc=$?; cat /tmp/audit.txt\n\
+         kill $w\n\
+         isold restore >/dev/null; echo restore_rc=$?\n\
+         [ -e /sys/fs/cgroup/isolated ] && echo dir=present || echo dir=absent\n\
+         echo init=$(grep Cpus_allowed_list /proc/1/status | cut -f2)",
+        std::time::Duration::from_secs(180),
+        vec![
+            Expect::field("bootargs_rc", "0"),
+            Expect::output_has("bootargs: the running kernel has every argument"),
+            Expect::field("apply_rc", "0"),
+            Expect::field("partition", "isolated"),
+            Expect::field("workload_cgroup", "0::/isolated"),
+            Expect::field("workload", "3"),
+            Expect::field("audit_rc", "0"),
+            Expect::output_has("CPU 2: QUIET"),
+            Expect::output_has("CPU 3: QUIET"),
+            Expect::output_has("audit: 2 of 2 CPUs quiet"),
+            Expect::field("restore_rc", "0"),
+            Expect::field("dir", "absent"),
+            // Known and not mended yet: removing the partition makes the kernel reset the
+            // root cgroup's tasks to every CPU, so init, which isolcpus= kept on 0-1 at boot,
+            // comes out of restore on 0-3 (not isold's write; see docs/TESTING.md).
+            Expect::field("init_before", "0-1"),
+            Expect::field("init", "0-3"),
+        ],
+    );
+    run(&s).unwrap_or_else(|e| panic!("{e}")).assert_ok();
+}
