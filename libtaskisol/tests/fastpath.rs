@@ -2,6 +2,9 @@
 //! the 6.12-rt guest: the same decisions as the plan, the original in the journal before the
 //! write, and a hand-over to the general path when the state file is not the one it knows.
 
+mod common;
+use common::copy_dir;
+
 use std::path::{Path, PathBuf};
 
 use libtaskisol::policy::config::Config;
@@ -10,19 +13,6 @@ use libtaskisol::policy::fastpath::{Fix, TaskFixer};
 use libtaskisol::policy::state::{journal_path, Original, State, StateFiles};
 use libtaskisol::policy::Policy;
 use libtaskisol::SysRoot;
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), &dst).unwrap();
-        }
-    }
-}
 
 struct Setup {
     _dir: tempfile::TempDir,

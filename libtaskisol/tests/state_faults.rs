@@ -5,6 +5,9 @@
 //! without its original recorded, and a restore by a new process (a fresh load, as after a
 //! reboot of isold) puts every value back exactly as it was before the first apply.
 
+mod common;
+use common::{copy_dir, put};
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -18,25 +21,6 @@ use libtaskisol::SysRoot;
 
 const IRQBALANCE: &str = include_str!("../../isold/tests/data/irqbalance-1.9.2-1-debian12");
 const CONFIG: &str = "isolated_cpus = \"2-3\"\n\n[kvm]\n\"kvm.nx_huge_pages\" = \"never\"\n";
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), &dst).unwrap();
-        }
-    }
-}
-
-fn put(root: &Path, rel: &str, content: &str) {
-    let p = root.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, content).unwrap();
-}
 
 /// A fake root with kernel values, a file isold edits (irqbalance's defaults) and one it
 /// creates (the KVM options): originals in both state files.

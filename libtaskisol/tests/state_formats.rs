@@ -2,6 +2,9 @@
 //! with each: one fixture per format in tests/fixtures/state/, made by `isold apply` of that
 //! version on the same fake root (see the README there).
 
+mod common;
+use common::{copy_dir, put};
+
 use std::path::{Path, PathBuf};
 
 use libtaskisol::policy::engine;
@@ -11,25 +14,6 @@ use libtaskisol::SysRoot;
 const IRQBALANCE_DEBIAN: &str = include_str!("../../isold/tests/data/irqbalance-1.9.2-1-debian12");
 const ADMIN_IRQBALANCE: &str = "IRQBALANCE_ARGS=\"--policyscript=/etc/irqbalance.sh\"\n";
 const ADMIN_KVM: &str = "blacklist kvm_amd\n";
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), &dst).unwrap();
-        }
-    }
-}
-
-fn put(root: &Path, rel: &str, content: &str) {
-    let p = root.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, content).unwrap();
-}
 
 /// The fake root of make.sh as that version's apply left it: the kernel's values the state
 /// records changed to something else, the fixture's files (state files, files written).
