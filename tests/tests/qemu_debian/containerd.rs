@@ -33,8 +33,8 @@ use std::time::Duration;
 
 use taskisol_tests::qemu::{run, Expect, Scenario, StepOutput, CONTAINERD_IMAGE_TAR};
 
-use super::containers::{claims_has, exposed, quiet};
-use super::{at_most, UNIT};
+use super::containers::{claims_has, exposed, quiet, FUNCS};
+use super::{at_most, PRE, UNIT};
 
 /// containerd's configuration (version 3): no registry (the sandbox image is the imported
 /// busybox), the `native` snapshotter (no overlay module in the guest), no AppArmor, the
@@ -51,26 +51,11 @@ const CONTAINERD_TOML: &str = r#"version = 3
   socket_path = '/var/run/nri/nri.sock'
 "#;
 
-/// Every step starts on the housekeeping CPUs (the step's shell and the CRI client are not
-/// wide tasks the daemon narrows under it).
-const PRE: &str = "taskset -pc 0-1 $$ >/dev/null\n";
-
-/// Shell functions of the steps. `audit NAME`: `isold audit --cpus 3` as JSON on one line.
-/// `pm3`: CPU 3's PM QoS. `claims`: the claims, one line. `no_claims`: waits for the daemon
-/// to have no claim (10 s at most). `registered N`: waits (30 s at most) for the status to say
-/// the plugin is registered with at least N connections made. `field K LINE`: K=value of
-/// isol-cri's output. `stop_with_retries ID`: StopContainer, up to three tries.
-const FUNCS: &str = r#"
-audit() { echo "$1=$(isold audit --cpus 3 --duration 0 --json | tr -d '\n')"; }
-pm3() { cat /sys/devices/system/cpu/cpu3/power/pm_qos_resume_latency_us; }
-claims() { isold claims | tr '\n' ' '; }
-no_claims() {
-    n=0
-    while [ "$(isold claims)" != "no container claims CPUs" ] && [ $n -lt 50 ]; do
-        /usr/bin/busybox usleep 200000; n=$((n + 1))
-    done
-    echo waited_for_release_ms=$((n * 200))
-}
+/// The containerd steps' own shell functions, after the podman scenario's ([`FUNCS`]).
+/// `registered N`: waits (30 s at most) for the status to say the plugin is registered with at
+/// least N connections made. `cri`: isol-cri. `val K`: K=value of isol-cri's output.
+/// `stop_with_retries ID`: StopContainer, up to three tries.
+const NRI_FUNCS: &str = r#"
 connections() { isold status 2>/dev/null | sed -n 's/.*NRI: registered with .* (connections: \([0-9]*\)).*/\1/p'; }
 at_least_connections() { c=$(connections); [ -n "$c" ] && [ "$c" -ge "$1" ]; }
 registered() { wait_for 30 at_least_connections "$1"; echo registered_rc=$?; echo nri="$(isold status | grep NRI)"; }
@@ -115,7 +100,7 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
     s.step_with_timeout(
         "setup",
         &format!(
-            "{PRE}{FUNCS}{}\
+            "{PRE}{FUNCS}{NRI_FUNCS}{}\
              systemctl start isold; echo start_rc=$?\n\
              registered 1\n\
              sleep 1\n\
@@ -137,7 +122,7 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
     s.step_with_timeout(
         "claim",
         &format!(
-            "{PRE}{FUNCS}t0=$(now_cs)\n\
+            "{PRE}{FUNCS}{NRI_FUNCS}t0=$(now_cs)\n\
              pod=$(cri pod rt --annotation isold.io/isolate=true --annotation cpu-c-states.crio.io=disable | tee /tmp/pod.out | val pod); cat /tmp/pod.out\n\
              echo pod_s=$(secs $(($(now_cs) - t0)))\n\
              t0=$(now_cs)\n\
@@ -171,7 +156,7 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
     s.step_with_timeout(
         "containerd_restart",
         &format!(
-            "{PRE}{FUNCS}t0=$(now_cs)\n\
+            "{PRE}{FUNCS}{NRI_FUNCS}t0=$(now_cs)\n\
              systemctl restart containerd; echo restart_rc=$?\n\
              registered 2\n\
              echo reconnect_s=$(secs $(($(now_cs) - t0)))\n\
@@ -192,7 +177,7 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
     s.step_with_timeout(
         "isold_restart",
         &format!(
-            "{PRE}{FUNCS}systemctl restart isold; echo restart_rc=$?\n\
+            "{PRE}{FUNCS}{NRI_FUNCS}systemctl restart isold; echo restart_rc=$?\n\
              registered 1\n\
              sleep 1\n\
              echo claims=$(claims)\n\
@@ -211,7 +196,7 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
     s.step_with_timeout(
         "release",
         &format!(
-            "{PRE}{FUNCS}pod=$(cat /tmp/pod); ctr=$(cat /tmp/ctr)\n\
+            "{PRE}{FUNCS}{NRI_FUNCS}pod=$(cat /tmp/pod); ctr=$(cat /tmp/ctr)\n\
              stop_with_retries $ctr\n\
              no_claims\n\
              echo pm3_after=$(pm3)\n\
@@ -239,7 +224,7 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
     s.step_with_timeout(
         "unannotated",
         &format!(
-            "{PRE}{FUNCS}pod=$(cri pod plain | val pod)\n\
+            "{PRE}{FUNCS}{NRI_FUNCS}pod=$(cri pod plain | val pod)\n\
              ctr=$(cri container $pod work --cpuset 3 | tee /tmp/ctr.out | val container); cat /tmp/ctr.out\n\
              pid=$(cri pid $ctr | val pid)\n\
              echo affinity=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/$pid/status)\n\
@@ -261,7 +246,7 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
     s.step_with_timeout(
         "refused",
         &format!(
-            "{PRE}{FUNCS}pod=$(cri pod hk --annotation isold.io/isolate=true | val pod)\n\
+            "{PRE}{FUNCS}{NRI_FUNCS}pod=$(cri pod hk --annotation isold.io/isolate=true | val pod)\n\
              cri container $pod work --cpuset 0-1 >/tmp/hk.out; echo hk_rc=$?\n\
              echo hk_error=$(val error </tmp/hk.out)\n\
              echo containers=$(cri ps | grep -c work)\n\
@@ -297,7 +282,7 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
     s.step_with_timeout(
         "latency",
         &format!(
-            "{PRE}{FUNCS}cycles() {{\n\
+            "{PRE}{FUNCS}{NRI_FUNCS}cycles() {{\n\
                  pod=$(cri pod \"$@\" | val pod); out=\n\
                  for i in 1 2 3 4 5; do\n\
                      t0=$(now_cs); ctr=$(cri container $pod w$i --cpuset 3 | val container)\n\
@@ -330,7 +315,7 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
     s.step_with_timeout(
         "removed_while_stopped",
         &format!(
-            "{PRE}{FUNCS}pod=$(cri pod rt2 --annotation isold.io/isolate=true --annotation cpu-c-states.crio.io=disable | val pod)\n\
+            "{PRE}{FUNCS}{NRI_FUNCS}pod=$(cri pod rt2 --annotation isold.io/isolate=true --annotation cpu-c-states.crio.io=disable | val pod)\n\
              ctr=$(cri container $pod work --cpuset 3 | tee /tmp/ctr.out | val container); cat /tmp/ctr.out\n\
              echo claims=$(claims)\n\
              systemctl stop isold; echo stop_rc=$?\n\
@@ -363,7 +348,7 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
     s.step_with_timeout(
         "kills",
         &format!(
-            "{PRE}{FUNCS}pod=$(cri pod rt3 --annotation isold.io/isolate=true --annotation cpu-c-states.crio.io=disable | val pod)\n\
+            "{PRE}{FUNCS}{NRI_FUNCS}pod=$(cri pod rt3 --annotation isold.io/isolate=true --annotation cpu-c-states.crio.io=disable | val pod)\n\
              ctr=$(cri container $pod work --cpuset 3 | tee /tmp/ctr.out | val container); cat /tmp/ctr.out\n\
              echo claims_before=$(claims)\n\
              c0=$(connections)\n\
@@ -400,7 +385,7 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
     s.step_with_timeout(
         "record",
         &format!(
-            "{PRE}{FUNCS}mkdir -p {TAP_DIR}\n\
+            "{PRE}{FUNCS}{NRI_FUNCS}mkdir -p {TAP_DIR}\n\
              isol-nri-tap /run/nri-tap.sock /var/run/nri/nri.sock {TAP_DIR} >/tmp/tap.log 2>&1 &\n\
              wait_for 10 test -S /run/nri-tap.sock\n\
              echo 'nri_socket = \"/run/nri-tap.sock\"' >>/etc/isold/isold.toml\n\

@@ -27,19 +27,15 @@ use std::time::Duration;
 use serde_json::Value;
 use taskisol_tests::qemu::{run, Expect, Scenario, StepOutput, BUSYBOX_IMAGE_TAR};
 
-use super::{at_least, at_most, num, UNIT};
+use super::{at_least, at_most, num, PRE, UNIT};
 
 const IMAGE: &str = "localhost/busybox:taskisol";
 const HOOKS_D: &[u8] = include_bytes!("../../../dist/oci/isold.json");
 
-/// Every step starts on the housekeeping CPUs, so that the step's own shell (and podman,
-/// conmon and crun, its children) is not a wide task the daemon narrows under it.
-const PRE: &str = "taskset -pc 0-1 $$ >/dev/null\n";
-
-/// Shell functions of the steps. `audit NAME`: `isold audit --cpus 3` (no window) as JSON on
-/// one line `NAME=...`. `pm3`: CPU 3's PM QoS. `claims`: the claims, one line. `settled`: waits
-/// for the daemon to have no claim (10 s at most).
-const FUNCS: &str = r#"
+/// Shell functions of the steps (the containerd scenario's too). `audit NAME`: `isold audit
+/// --cpus 3` (no window) as JSON on one line `NAME=...`. `pm3`: CPU 3's PM QoS. `claims`: the
+/// claims, one line. `no_claims`: waits for the daemon to have no claim (10 s at most).
+pub(super) const FUNCS: &str = r#"
 audit() { echo "$1=$(isold audit --cpus 3 --duration 0 --json | tr -d '\n')"; }
 pm3() { cat /sys/devices/system/cpu/cpu3/power/pm_qos_resume_latency_us; }
 claims() { isold claims | tr '\n' ' '; }
