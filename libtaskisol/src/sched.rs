@@ -348,6 +348,42 @@ mod tests {
         assert_eq!(get_affinity(0).unwrap(), cpus);
     }
 
+    /// set_affinity_if on a thread of this test (nothing else on the machine is touched):
+    /// written when the thread has the expected CPUs, left with its own CPUs returned when it
+    /// has others, and the kernel's refusals are errors, never a write or a mismatch.
+    #[test]
+    fn set_affinity_if_writes_only_what_it_expected_and_reports_refusals() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let h = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() }).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        let all = get_affinity(tid).unwrap();
+        let first: CpuSet = all.iter().next().unwrap().to_string().parse().unwrap();
+        // Expected: written.
+        assert_eq!(set_affinity_if(tid, &all, &first).unwrap(), None);
+        assert_eq!(get_affinity(tid).unwrap(), first);
+        // Not what was expected: left as it is, and its CPUs returned.
+        assert_eq!(
+            set_affinity_if(tid, &all, &all).unwrap(),
+            Some(first.clone())
+        );
+        assert_eq!(get_affinity(tid).unwrap(), first);
+        // A CPU the kernel cannot give: its EINVAL, the thread untouched.
+        let impossible: CpuSet = "8191".parse().unwrap();
+        let e = set_affinity_if(tid, &first, &impossible).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::EINVAL), "{e}");
+        assert_eq!(get_affinity(tid).unwrap(), first);
+        done_tx.send(()).unwrap();
+        h.join().unwrap();
+        // A thread that is gone: ESRCH, not a mismatch.
+        let e = set_affinity_if(tid, &first, &all).unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ESRCH), "{e}");
+    }
+
     /// A kernel with more possible CPUs than 1024 (nr_cpu_ids 5000): EINVAL until the buffer
     /// holds its cpumask, then it writes the mask's size.
     #[test]
