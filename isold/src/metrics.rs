@@ -32,6 +32,7 @@ pub const NAMES: &[&str] = &[
     "isold_task_correction_seconds",
     "isold_drift_repairs_total",
     "isold_contested_values",
+    "isold_owner_pins_total",
     "isold_policy_holds",
     "isold_claims_refused_total",
     "isold_nri_connected",
@@ -63,6 +64,7 @@ pub struct Metrics {
     task_reaction: Histogram,
     drift_repairs: IntCounterVec,
     contested: IntGauge,
+    owner_pins: IntCounter,
     holds: IntGauge,
     claims_refused: IntCounterVec,
     nri_connected: IntGauge,
@@ -140,6 +142,10 @@ impl Metrics {
             "isold_contested_values",
             "Values something else keeps changing back, left alone for a growing back-off",
         ));
+        let owner_pins = must(IntCounter::new(
+            "isold_owner_pins_total",
+            "Threads left on an affinity their owner set while isold was narrowing them (libvirt's vcpupin, DPDK, taskset -p); never counted as corrections",
+        ));
         let holds = must(IntGauge::new(
             "isold_policy_holds",
             "1 when the last check found the policy in force, with nothing contested or failed; else 0",
@@ -200,6 +206,7 @@ impl Metrics {
         reg(Box::new(task_reaction.clone()));
         reg(Box::new(drift_repairs.clone()));
         reg(Box::new(contested.clone()));
+        reg(Box::new(owner_pins.clone()));
         reg(Box::new(holds.clone()));
         reg(Box::new(claims_refused.clone()));
         if policy.config.containers.as_ref().is_some_and(|c| c.nri) {
@@ -218,6 +225,7 @@ impl Metrics {
             task_reaction,
             drift_repairs,
             contested,
+            owner_pins,
             holds,
             claims_refused,
             nri_connected,
@@ -250,6 +258,11 @@ impl Metrics {
         if let Some(v) = value {
             self.drift_repairs.with_label_values(&[item, v]).inc();
         }
+    }
+
+    /// A thread left on its owner's affinity, set while isold narrowed it.
+    pub fn owner_pin(&self) {
+        self.owner_pins.inc();
     }
 
     /// A wide task narrowed `seconds` after its event.

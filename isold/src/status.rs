@@ -41,6 +41,11 @@ pub struct DaemonStatus {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub claims_refused: BTreeMap<String, u64>,
     pub last_correction: Option<Correction>,
+    /// Threads left on an affinity their owner set while isold was narrowing them (set
+    /// between isold's read and its write, or right after the write): how many since the
+    /// start, and the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_pins: Option<OwnerPins>,
     /// Targets the kernel does not let isold change, with why.
     pub not_changeable: Vec<String>,
     pub reloads: u64,
@@ -64,6 +69,15 @@ pub struct DaemonStatus {
     /// [`REACTIONS_KEPT`] corrections.
     #[serde(default)]
     pub task_reaction: Option<Reaction>,
+}
+
+/// Threads left on their owner's pin (see [`DaemonStatus::owner_pins`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OwnerPins {
+    /// Since the start.
+    pub count: u64,
+    /// The last: the thread, its affinity and when isold found it so.
+    pub last: String,
 }
 
 /// The state journal's lines set aside (see [`DaemonStatus::set_aside`]).
@@ -274,6 +288,12 @@ pub fn human_status(s: &DaemonStatus) -> String {
             now_s().saturating_sub(c.at),
             c.label,
             c.what
+        ));
+    }
+    if let Some(p) = &s.owner_pins {
+        out.push_str(&format!(
+            "  threads left on their owner's pin, set while isold narrowed them: {} (the last: {})\n",
+            p.count, p.last
         ));
     }
     if let Some(r) = &s.task_reaction {

@@ -12,7 +12,7 @@ use libtaskisol::policy::{Policy, Report, Status};
 use super::os::{monotonic_ns, now_s, Log};
 use crate::contest;
 use crate::metrics::Metrics;
-use crate::status::{Correction, DaemonStatus, Reaction, SetAside, REACTIONS_KEPT};
+use crate::status::{Correction, DaemonStatus, OwnerPins, Reaction, SetAside, REACTIONS_KEPT};
 
 /// `[metrics]`: what is published, with the scope its health samples use (renewed when the
 /// policy changes).
@@ -112,6 +112,10 @@ impl Books {
                             .info(&format!("{}: not changeable: {reason}", o.label));
                     }
                 }
+                continue;
+            }
+            if let Status::OwnerSet { now, reason } = &o.status {
+                self.owner_pin(&o.label, now, reason);
                 continue;
             }
             if let Status::Failed { error } = &o.status {
@@ -228,6 +232,24 @@ impl Books {
         self.corrected("tasks", label, what);
     }
 
+    /// A thread left on an affinity its owner set while isold narrowed it (`why`: when
+    /// isold found it so): counted, never a correction. Logged with -v only: a program that
+    /// pins its threads as it makes them can do so by the thousand.
+    pub fn owner_pin(&mut self, label: &str, now: &str, why: &str) {
+        self.log
+            .debug(&format!("{label}: left on {now}, its owner's: {why}"));
+        if let Some((m, _)) = &self.metrics {
+            m.owner_pin();
+        }
+        let p = self
+            .status
+            .owner_pins
+            .get_or_insert_with(OwnerPins::default);
+        p.count += 1;
+        p.last = format!("{label} on CPUs {now}, {why}");
+        self.dirty = true;
+    }
+
     /// A container's claim refused: said, and counted by `reason`.
     pub fn refused(&mut self, reason: &str, msg: &str) {
         self.log.warn(msg);
@@ -323,5 +345,89 @@ impl Books {
             self.status.waiting = now;
             self.dirty = true;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use libtaskisol::policy::config::{Config, CpuSpec};
+    use libtaskisol::policy::preset::Preset;
+    use libtaskisol::policy::Outcome;
+    use libtaskisol::CpuSet;
+
+    /// A thread its owner pinned while isold narrowed it is counted as the owner's (status,
+    /// its text, the metric), never as a correction; the thread isold did narrow is one.
+    #[test]
+    fn an_owners_pin_is_counted_apart_from_corrections() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Log {
+            verbose: 0,
+            journal: false,
+        };
+        let mut books = Books::new(DaemonStatus::default(), dir.path().join("state.json"), log);
+        let iso: CpuSet = "2-3".parse().unwrap();
+        let policy = Policy {
+            config: Config::defaults(Preset::RealtimeVirtualHost, CpuSpec::List(iso.clone())),
+            online: "0-3".parse().unwrap(),
+            isolated: iso,
+            housekeeping: "0-1".parse().unwrap(),
+            claimed: CpuSet::new(),
+            claimed_power: Default::default(),
+        };
+        let metrics = Arc::new(Metrics::new(&policy));
+        books.metrics = Some((
+            metrics.clone(),
+            Arc::new(Mutex::new(crate::metrics::scope_of(&policy))),
+        ));
+        let o = |id: &str, label: &str, status| Outcome {
+            item: "tasks".into(),
+            id: id.into(),
+            label: label.into(),
+            status,
+        };
+        let rep = Report {
+            outcomes: vec![
+                o(
+                    "task:7:1",
+                    "task 7 (vcpu)",
+                    Status::OwnerSet {
+                        now: "3".into(),
+                        reason: "set right after isold wrote 0-1".into(),
+                    },
+                ),
+                o(
+                    "task:8:1",
+                    "task 8 (sh)",
+                    Status::Changed {
+                        from: "0-3".into(),
+                        to: "0-1".into(),
+                    },
+                ),
+            ],
+            written: vec!["task:7:1".into(), "task:8:1".into()],
+            ..Report::default()
+        };
+        assert_eq!(books.take_report(&rep, false), 1);
+        books.task_corrected("task 9 (w)", "changed: 0-3 -> 0-1");
+        books.owner_pin("task 10 (dpdk)", "2", "set while isold looked at it");
+        assert_eq!(books.status.corrections.get("tasks"), Some(&2));
+        let pins = books.status.owner_pins.clone().unwrap();
+        assert_eq!(pins.count, 2);
+        assert_eq!(
+            pins.last,
+            "task 10 (dpdk) on CPUs 2, set while isold looked at it"
+        );
+        let text = crate::status::human_status(&books.status);
+        assert!(
+            text.contains("  threads left on their owner's pin, set while isold narrowed them: 2 (the last: task 10 (dpdk) on CPUs 2, set while isold looked at it)\n"),
+            "{text}"
+        );
+        let m = String::from_utf8(metrics.encode()).unwrap();
+        assert!(m.contains("\nisold_owner_pins_total 2\n"), "{m}");
+        assert!(
+            m.contains("isold_corrections_total{kind=\"tasks\"} 2\n"),
+            "{m}"
+        );
     }
 }

@@ -123,7 +123,7 @@ impl Tasks {
         for o in &rep.outcomes {
             if matches!(
                 o.status,
-                Status::LeftAlone { .. } | Status::NotChangeable { .. }
+                Status::LeftAlone { .. } | Status::NotChangeable { .. } | Status::OwnerSet { .. }
             ) {
                 if let Some(t) = threads
                     .iter()
@@ -170,7 +170,7 @@ impl Tasks {
             // Its owner's value, set while isold changed it: it stands, and is no correction.
             Ok(Fix::Contested { label, now, why }) => {
                 self.settled.insert(tid);
-                log.debug(&format!("{label}: left on {now}, its owner's: {why}"));
+                cx.books.owner_pin(&label, &now, &why);
                 false
             }
             Ok(Fix::Changed { label, from, to }) => {

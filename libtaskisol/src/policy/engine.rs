@@ -16,7 +16,7 @@ use super::partition;
 use super::plan::{plan, Op, Target};
 use super::state::{self, Entry, Ledger, Original, State, StateFiles};
 use super::threads::{
-    refusal, set_thread_affinity, set_thread_sched, since_read, Refusal, SinceRead,
+    refusal, set_thread_affinity, set_thread_affinity_if, set_thread_sched, Refusal,
 };
 use super::{shown, Outcome, Policy, Report, Status};
 use crate::cpuset::CpuSet;
@@ -309,30 +309,10 @@ fn change(
         },
         Op::Affinity { thread, want } => {
             // Something may have pinned it since the plan read it (libvirt's <vcpupin>,
-            // DPDK, taskset -p): read again just before the write; a change made since is
-            // left as set (a pin into the isolated CPUs is a workload's; any other is looked
-            // at again by the next check).
-            let now = match super::threads::affinity_now(root, thread.pid, thread.tid) {
-                Err(e) => return (failed(e), false),
-                Ok(now) => now,
-            };
-            match since_read(&thread.affinity, now, isolated) {
-                SinceRead::Unchanged => {}
-                SinceRead::Gone => return (Status::Gone, false),
-                SinceRead::Outside => return (Status::AlreadyRight, false),
-                SinceRead::Changed(now) => {
-                    return (
-                        Status::LeftAlone {
-                            reason: format!(
-                                "its affinity became {now} after it was read as {}: left as set",
-                                thread.affinity
-                            ),
-                        },
-                        false,
-                    )
-                }
-            }
-            match set_thread_affinity(root, thread.pid, thread.tid, want) {
+            // DPDK, taskset -p): it is read again right before the write, with nothing
+            // between the two, and a change made since is its owner's, left as set (one
+            // off the isolated CPUs leaves nothing to do).
+            match set_thread_affinity_if(root, thread.pid, thread.tid, &thread.affinity, want) {
                 Err(e) => match refusal(&e) {
                     Refusal::Gone => (Status::Gone, false),
                     Refusal::NotChangeable => (
@@ -343,19 +323,38 @@ fn change(
                     ),
                     Refusal::Failed => (failed(e), false),
                 },
-                Ok(()) => {
-                    // Read back by the same call as above (sched_getaffinity): the stat
+                Ok(Some(now)) if now.is_disjoint(isolated) => (Status::AlreadyRight, false),
+                Ok(Some(now)) => (
+                    Status::OwnerSet {
+                        now: now.to_string(),
+                        reason: format!(
+                            "set after isold read it as {}, before its write",
+                            thread.affinity
+                        ),
+                    },
+                    false,
+                ),
+                Ok(None) => {
+                    // Read back by the same call as the check (sched_getaffinity): the stat
                     // and status files of a full read would cost two more opens a thread.
+                    // Fewer CPUs than written: the kernel (its cpuset) narrowed the write;
+                    // others: its owner's, set right after (which stands). An owner's write
+                    // between the check and isold's write is overwritten unseen (see
+                    // docs/ARCHITECTURE.md, "Pins").
                     let status = match super::threads::affinity_now(root, thread.pid, thread.tid) {
                         Ok(None) => Status::Gone,
                         Ok(Some(now)) if &now == want => Status::Changed {
                             from,
                             to: now.to_string(),
                         },
-                        Ok(Some(now)) => failed(format!(
+                        Ok(Some(now)) if now.is_subset(want) => failed(format!(
                             "sched_setaffinity({}, {want}) left CPUs {now} (its cpuset narrows it)",
                             thread.tid
                         )),
+                        Ok(Some(now)) => Status::OwnerSet {
+                            now: now.to_string(),
+                            reason: format!("set right after isold wrote {want}"),
+                        },
                         Err(e) => failed(e),
                     };
                     (status, true)
@@ -1753,14 +1752,18 @@ mod tests {
             want: "0-1".parse().unwrap(),
         };
         for (now, word) in [
-            ("3", "left alone"),
+            ("3", "its owner's"),
             ("1", "already right"),
-            ("1-2", "left alone"),
+            ("1-2", "its owner's"),
         ] {
             let t = thread_tree(Some(&format!("Name:\tt\nCpus_allowed_list:\t{now}\n")));
             let root = SysRoot::new(t.path());
             let (status, wrote) = changed_wrote(&root, op.clone());
             assert_eq!((status.word(), wrote), (word, false), "{now}: {status:?}");
+            if let Status::OwnerSet { now: shown, reason } = &status {
+                assert_eq!(shown, now);
+                assert_eq!(reason, "set after isold read it as 0-3, before its write");
+            }
             assert!(
                 std::fs::read_to_string(t.path().join("proc/21/task/21/status"))
                     .unwrap()

@@ -265,6 +265,15 @@ pub enum Status {
         /// Why.
         reason: String,
     },
+    /// A thread's affinity its owner set (libvirt's `<vcpupin>`, DPDK, `taskset -p`) while
+    /// isold was changing it, or since isold narrowed it: left as set, never counted as a
+    /// correction or put back by restore.
+    OwnerSet {
+        /// The thread's affinity now, its owner's.
+        now: String,
+        /// When isold found it so.
+        reason: String,
+    },
     /// verify: the live value differs from the policy.
     Deviates {
         /// The live value.
@@ -297,6 +306,7 @@ impl Status {
             Status::NotPresent { .. } => "not present",
             Status::NotChangeable { .. } => "not changeable",
             Status::LeftAlone { .. } => "left alone",
+            Status::OwnerSet { .. } => "its owner's",
             Status::Deviates { .. } => "deviates",
             Status::Gone => "gone",
             Status::Restored { .. } => "restored",
@@ -321,6 +331,7 @@ impl fmt::Display for Status {
             Status::NotPresent { reason } => write!(f, "not present: {reason}"),
             Status::NotChangeable { reason } => write!(f, "not changeable: {reason}"),
             Status::LeftAlone { reason } => write!(f, "left alone: {reason}"),
+            Status::OwnerSet { now, reason } => write!(f, "left on {now}, its owner's: {reason}"),
             Status::Deviates { current, want } => write!(f, "is {current}, policy wants {want}"),
             Status::Restored { to } => write!(f, "restored: {to}"),
             Status::Failed { error } => write!(f, "failed: {error}"),

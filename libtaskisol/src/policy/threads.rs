@@ -67,31 +67,6 @@ fn with_field(text: &str, key: &str, value: &str) -> String {
     out
 }
 
-/// What became of a thread's affinity between the read a decision was made on and the read
-/// just before the write (libvirt's `<vcpupin>`, DPDK, `taskset -p` or the thread's creator
-/// may pin it in between). The engine and the fast path both act on it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum SinceRead {
-    /// The same: go on with the write.
-    Unchanged,
-    /// The thread exited.
-    Gone,
-    /// Moved off the isolated CPUs by someone else: nothing left to do.
-    Outside,
-    /// Changed otherwise (a pin into the isolated CPUs is a workload's): left as set.
-    Changed(CpuSet),
-}
-
-/// Compare `now` (`None`: gone) with the affinity `read` before.
-pub(crate) fn since_read(read: &CpuSet, now: Option<CpuSet>, isolated: &CpuSet) -> SinceRead {
-    match now {
-        None => SinceRead::Gone,
-        Some(now) if now == *read => SinceRead::Unchanged,
-        Some(now) if now.is_disjoint(isolated) => SinceRead::Outside,
-        Some(now) => SinceRead::Changed(now),
-    }
-}
-
 /// How a refused affinity write is reported: ESRCH, the thread exited (gone); EINVAL, no
 /// CPU of the mask is allowed to it (the kernel will not change it); anything else is a
 /// failure.
@@ -179,31 +154,9 @@ pub(crate) fn affinity_now(root: &SysRoot, pid: i32, tid: i32) -> Result<Option<
 
 #[cfg(test)]
 mod tests {
-    use super::{refusal, since_read, Refusal, SinceRead};
+    use super::{refusal, Refusal};
     use crate::cpuset::CpuSet;
     use crate::error::Error;
-
-    #[test]
-    fn a_change_since_the_read_is_told_apart() {
-        let l = |s: &str| CpuSet::parse_list(s).unwrap();
-        let (read, iso) = (l("0-3"), l("2-3"));
-        assert_eq!(
-            since_read(&read, Some(l("0-3")), &iso),
-            SinceRead::Unchanged
-        );
-        assert_eq!(since_read(&read, None, &iso), SinceRead::Gone);
-        assert_eq!(since_read(&read, Some(l("0-1")), &iso), SinceRead::Outside);
-        assert_eq!(since_read(&read, Some(l("1")), &iso), SinceRead::Outside);
-        // A vCPU pinned onto CPU 3, and a thread narrowed to 1-2 by someone else.
-        assert_eq!(
-            since_read(&read, Some(l("3")), &iso),
-            SinceRead::Changed(l("3"))
-        );
-        assert_eq!(
-            since_read(&read, Some(l("1-2")), &iso),
-            SinceRead::Changed(l("1-2"))
-        );
-    }
 
     /// On a tree: the status file's list; a thread without one is gone; a file that cannot
     /// be read, or has no list, is an error.
