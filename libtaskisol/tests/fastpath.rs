@@ -11,7 +11,7 @@ use libtaskisol::policy::config::Config;
 use libtaskisol::policy::engine;
 use libtaskisol::policy::fastpath::{Fix, TaskFixer};
 use libtaskisol::policy::state::{journal_path, Original, State, StateFiles};
-use libtaskisol::policy::Policy;
+use libtaskisol::policy::{Policy, Status};
 use libtaskisol::SysRoot;
 
 struct Setup {
@@ -1018,4 +1018,118 @@ fn race_owners_pin_after_the_journal_write() {
     if let Some(t) = racer::rounds(race_size(), racer::When::AfterJournal) {
         report("after the journal write", &t);
     }
+}
+
+/// The entry of thread 193 in the state file.
+fn entry_193(s: &Setup) -> Original {
+    State::load(&s.state)
+        .unwrap()
+        .unwrap()
+        .entries()
+        .iter()
+        .find(|e| e.id.starts_with("task:193:"))
+        .unwrap()
+        .original
+        .clone()
+}
+
+fn taken_off(o: &Original) -> Option<String> {
+    match o {
+        Original::Affinity { taken_off, .. } => taken_off.clone(),
+        _ => None,
+    }
+}
+
+/// Restore leaves a thread its owner pinned, since isold narrowed it, onto a CPU isold took
+/// it off (libvirt's `<vcpupin>`, DPDK's main lcore, `taskset -p`): that pin stands, the
+/// entry is no longer owed. A thread still on isold's CPUs (or pinned on housekeeping ones,
+/// which cannot be told from isold's) gets its original back; so does one whose entry comes
+/// from a state file without `taken_off`.
+#[test]
+fn restore_keeps_a_pin_its_owner_made_on_a_cpu_isold_took_the_thread_off() {
+    let restore_193 = |s: &Setup| {
+        let rep = engine::restore(&s.root, &s.files).unwrap();
+        rep.outcomes
+            .into_iter()
+            .find(|o| o.id.starts_with("task:193:"))
+            .unwrap()
+            .status
+    };
+    for (pin, kept) in [
+        ("3", true),
+        ("2-3", true),
+        ("1-2", true),
+        ("0-1", false),
+        ("0", false),
+    ] {
+        let s = setup("isolated_cpus = \"2-3\"\n");
+        assert_eq!(taken_off(&entry_193(&s)).as_deref(), Some("2-3"));
+        set_affinity(&s, pin);
+        let status = restore_193(&s);
+        if kept {
+            assert_eq!(
+                status,
+                Status::OwnerSet {
+                    now: pin.into(),
+                    reason: format!(
+                        "pinned by its owner onto CPUs {} since isold took it off them: left as set, not restored",
+                        libtaskisol::CpuSet::parse_list(pin).unwrap().intersection(&"2-3".parse().unwrap())
+                    )
+                },
+                "{pin}"
+            );
+            assert_eq!(affinity(&s), pin);
+        } else {
+            assert_eq!(status, Status::Restored { to: "0-3".into() }, "{pin}");
+            assert_eq!(affinity(&s), "0-3");
+        }
+        // Owed no longer either way: a second restore has nothing of it.
+        let rep = engine::restore(&s.root, &s.files).unwrap();
+        assert!(!rep.outcomes.iter().any(|o| o.id.starts_with("task:193:")));
+    }
+
+    // An entry without taken_off (written before it existed): restored whatever it has.
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    let journal = journal_path(&s.state);
+    let mut st = State::load(&s.state).unwrap().unwrap();
+    for e in st.entries_mut() {
+        if let Original::Affinity { taken_off, .. } = &mut e.original {
+            *taken_off = None;
+        }
+    }
+    st.save(&s.state).unwrap();
+    let _ = std::fs::remove_file(journal);
+    assert_eq!(taken_off(&entry_193(&s)), None);
+    set_affinity(&s, "3");
+    assert_eq!(restore_193(&s), Status::Restored { to: "0-3".into() });
+}
+
+/// The CPUs a thread was taken off follow isold's later changes: a reload isolating more adds
+/// to them (a pin onto the newly isolated CPU is the owner's), a give-back takes the freed
+/// ones out (CPU 3 given back by isold is not the owner's pin).
+#[test]
+fn the_cpus_a_thread_was_taken_off_follow_reloads_and_give_backs() {
+    let s = setup("isolated_cpus = \"3\"\n");
+    assert_eq!(affinity(&s), "0-2");
+    assert_eq!(taken_off(&entry_193(&s)).as_deref(), Some("3"));
+    let cfg = Config::parse("isolated_cpus = \"2-3\"\n", Path::new("isold.toml")).unwrap();
+    let more = Policy::resolve(cfg, &s.root).unwrap();
+    engine::apply(&s.root, &more, &s.files).unwrap();
+    assert_eq!(affinity(&s), "0-1");
+    assert_eq!(taken_off(&entry_193(&s)).as_deref(), Some("2-3"));
+    set_affinity(&s, "2");
+    engine::restore(&s.root, &s.files).unwrap();
+    assert_eq!(affinity(&s), "2", "the owner's pin onto CPU 2 stands");
+
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    let iso: libtaskisol::CpuSet = "2-3".parse().unwrap();
+    engine::give_back(&s.root, &s.files, &"3".parse().unwrap(), &iso).unwrap();
+    assert_eq!(affinity(&s), "0-1,3");
+    assert_eq!(taken_off(&entry_193(&s)).as_deref(), Some("2"));
+    engine::restore(&s.root, &s.files).unwrap();
+    assert_eq!(
+        affinity(&s),
+        "0-3",
+        "isold's own give-back is undone by restore"
+    );
 }

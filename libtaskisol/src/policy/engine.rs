@@ -133,6 +133,7 @@ fn evaluate(root: &SysRoot, isolated: &CpuSet, t: &Target) -> Eval {
                         starttime: thread.starttime,
                         comm: thread.comm.clone(),
                         cpus: thread.affinity.to_string(),
+                        taken_off: Some(thread.affinity.difference(want).to_string()),
                     },
                 }
             }
@@ -701,6 +702,28 @@ fn apply_loaded(
                                 ..
                             }),
                         ) => written.clone_from(now),
+                        // A thread narrowed again (more CPUs isolated since): the CPUs it
+                        // was taken off add up.
+                        (
+                            Original::Affinity {
+                                taken_off: Some(now),
+                                ..
+                            },
+                            Some(Entry {
+                                original:
+                                    Original::Affinity {
+                                        taken_off: Some(before),
+                                        ..
+                                    },
+                                ..
+                            }),
+                        ) => {
+                            if let (Ok(a), Ok(b)) =
+                                (CpuSet::parse_list(before), CpuSet::parse_list(now))
+                            {
+                                *before = a.union(&b).to_string();
+                            }
+                        }
                         _ => {}
                     }
                 }
@@ -1102,6 +1125,36 @@ fn restore_one(root: &SysRoot, o: &Original) -> Status {
     }
 }
 
+/// A thread that its owner pinned, since isold narrowed it, onto a CPU isold took it off
+/// (libvirt's `<vcpupin>`, DPDK's main lcore, `taskset -p` onto an isolated CPU): isold never
+/// puts a thread back there, so that pin is its owner's and restore leaves it (as a file
+/// the administrator edited since keeps the administrator's lines). `None`: restore it.
+/// Without `taken_off` (an older state file) every thread is restored.
+fn owners_pin(root: &SysRoot, o: &Original) -> Option<Status> {
+    let Original::Affinity {
+        pid,
+        tid,
+        starttime,
+        taken_off: Some(taken),
+        ..
+    } = o
+    else {
+        return None;
+    };
+    let taken = CpuSet::parse_list(taken).ok()?;
+    if !tasks::is_same_thread(root, *pid, *tid, *starttime).ok()? {
+        return None;
+    }
+    let now = super::threads::affinity_now(root, *pid, *tid).ok()??;
+    let on = now.intersection(&taken);
+    (!on.is_empty()).then(|| Status::OwnerSet {
+        now: now.to_string(),
+        reason: format!(
+            "pinned by its owner onto CPUs {on} since isold took it off them: left as set, not restored"
+        ),
+    })
+}
+
 /// Put a file isold edited back: the original whole when the file still holds exactly what
 /// isold wrote (byte for byte, owner and mode kept), else only isold's own lines undone (see
 /// [`super::files::undo_edit`]); a file that lost one of isold's lines is left as it is and
@@ -1226,8 +1279,11 @@ pub fn restore(root: &SysRoot, files: &StateFiles) -> Result<Report> {
 /// [`restore_one`] of each entry, in order: runs of thread values on this process's CPUs
 /// ([`crate::par`]), every other value alone, in order.
 fn restore_all(root: &SysRoot, entries: &[&Entry]) -> Vec<Status> {
-    let one =
-        |e: &&Entry| crate::cost::stage("restore", &e.item, || restore_one(root, &e.original));
+    let one = |e: &&Entry| {
+        crate::cost::stage("restore", &e.item, || {
+            owners_pin(root, &e.original).unwrap_or_else(|| restore_one(root, &e.original))
+        })
+    };
     in_runs(
         entries,
         |e| per_thread_original(&e.original),
@@ -1380,6 +1436,8 @@ pub fn give_back(
         return Ok(rep);
     }
     let mut done = std::collections::HashSet::new();
+    // Threads given some CPUs back: no longer CPUs isold took them off.
+    let mut given = std::collections::HashSet::new();
     for e in ledger.state.entries() {
         let Some((what, orig)) = narrowed_original(e) else {
             continue;
@@ -1437,10 +1495,15 @@ pub fn give_back(
                 Narrowed::Thread { pid, tid, .. } => set_thread_affinity(root, *pid, *tid, &want),
             };
             match written {
-                Ok(()) => Status::Changed {
-                    from: current.to_string(),
-                    to: want.to_string(),
-                },
+                Ok(()) => {
+                    if matches!(what, Narrowed::Thread { .. }) {
+                        given.insert(e.id.clone());
+                    }
+                    Status::Changed {
+                        from: current.to_string(),
+                        to: want.to_string(),
+                    }
+                }
                 Err(err) if err.errno() == Some(libc::ESRCH) => Status::Gone,
                 Err(err) => failed(err),
             }
@@ -1452,7 +1515,21 @@ pub fn give_back(
             status,
         });
     }
-    if !done.is_empty() {
+    if !given.is_empty() {
+        for e in ledger.state.entries_mut() {
+            if let Original::Affinity {
+                taken_off: Some(t), ..
+            } = &mut e.original
+            {
+                if given.contains(&e.id) {
+                    if let Ok(set) = CpuSet::parse_list(t) {
+                        *t = set.difference(freed).to_string();
+                    }
+                }
+            }
+        }
+    }
+    if !done.is_empty() || !given.is_empty() {
         ledger.state.entries_mut().retain(|e| !done.contains(&e.id));
         ledger.persist()?;
     }
@@ -1798,6 +1875,7 @@ mod tests {
             starttime: 5,
             comm: "t".into(),
             cpus: "0-3".into(),
+            taken_off: None,
         };
         let orig_sched = Original::Sched {
             pid: 21,

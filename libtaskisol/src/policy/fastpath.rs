@@ -261,6 +261,7 @@ impl TaskFixer {
                     starttime: stat.starttime,
                     comm: stat.comm.clone(),
                     cpus: aff.to_string(),
+                    taken_off: Some(aff.difference(&want).to_string()),
                 },
             };
             if !self.append(&entry)? {

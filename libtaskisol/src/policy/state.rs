@@ -121,6 +121,13 @@ pub enum Original {
         comm: String,
         /// The original `Cpus_allowed_list`.
         cpus: String,
+        /// The CPUs isold took it off (the isolated ones it had), grown by a later narrowing
+        /// and shrunk by a give-back: isold never puts a thread back on one of them, so a
+        /// thread found on one at restore was pinned there by its owner since (libvirt's
+        /// `<vcpupin>`, DPDK's main lcore, `taskset -p`) and keeps its pin. `None` in state
+        /// files before it existed: restore puts the original back whatever the thread has.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        taken_off: Option<String>,
     },
     /// A thread's scheduling policy and priority.
     Sched {
@@ -945,6 +952,7 @@ impl Entry {
                 tid,
                 starttime,
                 cpus,
+                taken_off,
                 ..
             } => {
                 if self.id != format!("task:{tid}:{starttime}") || *pid <= 0 || *tid <= 0 {
@@ -954,9 +962,11 @@ impl Entry {
                     ));
                 }
                 item("tasks")?;
-                crate::cpuset::CpuSet::parse_list(cpus)
-                    .map(drop)
-                    .map_err(|e| format!("CPUs {cpus:?}: {e}"))
+                for list in std::iter::once(cpus).chain(taken_off) {
+                    crate::cpuset::CpuSet::parse_list(list)
+                        .map_err(|e| format!("CPUs {list:?}: {e}"))?;
+                }
+                Ok(())
             }
             Original::Sched {
                 pid,
@@ -1971,6 +1981,7 @@ mod tests {
                 starttime: 5,
                 comm: "t".into(),
                 cpus: "0-3".into(),
+                taken_off: None,
             },
         };
         assert_eq!(task("task:21:5", 20, 21, "tasks").check(), Ok(()));

@@ -14,11 +14,23 @@
 //!                                     the CPUs; after MS ms,
 //!                                     each thread's affinity is read back: prints threads=N,
 //!                                     lost=K (threads not on their pin) and one "loss:" line each
+//!   isol-pinner race N ROUND DELAY_US SETTLE_MS CPU...
+//!                                     the racer: N threads, ROUND alive at once, each made
+//!                                     while the creator runs on every online CPU and pinning
+//!                                     itself 0 to DELAY_US µs after it starts (at random),
+//!                                     round robin over the CPUs; SETTLE_MS after the last pin
+//!                                     of a round every thread's affinity is read back. Prints
+//!                                     per round and in all: threads, born_narrow (made after
+//!                                     a daemon narrowed the creator: not in the race),
+//!                                     narrowed_first (found narrowed by a daemon before its
+//!                                     pin: the daemon came first, the pin after), lost
+//!                                     (not on its pin) with one "loss:" line each (at most 20)
 //!
 //! Start it wide (`taskset -c 0-3 isol-pinner ...`) for the race a daemon has with the pins.
 
-use std::sync::mpsc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering::SeqCst};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
 
 fn pin(tid: i32, cpu: usize) -> std::io::Result<()> {
     // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes within it.
@@ -54,6 +66,154 @@ fn sleeper(tx: mpsc::Sender<i32>) {
             std::thread::sleep(Duration::from_secs(3600));
         }
     });
+}
+
+/// The affinity of task `tid` by system call, as a CPU list (`None`: gone).
+fn affinity_now(tid: i32) -> Option<Vec<usize>> {
+    // SAFETY: a zeroed cpu_set_t is an empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: set is a valid writable cpu_set_t of the size given.
+    let rc =
+        unsafe { libc::sched_getaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: c is below CPU_SETSIZE; set is a valid cpu_set_t.
+    Some(
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect(),
+    )
+}
+
+fn list(cpus: &[usize]) -> String {
+    cpus.iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Every online CPU as a cpu_set_t.
+fn online_set() -> (libc::cpu_set_t, usize) {
+    // SAFETY: a zeroed cpu_set_t is an empty set.
+    let mut start: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sysconf has no preconditions.
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    for cpu in 0..online.min(libc::CPU_SETSIZE as usize) {
+        // SAFETY: cpu is below CPU_SETSIZE.
+        unsafe { libc::CPU_SET(cpu, &mut start) };
+    }
+    (start, online)
+}
+
+struct Slot {
+    tid: AtomicI32,
+    /// Its affinity when it started was not every online CPU.
+    born_narrow: AtomicBool,
+    /// Its affinity right before its pin was no longer what it started with.
+    narrowed_first: AtomicBool,
+}
+
+#[derive(Default)]
+struct Tally {
+    threads: usize,
+    born_narrow: usize,
+    narrowed_first: usize,
+    lost: usize,
+}
+
+/// One round of the racer: `n` threads, each pinning itself on `cpus[i % len]` within
+/// `delay_us`, read back `settle_ms` after the last pin.
+fn race_round(
+    n: usize,
+    delay_us: u64,
+    settle_ms: u64,
+    cpus: &[usize],
+    seed: &mut u64,
+    shown: &mut usize,
+) -> Tally {
+    let (start, online) = online_set();
+    let slots: Arc<Vec<Slot>> = Arc::new(
+        (0..n)
+            .map(|_| Slot {
+                tid: AtomicI32::new(0),
+                born_narrow: AtomicBool::new(false),
+                narrowed_first: AtomicBool::new(false),
+            })
+            .collect(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let pinned = Arc::new(AtomicUsize::new(0));
+    let mut handles = Vec::with_capacity(n);
+    for i in 0..n {
+        // Wide again before each: a daemon may have narrowed the creator meanwhile.
+        // SAFETY: start is a valid cpu_set_t of the size given.
+        unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &start) };
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let delay = Duration::from_micros((*seed >> 33) % delay_us.max(1));
+        let cpu = cpus[i % cpus.len()];
+        let (slots, stop, pinned) = (slots.clone(), stop.clone(), pinned.clone());
+        let h = std::thread::Builder::new()
+            .stack_size(64 << 10)
+            .spawn(move || {
+                let me = &slots[i];
+                // SAFETY: gettid has no preconditions.
+                let tid = unsafe { libc::gettid() };
+                let born = affinity_now(0).unwrap_or_default();
+                me.tid.store(tid, SeqCst);
+                me.born_narrow.store(born.len() != online, SeqCst);
+                std::thread::sleep(delay);
+                let before = affinity_now(0).unwrap_or_default();
+                me.narrowed_first.store(before != born, SeqCst);
+                if let Err(e) = pin(0, cpu) {
+                    eprintln!("isol-pinner: pin {tid} to {cpu}: {e}");
+                    std::process::exit(1);
+                }
+                pinned.fetch_add(1, SeqCst);
+                while !stop.load(SeqCst) {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+            .unwrap_or_else(|e| {
+                eprintln!("isol-pinner: thread {i} of {n}: {e} (threads-max, ulimit -u?)");
+                std::process::exit(1)
+            });
+        handles.push(h);
+    }
+    while pinned.load(SeqCst) < n {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(settle_ms));
+    let mut t = Tally {
+        threads: n,
+        ..Tally::default()
+    };
+    for (i, s) in slots.iter().enumerate() {
+        let cpu = cpus[i % cpus.len()];
+        if s.born_narrow.load(SeqCst) {
+            t.born_narrow += 1;
+            continue;
+        }
+        if s.narrowed_first.load(SeqCst) {
+            t.narrowed_first += 1;
+        }
+        let tid = s.tid.load(SeqCst);
+        let now = affinity_now(tid).unwrap_or_default();
+        if now != [cpu] {
+            t.lost += 1;
+            if *shown < 20 {
+                *shown += 1;
+                println!("loss: thread {tid} pinned on {cpu} is on {}", list(&now));
+            }
+        }
+    }
+    stop.store(true, SeqCst);
+    for h in handles {
+        let _ = h.join();
+    }
+    t
 }
 
 fn cpus(args: &[String]) -> Vec<usize> {
@@ -143,8 +303,47 @@ fn main() {
             println!("threads={n}");
             println!("lost={lost}");
         }
+        Some("race") if args.len() > 6 => {
+            let n: usize = args[2].parse().expect("N");
+            let round: usize = args[3].parse::<usize>().expect("ROUND").max(1);
+            let delay_us: u64 = args[4].parse().expect("DELAY_US");
+            let settle_ms: u64 = args[5].parse().expect("SETTLE_MS");
+            let cpus = cpus(&args[6..]);
+            let mut seed = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64);
+            let mut all = Tally::default();
+            let mut shown = 0;
+            let t0 = Instant::now();
+            let mut left = n;
+            let mut r = 0;
+            while left > 0 {
+                let k = left.min(round);
+                let at = Instant::now();
+                let t = race_round(k, delay_us, settle_ms, &cpus, &mut seed, &mut shown);
+                r += 1;
+                println!(
+                    "round {r}: threads={} born_narrow={} narrowed_first={} lost={} ({} ms)",
+                    t.threads,
+                    t.born_narrow,
+                    t.narrowed_first,
+                    t.lost,
+                    at.elapsed().as_millis()
+                );
+                all.threads += t.threads;
+                all.born_narrow += t.born_narrow;
+                all.narrowed_first += t.narrowed_first;
+                all.lost += t.lost;
+                left -= k;
+            }
+            println!("threads={}", all.threads);
+            println!("born_narrow={}", all.born_narrow);
+            println!("narrowed_first={}", all.narrowed_first);
+            println!("lost={}", all.lost);
+            println!("elapsed_ms={}", t0.elapsed().as_millis());
+        }
         _ => {
-            eprintln!("usage: isol-pinner split CPU... | isol-pinner stress N MS DELAY CPU...");
+            eprintln!("usage: isol-pinner split CPU... | isol-pinner stress N MS DELAY CPU... | isol-pinner race N ROUND DELAY_US SETTLE_MS CPU...");
             std::process::exit(2);
         }
     }
