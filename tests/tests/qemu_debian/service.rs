@@ -278,13 +278,24 @@ fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
     );
     s.step_with_timeout(
         "stop_restores_every_original",
-        "systemctl stop isold; echo stop_rc=$?\n\
+        // A process isold narrowed at its exec, then pinned by its owner onto CPU 3 (as DPDK
+        // pins its main lcore): the stop's restore leaves that pin; everything else is back.
+        "aff() { sed -n 's/^Cpus_allowed_list:\t//p' /proc/$1/status; }\n\
+         setsid taskset -c 0-3 sleep 100000 </dev/null >/dev/null 2>&1 &\np=$!\n\
+         n=0; while [ \"$(aff $p)\" != 0-1 ] && [ $n -lt 50 ]; do /usr/bin/busybox usleep 100000; n=$((n + 1)); done\n\
+         echo owner_narrowed=$(aff $p)\n\
+         taskset -p -c 3 $p >/dev/null; echo owner_pinned=$(aff $p)\n\
+         systemctl stop isold; echo stop_rc=$?\n\
+         echo owner_after_stop=$(aff $p)\nkill $p; wait $p 2>/dev/null\n\
          echo result=$(systemctl show -p Result --value isold)\n\
          echo exec_status=$(systemctl show -p ExecMainStatus --value isold)\n\
          isold status; echo status_rc=$?\n\
          isold_snapshot /tmp/snap.after\nsnapshot_diff /tmp/snap.before /tmp/snap.after",
         Duration::from_secs(120),
         vec![
+            Expect::field("owner_narrowed", "0-1"),
+            Expect::field("owner_pinned", "3"),
+            Expect::field("owner_after_stop", "3"),
             Expect::field("stop_rc", "0"),
             Expect::field("result", "success"),
             Expect::field("exec_status", "0"),
