@@ -221,6 +221,9 @@ fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
             // made after it stood.
             at_least("narrowed_first", 100.0),
             at_most("lost", 100.0),
+            // The pins isold saw change under it are counted as their owners' (306 in the
+            // first run; isold before the count had none).
+            at_least("owner_pins_after", 1.0),
         ],
     );
     s.step_with_timeout(
