@@ -342,23 +342,8 @@ fn change(
                     // others: its owner's, set right after (which stands). An owner's write
                     // between the check and isold's write is overwritten unseen (see
                     // docs/ARCHITECTURE.md, "Pins").
-                    let status = match super::threads::affinity_now(root, thread.pid, thread.tid) {
-                        Ok(None) => Status::Gone,
-                        Ok(Some(now)) if &now == want => Status::Changed {
-                            from,
-                            to: now.to_string(),
-                        },
-                        Ok(Some(now)) if now.is_subset(want) => failed(format!(
-                            "sched_setaffinity({}, {want}) left CPUs {now} (its cpuset narrows it)",
-                            thread.tid
-                        )),
-                        Ok(Some(now)) => Status::OwnerSet {
-                            now: now.to_string(),
-                            reason: format!("set right after isold wrote {want}"),
-                        },
-                        Err(e) => failed(e),
-                    };
-                    (status, true)
+                    let now = super::threads::affinity_now(root, thread.pid, thread.tid);
+                    (read_back(thread.tid, want, from, now), true)
                 }
             }
         }
@@ -377,6 +362,27 @@ fn change(
                 (status, true)
             }
         },
+    }
+}
+
+/// What thread `tid`'s affinity read back after isold wrote `want` (it was `from`) says:
+/// `want`, changed; fewer CPUs, the kernel (its cpuset) narrowed the write, a failure; any
+/// other, its owner's, set right after isold's write (which stands).
+fn read_back(tid: i32, want: &CpuSet, from: String, now: Result<Option<CpuSet>>) -> Status {
+    match now {
+        Ok(None) => Status::Gone,
+        Ok(Some(now)) if &now == want => Status::Changed {
+            from,
+            to: now.to_string(),
+        },
+        Ok(Some(now)) if now.is_subset(want) => failed(format!(
+            "sched_setaffinity({tid}, {want}) left CPUs {now} (its cpuset narrows it)"
+        )),
+        Ok(Some(now)) => Status::OwnerSet {
+            now: now.to_string(),
+            reason: format!("set right after isold wrote {want}"),
+        },
+        Err(e) => failed(e),
     }
 }
 
@@ -1854,6 +1860,40 @@ mod tests {
         assert!(matches!(
             changed_wrote(&root, op),
             (Status::Changed { .. }, true)
+        ));
+    }
+
+    /// The read back after a thread's write: isold's value is a change, fewer CPUs a failure
+    /// naming the cpuset, anything else (a pin right after the write) its owner's.
+    #[test]
+    fn a_thread_read_back_tells_isolds_value_from_the_kernels_and_the_owners() {
+        let l = |s: &str| -> CpuSet { s.parse().unwrap() };
+        let want = l("0-1");
+        let back = |now| read_back(7, &want, "0-3".into(), now);
+        assert_eq!(
+            back(Ok(Some(l("0-1")))),
+            Status::Changed {
+                from: "0-3".into(),
+                to: "0-1".into()
+            }
+        );
+        assert_eq!(
+            back(Ok(Some(l("1")))),
+            failed("sched_setaffinity(7, 0-1) left CPUs 1 (its cpuset narrows it)")
+        );
+        for owners in ["3", "0-3", "1-2"] {
+            assert_eq!(
+                back(Ok(Some(l(owners)))),
+                Status::OwnerSet {
+                    now: owners.into(),
+                    reason: "set right after isold wrote 0-1".into()
+                }
+            );
+        }
+        assert_eq!(back(Ok(None)), Status::Gone);
+        assert!(matches!(
+            back(Err(Error::Invalid("x".into()))),
+            Status::Failed { .. }
         ));
     }
 
