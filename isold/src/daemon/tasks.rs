@@ -135,7 +135,12 @@ impl Tasks {
         }
         for &(tid, at) in stamps {
             let prefix = format!("task:{tid}:");
-            if rep.written.iter().any(|id| id.starts_with(&prefix)) {
+            // Narrowed by isold: a reaction (an owner's pin right after the write is not).
+            if rep
+                .outcomes
+                .iter()
+                .any(|o| o.id.starts_with(&prefix) && matches!(o.status, Status::Changed { .. }))
+            {
                 cx.books.reacted(at);
             }
         }

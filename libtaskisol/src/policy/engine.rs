@@ -1089,12 +1089,16 @@ fn restore_one(root: &SysRoot, o: &Original) -> Status {
             tid,
             starttime,
             cpus,
+            taken_off,
             ..
         } => {
             match tasks::is_same_thread(root, *pid, *tid, *starttime) {
                 Ok(false) => return Status::Gone,
                 Err(e) => return failed(e),
                 Ok(true) => {}
+            }
+            if let Some(owners) = owners_pin(root, *pid, *tid, taken_off.as_deref()) {
+                return owners;
             }
             let set = match CpuSet::parse_list(cpus) {
                 Ok(s) => s,
@@ -1136,22 +1140,9 @@ fn restore_one(root: &SysRoot, o: &Original) -> Status {
 /// puts a thread back there, so that pin is its owner's and restore leaves it (as a file
 /// the administrator edited since keeps the administrator's lines). `None`: restore it.
 /// Without `taken_off` (an older state file) every thread is restored.
-fn owners_pin(root: &SysRoot, o: &Original) -> Option<Status> {
-    let Original::Affinity {
-        pid,
-        tid,
-        starttime,
-        taken_off: Some(taken),
-        ..
-    } = o
-    else {
-        return None;
-    };
-    let taken = CpuSet::parse_list(taken).ok()?;
-    if !tasks::is_same_thread(root, *pid, *tid, *starttime).ok()? {
-        return None;
-    }
-    let now = super::threads::affinity_now(root, *pid, *tid).ok()??;
+fn owners_pin(root: &SysRoot, pid: i32, tid: i32, taken_off: Option<&str>) -> Option<Status> {
+    let taken = CpuSet::parse_list(taken_off?).ok()?;
+    let now = super::threads::affinity_now(root, pid, tid).ok()??;
     let on = now.intersection(&taken);
     (!on.is_empty()).then(|| Status::OwnerSet {
         now: now.to_string(),
@@ -1285,11 +1276,8 @@ pub fn restore(root: &SysRoot, files: &StateFiles) -> Result<Report> {
 /// [`restore_one`] of each entry, in order: runs of thread values on this process's CPUs
 /// ([`crate::par`]), every other value alone, in order.
 fn restore_all(root: &SysRoot, entries: &[&Entry]) -> Vec<Status> {
-    let one = |e: &&Entry| {
-        crate::cost::stage("restore", &e.item, || {
-            owners_pin(root, &e.original).unwrap_or_else(|| restore_one(root, &e.original))
-        })
-    };
+    let one =
+        |e: &&Entry| crate::cost::stage("restore", &e.item, || restore_one(root, &e.original));
     in_runs(
         entries,
         |e| per_thread_original(&e.original),
