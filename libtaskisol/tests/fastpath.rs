@@ -1049,6 +1049,18 @@ fn taken_off(o: &Original) -> Option<String> {
 fn restore_keeps_a_pin_its_owner_made_on_a_cpu_isold_took_the_thread_off() {
     let restore_193 = |s: &Setup| {
         let rep = engine::restore(&s.root, &s.files).unwrap();
+        // Said in the summary line too.
+        let owners = rep
+            .outcomes
+            .iter()
+            .filter(|o| matches!(o.status, Status::OwnerSet { .. }))
+            .count();
+        assert_eq!(
+            rep.summary().contains("1 owner's pin"),
+            owners == 1,
+            "{}",
+            rep.summary()
+        );
         rep.outcomes
             .into_iter()
             .find(|o| o.id.starts_with("task:193:"))
@@ -1072,8 +1084,10 @@ fn restore_keeps_a_pin_its_owner_made_on_a_cpu_isold_took_the_thread_off() {
                 Status::OwnerSet {
                     now: pin.into(),
                     reason: format!(
-                        "pinned by its owner onto CPUs {} since isold took it off them: left as set, not restored",
-                        libtaskisol::CpuSet::parse_list(pin).unwrap().intersection(&"2-3".parse().unwrap())
+                        "pinned onto CPUs {} since isold took it off them; not restored",
+                        libtaskisol::CpuSet::parse_list(pin)
+                            .unwrap()
+                            .intersection(&"2-3".parse().unwrap())
                     )
                 },
                 "{pin}"

@@ -1146,9 +1146,7 @@ fn owners_pin(root: &SysRoot, pid: i32, tid: i32, taken_off: Option<&str>) -> Op
     let on = now.intersection(&taken);
     (!on.is_empty()).then(|| Status::OwnerSet {
         now: now.to_string(),
-        reason: format!(
-            "pinned by its owner onto CPUs {on} since isold took it off them: left as set, not restored"
-        ),
+        reason: format!("pinned onto CPUs {on} since isold took it off them; not restored"),
     })
 }
 
@@ -1823,9 +1821,9 @@ mod tests {
             want: "0-1".parse().unwrap(),
         };
         for (now, word) in [
-            ("3", "its owner's"),
+            ("3", "owner's pin"),
             ("1", "already right"),
-            ("1-2", "its owner's"),
+            ("1-2", "owner's pin"),
         ] {
             let t = thread_tree(Some(&format!("Name:\tt\nCpus_allowed_list:\t{now}\n")));
             let root = SysRoot::new(t.path());

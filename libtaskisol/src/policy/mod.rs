@@ -306,7 +306,7 @@ impl Status {
             Status::NotPresent { .. } => "not present",
             Status::NotChangeable { .. } => "not changeable",
             Status::LeftAlone { .. } => "left alone",
-            Status::OwnerSet { .. } => "its owner's",
+            Status::OwnerSet { .. } => "owner's pin",
             Status::Deviates { .. } => "deviates",
             Status::Gone => "gone",
             Status::Restored { .. } => "restored",
@@ -331,7 +331,7 @@ impl fmt::Display for Status {
             Status::NotPresent { reason } => write!(f, "not present: {reason}"),
             Status::NotChangeable { reason } => write!(f, "not changeable: {reason}"),
             Status::LeftAlone { reason } => write!(f, "left alone: {reason}"),
-            Status::OwnerSet { now, reason } => write!(f, "left on {now}, its owner's: {reason}"),
+            Status::OwnerSet { now, reason } => write!(f, "left on {now}: {reason}"),
             Status::Deviates { current, want } => write!(f, "is {current}, policy wants {want}"),
             Status::Restored { to } => write!(f, "restored: {to}"),
             Status::Failed { error } => write!(f, "failed: {error}"),
@@ -397,13 +397,14 @@ impl Report {
 
     /// Counts by status word, in a fixed order: "changed 12, already right 80, ...".
     pub fn summary(&self) -> String {
-        const ORDER: [&str; 11] = [
+        const ORDER: [&str; 12] = [
             "changed",
             "restored",
             "already right",
             "set, move pending",
             "set, waiting",
             "left alone",
+            "owner's pin",
             "not changeable",
             "not present",
             "gone",
