@@ -35,6 +35,7 @@ pub mod partition;
 pub mod paths;
 pub mod plan;
 pub mod preset;
+mod restore;
 pub mod state;
 pub mod threads;
 pub mod watch;

@@ -1,0 +1,505 @@
+//! restore and give-back: every original of the state files written back, newest first (a
+//! thread only if it is still the same thread and its owner has not pinned it since onto a
+//! CPU isold took it off; a file isold edited byte for byte while it holds isold's text, else
+//! only isold's lines out); and, when CPUs stop being isolated, the freed CPUs given back to
+//! the values the policy narrowed. The apply side is in [`super::engine`], which re-exports
+//! [`restore`], [`restore_where`] and [`give_back`].
+
+use super::engine::{
+    failed, in_runs, lock, per_thread_original, remove_created_dirs, remove_file, report,
+    set_aside_note, write_file,
+};
+use super::partition;
+use super::state::{Entry, Ledger, Original, StateFiles};
+use super::threads::{set_thread_affinity, set_thread_sched};
+use super::{shown, Outcome, Report, Status};
+use crate::cpuset::CpuSet;
+use crate::error::Result;
+use crate::sched::SchedPolicy;
+use crate::sysroot::SysRoot;
+use crate::{irq, tasks};
+
+pub(super) fn restore_one(root: &SysRoot, o: &Original) -> Status {
+    match o {
+        Original::Partition(p) => partition::restore(root, p),
+        Original::Attr {
+            path,
+            content,
+            restore,
+        } => {
+            if let Err(e) = root.write_attr(path, restore) {
+                // A write the kernel refuses (an IRQ whose affinity it owns: EPERM) after
+                // an apply killed between recording the original and learning the refusal:
+                // the value never changed, so it is already back.
+                return match root.read_to_string(path) {
+                    Ok(now) if &now == content => Status::Restored { to: shown(&now) },
+                    _ => failed(e),
+                };
+            }
+            match root.read_to_string(path) {
+                Ok(back) if &back == content => Status::Restored { to: shown(&back) },
+                Ok(back) => failed(format!(
+                    "wrote '{restore}' to {}, but it reads back '{}' instead of '{}'",
+                    root.path(path).display(),
+                    shown(&back),
+                    shown(content)
+                )),
+                Err(e) => failed(e),
+            }
+        }
+        Original::File {
+            path,
+            content,
+            created_dir,
+            written,
+        } => restore_file(
+            root,
+            path,
+            content.as_deref(),
+            created_dir.as_deref(),
+            written.as_deref(),
+        )
+        .unwrap_or_else(failed),
+        Original::Affinity {
+            pid,
+            tid,
+            starttime,
+            cpus,
+            taken_off,
+            ..
+        } => {
+            match tasks::is_same_thread(root, *pid, *tid, *starttime) {
+                Ok(false) => return Status::Gone,
+                Err(e) => return failed(e),
+                Ok(true) => {}
+            }
+            if let Some(owners) = owners_pin(root, *pid, *tid, taken_off.as_deref()) {
+                return owners;
+            }
+            let set = match CpuSet::parse_list(cpus) {
+                Ok(s) => s,
+                Err(e) => return failed(e),
+            };
+            match set_thread_affinity(root, *pid, *tid, &set) {
+                Ok(()) => Status::Restored { to: cpus.clone() },
+                Err(e) if e.errno() == Some(libc::ESRCH) => Status::Gone,
+                Err(e) => failed(e),
+            }
+        }
+        Original::Sched {
+            pid,
+            tid,
+            starttime,
+            policy,
+            rt_priority,
+            ..
+        } => {
+            match tasks::is_same_thread(root, *pid, *tid, *starttime) {
+                Ok(false) => return Status::Gone,
+                Err(e) => return failed(e),
+                Ok(true) => {}
+            }
+            let Some(p) = SchedPolicy::from_stat(*policy, *rt_priority) else {
+                return failed(format!("unknown scheduling policy {policy}"));
+            };
+            match set_thread_sched(root, *pid, *tid, p) {
+                Ok(()) => Status::Restored { to: p.to_string() },
+                Err(e) if e.errno() == Some(libc::ESRCH) => Status::Gone,
+                Err(e) => failed(e),
+            }
+        }
+    }
+}
+
+/// A thread that its owner pinned, since isold narrowed it, onto a CPU isold took it off
+/// (libvirt's `<vcpupin>`, DPDK's main lcore, `taskset -p` onto an isolated CPU): isold never
+/// puts a thread back there, so that pin is its owner's and restore leaves it (as a file
+/// the administrator edited since keeps the administrator's lines). `None`: restore it.
+/// Without `taken_off` (an older state file) every thread is restored.
+fn owners_pin(root: &SysRoot, pid: i32, tid: i32, taken_off: Option<&str>) -> Option<Status> {
+    let taken = CpuSet::parse_list(taken_off?).ok()?;
+    let now = super::threads::affinity_now(root, pid, tid).ok()??;
+    let on = now.intersection(&taken);
+    (!on.is_empty()).then(|| Status::OwnerSet {
+        now: now.to_string(),
+        reason: format!("pinned onto CPUs {on} since isold took it off them; not restored"),
+    })
+}
+
+/// Put a file isold edited back: the original whole when the file still holds exactly what
+/// isold wrote (byte for byte, owner and mode kept), else only isold's own lines undone (see
+/// [`super::files::undo_edit`]); a file that lost one of isold's lines is left as it is and
+/// reported.
+fn restore_file(
+    root: &SysRoot,
+    path: &str,
+    original: Option<&str>,
+    created_dir: Option<&str>,
+    written: Option<&str>,
+) -> Result<Status> {
+    let current = super::plan::read_file_opt(root, path)?;
+    let put_back = match (current.as_deref(), written) {
+        (Some(cur), _) if Some(cur) == original => {
+            return Ok(Status::Restored {
+                to: "original content".into(),
+            })
+        }
+        (None, _) if original.is_some() => {
+            return Ok(Status::Restored {
+                to: "absent (removed since isold wrote it)".into(),
+            })
+        }
+        (None, _) => None,
+        // A state file written before `written` existed (isold before 3533f0d): what isold
+        // wrote is found again in the file from the lines its item writes
+        // (`written_before_0_2`), and only those are undone, as with `written`: putting the
+        // original back whole would delete every line the administrator added since. When
+        // isold's lines cannot be told apart, the file is left as it is, reported.
+        (Some(cur), None) => match written_before_0_2(path, original, cur)
+            .map(|w| super::files::undo_edit(original, &w, cur))
+        {
+            Some(Ok(text)) => text,
+            Some(Err(line)) => {
+                return Ok(failed(format!(
+                    "{} changed since isold wrote it (its line {line:?} is gone): left as it is; edit it by hand",
+                    root.path(path).display()
+                )))
+            }
+            None => {
+                return Ok(failed(format!(
+                    "{}: recorded by an older isold without what it wrote, and isold's lines are not found in it: left as it is; edit it by hand",
+                    root.path(path).display()
+                )))
+            }
+        },
+        (Some(cur), Some(w)) if cur == w => original.map(str::to_string),
+        (Some(cur), Some(w)) => match super::files::undo_edit(original, w, cur) {
+            Ok(text) => text,
+            Err(line) => {
+                return Ok(failed(format!(
+                    "{} changed since isold wrote it (its line {line:?} is gone): left as it is; edit it by hand",
+                    root.path(path).display()
+                )))
+            }
+        },
+    };
+    match put_back {
+        Some(text) => {
+            write_file(root, path, &text)?;
+            Ok(Status::Restored {
+                to: if Some(text.as_str()) == original {
+                    "original content".into()
+                } else {
+                    "isold's lines taken out, later edits kept".into()
+                },
+            })
+        }
+        None => {
+            remove_file(root, path)?;
+            remove_created_dirs(root, path, created_dir);
+            Ok(Status::Restored {
+                to: "removed".into(),
+            })
+        }
+    }
+}
+
+/// What an isold whose state file has no `written` (before 3533f0d) wrote to `path`, found
+/// again in `current` by the lines its item writes; `None` when they are not there.
+///
+/// - irqbalance's defaults: isold set the first uncommented `IRQBALANCE_BANNED_CPULIST=`
+///   (or appended one: `plan::with_banned_cpus`); that edit of the original, with the
+///   line as the file has it now, is what isold wrote.
+/// - a file isold created (original `None`: the KVM options, systemd's drop-in, the GRUB
+///   drop-in): its `# Written by isold` header and the lines right after it of the forms
+///   its item writes (`options ...`; `[Manager]`, `CPUAffinity=`; the drop-in's comments
+///   and `GRUB_CMDLINE_LINUX_DEFAULT=`), up to the first other line. Lines after that are
+///   the administrator's and stay; a line of isold's form added right after isold's block
+///   is taken for isold's.
+fn written_before_0_2(path: &str, original: Option<&str>, current: &str) -> Option<String> {
+    if super::paths::IRQBALANCE_FILES.contains(&path) {
+        let value = current
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix("IRQBALANCE_BANNED_CPULIST="))?;
+        let cpus = CpuSet::parse_list(value.trim()).ok()?;
+        return Some(super::plan::with_banned_cpus(original.unwrap_or(""), &cpus));
+    }
+    if original.is_some() {
+        return None;
+    }
+    let ours = |l: &str| match super::paths::owned_item(path) {
+        Some("kvm") => l.starts_with("options "),
+        Some("systemd_cpuaffinity") => l == "[Manager]" || l.starts_with("CPUAffinity="),
+        Some("bootargs") => l.starts_with('#') || l.starts_with("GRUB_CMDLINE_LINUX_DEFAULT="),
+        _ => false,
+    };
+    let mut lines = current.lines();
+    let head = lines.next().filter(|l| l.starts_with("# Written by"))?;
+    let mut w = vec![head];
+    w.extend(lines.take_while(|l| ours(l)));
+    Some(w.iter().map(|l| format!("{l}\n")).collect())
+}
+
+/// Put back every original recorded in the state files, newest first. Restored (and
+/// vanished) entries leave the state files; a file left empty is removed, so a second restore
+/// finds nothing to do.
+pub fn restore(root: &SysRoot, files: &StateFiles) -> Result<Report> {
+    restore_where(root, files, |_| true)
+}
+
+/// [`restore_one`] of each entry, in order: runs of thread values on this process's CPUs
+/// ([`crate::par`]), every other value alone, in order.
+fn restore_all(root: &SysRoot, entries: &[&Entry]) -> Vec<Status> {
+    let one =
+        |e: &&Entry| crate::cost::stage("restore", &e.item, || restore_one(root, &e.original));
+    in_runs(
+        entries,
+        |e| per_thread_original(&e.original),
+        "thread restores (wall)",
+        one,
+    )
+}
+
+/// Like [`restore`], for the recorded originals whose id `pick` accepts; the others stay in the
+/// state files. A daemon given a new policy puts back what the new one no longer covers.
+pub fn restore_where(
+    root: &SysRoot,
+    files: &StateFiles,
+    pick: impl Fn(&str) -> bool,
+) -> Result<Report> {
+    let _lock = lock(&files.runtime)?;
+    let mut rep = report("restore", None);
+    let mut ledger = crate::cost::stage("state", "file read", || {
+        Ledger::load(files, root, String::new(), String::new())
+    })?;
+    if ledger.is_empty_on_disk() {
+        rep.notes.push(format!(
+            "no state file ({}): nothing to restore",
+            files.shown()
+        ));
+        return Ok(rep);
+    }
+    rep.isolated = ledger.state.isolated.clone();
+    set_aside_note(&ledger, &mut rep);
+    for (e, why) in &ledger.rejected {
+        rep.outcomes.push(Outcome {
+            item: e.item.clone(),
+            id: e.id.clone(),
+            label: e.label.clone(),
+            status: failed(format!(
+                "not restored: the state file's entry is not one isold records ({why}); dropped from the state file"
+            )),
+        });
+    }
+    let mut keep = Vec::new();
+    let mut kept_back = 0usize;
+    // Newest first: a value changed twice goes back to the first original last.
+    let picked: Vec<&Entry> = ledger
+        .state
+        .entries()
+        .iter()
+        .rev()
+        .filter(|e| pick(&e.id))
+        .collect();
+    let mut statuses = restore_all(root, &picked).into_iter();
+    for e in ledger.state.entries().iter().rev() {
+        if !pick(&e.id) {
+            keep.push(e.clone());
+            kept_back += 1;
+            continue;
+        }
+        let status = statuses.next().expect("a status per picked entry");
+        if matches!(status, Status::Failed { .. }) {
+            keep.push(e.clone());
+        }
+        rep.outcomes.push(Outcome {
+            item: e.item.clone(),
+            id: e.id.clone(),
+            label: e.label.clone(),
+            status,
+        });
+    }
+    if ledger.earlier_boot {
+        rep.notes.push("the runtime state file is from an earlier boot: runtime values were reset by the reboot; only files were restored".into());
+    }
+    keep.reverse();
+    let state = &mut ledger.state;
+    *state.entries_mut() = keep;
+    state.unchangeable.retain(|id, _| !pick(id));
+    let failed = state.entries().len() - kept_back;
+    crate::cost::stage("state", "file written", || ledger.persist())?;
+    if failed > 0 {
+        rep.notes.push(format!(
+            "{failed} original(s) could not be restored and stay in {}",
+            files.shown()
+        ));
+    }
+    Ok(rep)
+}
+
+/// A recorded CPU set the policy narrows: where it is, and its original.
+enum Narrowed {
+    Irq(u32),
+    Mask(String),
+    Thread { pid: i32, tid: i32, starttime: u64 },
+}
+
+/// The CPU set `e` records, if it is one the policy narrows (an IRQ's affinity,
+/// `default_smp_affinity`, a workqueue mask, a thread's affinity), with its original.
+fn narrowed_original(e: &Entry) -> Option<(Narrowed, CpuSet)> {
+    match &e.original {
+        Original::Affinity {
+            pid,
+            tid,
+            starttime,
+            cpus,
+            ..
+        } => Some((
+            Narrowed::Thread {
+                pid: *pid,
+                tid: *tid,
+                starttime: *starttime,
+            },
+            CpuSet::parse_list(cpus).ok()?,
+        )),
+        Original::Attr { path, content, .. } if e.item == "workqueue" || e.id == "irq:default" => {
+            Some((
+                Narrowed::Mask(path.clone()),
+                CpuSet::parse_mask(content.trim()).ok()?,
+            ))
+        }
+        // An IRQ's affinity: `irq:N` (the ids the state file's check lets through).
+        Original::Attr { content, .. } => {
+            let n = e.id.strip_prefix("irq:")?.parse().ok()?;
+            Some((Narrowed::Irq(n), CpuSet::parse_list(content.trim()).ok()?))
+        }
+        _ => None,
+    }
+}
+
+/// After CPUs stopped being isolated (a container's claim released, a reload isolating
+/// fewer), give each recorded CPU set the policy narrowed (IRQ affinities, thread affinities,
+/// `default_smp_affinity`, workqueue masks) back the freed CPUs its original had: it becomes
+/// `current ∪ (original ∩ freed)`. Nothing else moves: a value is never taken off a CPU, and a
+/// CPU it never had is never added. One that is its original again is put back byte for byte
+/// and leaves the state file; the others keep their original there for `isold restore`.
+///
+/// `isolated_before`: the CPUs that were isolated when the values were narrowed. A thread
+/// missing a CPU of its original outside them was pinned by its owner (libvirt, DPDK,
+/// `taskset -p`) since: its pin stands, it gets nothing back.
+pub fn give_back(
+    root: &SysRoot,
+    files: &StateFiles,
+    freed: &CpuSet,
+    isolated_before: &CpuSet,
+) -> Result<Report> {
+    let _lock = lock(&files.runtime)?;
+    let mut rep = report("give back", None);
+    if freed.is_empty() {
+        return Ok(rep);
+    }
+    let mut ledger = Ledger::load(files, root, String::new(), String::new())?;
+    // A runtime file of an earlier boot holds no entry here (the reboot reset those values).
+    if ledger.is_empty_on_disk() {
+        return Ok(rep);
+    }
+    let mut done = std::collections::HashSet::new();
+    // Threads given some CPUs back: no longer CPUs isold took them off.
+    let mut given = std::collections::HashSet::new();
+    for e in ledger.state.entries() {
+        let Some((what, orig)) = narrowed_original(e) else {
+            continue;
+        };
+        if orig.is_disjoint(freed) {
+            continue;
+        }
+        let current = match &what {
+            Narrowed::Irq(n) => irq::affinity(root, *n).map(Some),
+            Narrowed::Mask(path) => crate::topology::read_cpu_mask(root, path).map(Some),
+            Narrowed::Thread {
+                pid,
+                tid,
+                starttime,
+            } => match tasks::is_same_thread(root, *pid, *tid, *starttime) {
+                Ok(true) => tasks::read_thread(root, *pid, *tid).map(|t| t.map(|t| t.affinity)),
+                Ok(false) => Ok(None),
+                Err(e) => Err(e),
+            },
+        };
+        let current = match current {
+            Ok(Some(c)) => c,
+            Ok(None) => continue,
+            Err(err) if err.errno() == Some(libc::ENOENT) => continue,
+            Err(err) => {
+                rep.outcomes.push(Outcome {
+                    item: e.item.clone(),
+                    id: e.id.clone(),
+                    label: e.label.clone(),
+                    status: failed(err),
+                });
+                continue;
+            }
+        };
+        if matches!(what, Narrowed::Thread { .. })
+            && !orig.difference(&current).is_subset(isolated_before)
+        {
+            continue;
+        }
+        let want = current.union(&orig.intersection(freed));
+        if want == current {
+            continue;
+        }
+        let status = if want == orig {
+            // The original again: written as recorded, and no longer owed.
+            let s = restore_one(root, &e.original);
+            if matches!(s, Status::Restored { .. } | Status::Gone) {
+                done.insert(e.id.clone());
+            }
+            s
+        } else {
+            let written = match &what {
+                Narrowed::Irq(n) => irq::set_affinity(root, *n, &want),
+                Narrowed::Mask(path) => root.write_attr(path, &want.to_mask_string()),
+                Narrowed::Thread { pid, tid, .. } => set_thread_affinity(root, *pid, *tid, &want),
+            };
+            match written {
+                Ok(()) => {
+                    if matches!(what, Narrowed::Thread { .. }) {
+                        given.insert(e.id.clone());
+                    }
+                    Status::Changed {
+                        from: current.to_string(),
+                        to: want.to_string(),
+                    }
+                }
+                Err(err) if err.errno() == Some(libc::ESRCH) => Status::Gone,
+                Err(err) => failed(err),
+            }
+        };
+        rep.outcomes.push(Outcome {
+            item: e.item.clone(),
+            id: e.id.clone(),
+            label: e.label.clone(),
+            status,
+        });
+    }
+    if !given.is_empty() {
+        for e in ledger.state.entries_mut() {
+            if let Original::Affinity {
+                taken_off: Some(t), ..
+            } = &mut e.original
+            {
+                if given.contains(&e.id) {
+                    if let Ok(set) = CpuSet::parse_list(t) {
+                        *t = set.difference(freed).to_string();
+                    }
+                }
+            }
+        }
+    }
+    if !done.is_empty() || !given.is_empty() {
+        ledger.state.entries_mut().retain(|e| !done.contains(&e.id));
+        ledger.persist()?;
+    }
+    Ok(rep)
+}
