@@ -31,6 +31,7 @@ pub mod engine;
 pub mod fastpath;
 pub mod files;
 pub mod grub;
+mod journal;
 pub mod partition;
 pub mod paths;
 pub mod plan;
