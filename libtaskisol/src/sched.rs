@@ -379,6 +379,13 @@ mod tests {
         assert_eq!(get_affinity(tid).unwrap(), first);
         done_tx.send(()).unwrap();
         h.join().unwrap();
+        // pthread_join returns when the kernel clears the thread's tid word, before the task
+        // is reaped: wait until it is gone from /proc (a system call still finds it before).
+        let dir = format!("/proc/self/task/{tid}");
+        let t0 = std::time::Instant::now();
+        while std::path::Path::new(&dir).exists() && t0.elapsed().as_secs() < 10 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         // A thread that is gone: ESRCH, not a mismatch.
         let e = set_affinity_if(tid, &first, &all).unwrap_err();
         assert_eq!(e.errno(), Some(libc::ESRCH), "{e}");
