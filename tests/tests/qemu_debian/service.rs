@@ -550,11 +550,12 @@ kill $w
              echo tasks_after=$(field '\"tasks\":[0-9]*')\n\
              echo active=$(systemctl is-active isold)\n\
              isold status | grep -E \"owner's pin|corrections\"\n\
-             t0=$(date +%s%N); setsid taskset -c 0-3 sleep 100000 </dev/null >/dev/null 2>&1 &\np=$!\n\
-             while [ \"$(sed -n 's/^Cpus_allowed_list:\\t//p' /proc/$p/status)\" != 0-1 ] && [ $(( ($(date +%s%N) - t0) / 1000000 )) -lt 120000 ]; do /usr/bin/busybox usleep 20000; done\n\
-             echo narrowed_after_racer_ms=$(( ($(date +%s%N) - t0) / 1000000 ))\nkill $p; wait $p 2>/dev/null\n\
-             t0=$(date +%s%N); systemctl stop isold; echo stop_rc=$?\n\
-             echo stop_after_racer_ms=$(( ($(date +%s%N) - t0) / 1000000 ))"
+             cs() {{ cut -d' ' -f1 /proc/uptime | tr -d .; }}\n\
+             t0=$(cs); setsid taskset -c 0-3 sleep 100000 </dev/null >/dev/null 2>&1 &\np=$!\n\
+             while [ \"$(sed -n 's/^Cpus_allowed_list:\\t//p' /proc/$p/status)\" != 0-1 ] && [ $(( $(cs) - t0 )) -lt 12000 ]; do /usr/bin/busybox usleep 20000; done\n\
+             echo narrowed_after_racer_ms=$(( ($(cs) - t0) * 10 ))\nkill $p; wait $p 2>/dev/null\n\
+             t0=$(cs); systemctl stop isold; echo stop_rc=$?\n\
+             echo stop_after_racer_ms=$(( ($(cs) - t0) * 10 ))"
         ),
         Duration::from_secs(900),
         vec![
