@@ -261,14 +261,7 @@ fn main() {
             let mut pins = Vec::with_capacity(n);
             // Every online CPU (a daemon may have narrowed this process already at its exec,
             // before main() ran: what it started with is not what it asked for).
-            // SAFETY: a zeroed cpu_set_t is an empty set.
-            let mut start: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            // SAFETY: sysconf has no preconditions.
-            let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-            for cpu in 0..online.min(libc::CPU_SETSIZE as usize) {
-                // SAFETY: cpu is below CPU_SETSIZE.
-                unsafe { libc::CPU_SET(cpu, &mut start) };
-            }
+            let (start, _) = online_set();
             for i in 0..n {
                 // Wide again: every thread is born wide, as the first threads of a program
                 // started wide are, before any daemon could narrow it.
