@@ -438,6 +438,242 @@ fn take_due<T>(pending: &mut Vec<T>, now: Instant, at: impl Fn(&T) -> Instant) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::status::DaemonStatus;
+    use libtaskisol::policy::config::Config;
+    use libtaskisol::policy::fastpath::Step;
+    use libtaskisol::policy::state::{journal_path, StateFiles};
+    use libtaskisol::SysRoot;
+    use std::path::{Path, PathBuf};
+
+    use super::super::os::{monotonic_ns, Log};
+
+    /// A daemon's task side on the tree captured from the 6.12-rt guest, the policy applied
+    /// once with thread 193 (`sh`) on 0-1 (nothing of it recorded).
+    struct Fake {
+        _dir: tempfile::TempDir,
+        tree: PathBuf,
+        env: Env,
+        policy: Policy,
+        books: Books,
+        tasks: Tasks,
+    }
+
+    fn fake() -> Fake {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("root");
+        let fixture =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/debian-6.12-rt-isold");
+        let cp = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&fixture)
+            .arg(&tree)
+            .status()
+            .unwrap();
+        assert!(cp.success(), "cp -a {}", fixture.display());
+        let root = SysRoot::new(&tree);
+        set_affinity(&tree, "0-1");
+        let cfg = Config::parse("isolated_cpus = \"2-3\"\n", Path::new("isold.toml")).unwrap();
+        let policy = Policy::resolve(cfg, &root).unwrap();
+        let files = StateFiles::default_for(&root);
+        engine::apply(&root, &policy, &files).unwrap();
+        let log = Log {
+            verbose: 0,
+            journal: false,
+        };
+        let books = Books::new(DaemonStatus::default(), files.runtime.clone(), log);
+        let mut tasks = Tasks::new(TaskFixer::new(&files.runtime));
+        tasks.resync(&log);
+        Fake {
+            _dir: dir,
+            tree,
+            env: Env { root, files, log },
+            policy,
+            books,
+            tasks,
+        }
+    }
+
+    /// Thread 193 given the affinity `cpus`, as a task widening itself.
+    fn set_affinity(tree: &Path, cpus: &str) {
+        let p = tree.join("proc/193/task/193/status");
+        let text = std::fs::read_to_string(&p).unwrap();
+        let out: Vec<String> = text
+            .lines()
+            .map(|l| {
+                if l.starts_with("Cpus_allowed_list:") {
+                    format!("Cpus_allowed_list:\t{cpus}")
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect();
+        std::fs::write(&p, out.join("\n") + "\n").unwrap();
+    }
+
+    impl Fake {
+        fn set_affinity(&self, cpus: &str) {
+            set_affinity(&self.tree, cpus);
+        }
+
+        fn affinity(&self) -> String {
+            tasks::read_thread(&self.env.root, 193, 193)
+                .unwrap()
+                .unwrap()
+                .affinity
+                .to_string()
+        }
+
+        /// Process events as one batch read from the connector, as `on_proc_events` takes
+        /// them.
+        fn events(&mut self, events: Vec<ProcEvent>) {
+            let mut cx = Ctx {
+                env: &self.env,
+                policy: &self.policy,
+                books: &mut self.books,
+            };
+            let (mut check, mut engine) = (Vec::new(), Vec::new());
+            for e in events {
+                self.tasks
+                    .on_event(&mut cx, e, monotonic_ns(), &mut check, &mut engine);
+            }
+            self.tasks.fix_asked(&mut cx, check, engine, None);
+        }
+
+        fn corrected(&self) -> u64 {
+            self.books
+                .status
+                .corrections
+                .get("tasks")
+                .copied()
+                .unwrap_or(0)
+        }
+
+        fn reactions(&mut self) -> u64 {
+            self.books.save_status();
+            self.books
+                .status
+                .task_reaction
+                .as_ref()
+                .map_or(0, |r| r.count)
+        }
+
+        fn journal_lines(&self) -> usize {
+            std::fs::read_to_string(journal_path(&self.env.files.runtime))
+                .map(|t| t.lines().count())
+                .unwrap_or(0)
+        }
+
+        fn state_inode(&self) -> u64 {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(&self.env.files.runtime).unwrap().ino()
+        }
+    }
+
+    /// A task that widened itself and exec'd is narrowed in answer to the event by the fast
+    /// path (one journal line, the state file not rewritten), counted as a correction and as
+    /// a reaction; the fork and exec of the same batch cost one correction.
+    #[test]
+    fn a_wide_task_is_narrowed_at_its_exec_by_the_fast_path() {
+        let mut f = fake();
+        let steps = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = steps.clone();
+        f.tasks
+            .fixer
+            .between_steps(move |step, tid| seen.lock().unwrap().push((step, tid)));
+        let (lines, inode) = (f.journal_lines(), f.state_inode());
+        f.set_affinity("0-3");
+        f.events(vec![
+            ProcEvent::Fork {
+                parent_tgid: 1,
+                child_pid: 193,
+                child_tgid: 193,
+            },
+            ProcEvent::Exec {
+                pid: 193,
+                tgid: 193,
+            },
+        ]);
+        assert_eq!(f.affinity(), "0-1");
+        assert_eq!(f.corrected(), 1);
+        assert_eq!(f.reactions(), 1);
+        assert_eq!(f.journal_lines(), lines + 1, "its original journaled");
+        assert_eq!(f.state_inode(), inode, "no whole write of the state");
+        assert_eq!(
+            *steps.lock().unwrap(),
+            [(Step::Recorded, 193), (Step::Written, 193)],
+            "the fast path took it"
+        );
+        // Already narrow: an exec is looked at and nothing is corrected.
+        f.events(vec![ProcEvent::Exec {
+            pid: 193,
+            tgid: 193,
+        }]);
+        assert_eq!((f.corrected(), f.reactions()), (1, 1));
+    }
+
+    /// When the state file is not the one the fast path knows (rewritten by someone else),
+    /// the task is narrowed by the general path, still counted and timed.
+    #[test]
+    fn a_task_the_fast_path_hands_over_is_narrowed_by_the_general_path() {
+        let mut f = fake();
+        let state = f.env.files.runtime.clone();
+        let copy = state.with_extension("copy");
+        std::fs::copy(&state, &copy).unwrap();
+        std::fs::rename(&copy, &state).unwrap();
+        f.set_affinity("0-3");
+        f.events(vec![ProcEvent::Exec {
+            pid: 193,
+            tgid: 193,
+        }]);
+        assert_eq!(f.affinity(), "0-1");
+        assert_eq!(f.corrected(), 1);
+        assert_eq!(f.reactions(), 1);
+        // The fast path knows the state file again: the next one is its.
+        let lines = f.journal_lines();
+        f.set_affinity("1-3");
+        f.events(vec![ProcEvent::Exec {
+            pid: 193,
+            tgid: 193,
+        }]);
+        assert_eq!(f.affinity(), "1", "the isolated CPUs taken off");
+        assert_eq!(
+            f.journal_lines(),
+            lines,
+            "recorded already: nothing to journal"
+        );
+        assert_eq!(f.corrected(), 2);
+    }
+
+    /// Only threads isold narrowed count as reactions to their events: a thread asked for
+    /// and gone, or not changed, does not, whatever else the same pass changed.
+    #[test]
+    fn only_threads_isold_narrowed_are_reactions() {
+        let mut f = fake();
+        f.set_affinity("0-3");
+        let at = monotonic_ns();
+        let mut cx = Ctx {
+            env: &f.env,
+            policy: &f.policy,
+            books: &mut f.books,
+        };
+        f.tasks.fix_threads(
+            &mut cx,
+            &[(193, 193), (4242, 4242)],
+            None,
+            &[(193, at), (4242, at)],
+        );
+        assert_eq!(f.affinity(), "0-1");
+        assert_eq!(f.reactions(), 1);
+        // Narrow already: read, not changed, not a reaction.
+        let mut cx = Ctx {
+            env: &f.env,
+            policy: &f.policy,
+            books: &mut f.books,
+        };
+        f.tasks
+            .fix_threads(&mut cx, &[(193, 193)], None, &[(193, at)]);
+        assert_eq!(f.reactions(), 1);
+    }
 
     /// A new thread is looked at once its grace is over, to the instant, not before: the
     /// ones still in their grace wait, in order.

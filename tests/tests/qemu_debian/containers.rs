@@ -694,6 +694,8 @@ fn rt612_isold_hook_isolates_a_podman_containers_cpus_while_it_runs() {
              wait_for 20 irq4_kept\n\
              echo irq4=$(cat /proc/irq/4/smp_affinity_list)\n\
              echo run_mode=$(stat -c %a /run/isold)\necho lib_mode=$(stat -c %a /var/lib/isold)\n\
+             running() {{ isold status >/dev/null; }}\n\
+             wait_for 20 running\n\
              isold status >/dev/null; echo status_rc=$?\n\
              echo 0-3 >/proc/irq/4/smp_affinity_list\n\
              wait_for 10 irq4_kept\n\

@@ -252,8 +252,9 @@ fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
         // pins its main lcore): the stop's restore leaves that pin; everything else is back.
         "aff() { sed -n 's/^Cpus_allowed_list:\t//p' /proc/$1/status; }\n\
          setsid taskset -c 0-3 sleep 100000 </dev/null >/dev/null 2>&1 &\np=$!\n\
-         n=0; while [ \"$(aff $p)\" != 0-1 ] && [ $n -lt 50 ]; do /usr/bin/busybox usleep 100000; n=$((n + 1)); done\n\
-         echo owner_narrowed=$(aff $p)\n\
+         n=0; while [ \"$(aff $p)\" != 0-1 ] && [ $n -lt 300 ]; do /usr/bin/busybox usleep 100000; n=$((n + 1)); done\n\
+         echo owner_narrowed=$(aff $p)\necho owner_narrowed_polls=$n\n\
+         if [ \"$(aff $p)\" != 0-1 ]; then grep -E '^(Name|Pid|PPid|Cpus_allowed_list):' /proc/$p/status >&2; isold status >&2; journalctl -u isold -n 20 --no-pager -o cat >&2; fi\n\
          taskset -p -c 3 $p >/dev/null; echo owner_pinned=$(aff $p)\n\
          systemctl stop isold; echo stop_rc=$?\n\
          echo owner_after_stop=$(aff $p)\nkill $p; wait $p 2>/dev/null\n\
