@@ -1147,3 +1147,104 @@ fn the_cpus_a_thread_was_taken_off_follow_reloads_and_give_backs() {
         "isold's own give-back is undone by restore"
     );
 }
+
+/// The ids of the state's entries for threads (`task:`/`sched:`), and of all others.
+fn thread_ids_and_rest(s: &Setup) -> (Vec<String>, Vec<String>) {
+    let st = State::load(&s.state).unwrap().unwrap();
+    st.entries()
+        .iter()
+        .map(|e| e.id.clone())
+        .partition(|id| id.starts_with("task:") || id.starts_with("sched:"))
+}
+
+/// Originals of threads that are gone (exited, or their tid now another thread's) are
+/// dropped from the state; every other original stays, and restore is then as exact as
+/// before. Nothing gone: nothing written.
+#[test]
+fn the_originals_of_gone_threads_are_forgotten_and_nothing_else() {
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    let (threads, rest) = thread_ids_and_rest(&s);
+    assert!(threads.len() >= 3, "{threads:?}");
+    assert!(threads.iter().any(|id| id.starts_with("task:193:")));
+    assert!(!rest.is_empty());
+    // Nothing gone yet.
+    let inode = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).unwrap().ino()
+    };
+    let before = inode(&s.state);
+    assert_eq!(engine::forget_gone_threads(&s.root, &s.files).unwrap(), 0);
+    assert_eq!(inode(&s.state), before, "nothing to drop: not written");
+    // 193 runs another program under the same tid (a new start time); another thread exits.
+    renew(&s, 999_999);
+    let other = threads
+        .iter()
+        .find(|id| !id.starts_with("task:193:"))
+        .unwrap()
+        .clone();
+    let tid: i32 = other.split(':').nth(1).unwrap().parse().unwrap();
+    let task_dir = std::fs::read_dir(s.tree.join("proc"))
+        .unwrap()
+        .filter_map(|d| {
+            let p = d.unwrap().path().join(format!("task/{tid}"));
+            p.is_dir().then_some(p)
+        })
+        .next()
+        .unwrap();
+    std::fs::remove_dir_all(&task_dir).unwrap();
+    let gone: Vec<&String> = threads
+        .iter()
+        .filter(|id| id.starts_with("task:193:") || id.split(':').nth(1) == Some(&tid.to_string()))
+        .collect();
+    let dropped = engine::forget_gone_threads(&s.root, &s.files).unwrap();
+    assert_eq!(dropped, gone.len(), "{gone:?}");
+    let (threads_after, rest_after) = thread_ids_and_rest(&s);
+    assert_eq!(rest_after, rest, "only threads' originals dropped");
+    let kept: Vec<String> = threads
+        .iter()
+        .filter(|id| !gone.contains(id))
+        .cloned()
+        .collect();
+    assert_eq!(threads_after, kept);
+    assert_eq!(engine::forget_gone_threads(&s.root, &s.files).unwrap(), 0);
+    // Restore puts back everything kept, with nothing gone to report.
+    let rep = engine::restore(&s.root, &s.files).unwrap();
+    assert!(rep.problems().next().is_none(), "{:?}", rep.outcomes);
+    assert!(!rep
+        .outcomes
+        .iter()
+        .any(|o| matches!(o.status, Status::Gone)));
+    assert_eq!(rep.outcomes.len(), rest.len() + kept.len());
+}
+
+/// A state holding what a report must say first (an entry refused at the load) is left for
+/// the apply or restore that says it.
+#[test]
+fn forgetting_leaves_a_state_with_refused_entries_to_the_report() {
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    let journal = journal_path(&s.state);
+    renew(&s, 999_999);
+    // An entry that is not one isold records, appended as the fast path appends.
+    let bad = libtaskisol::policy::state::Entry {
+        id: "task:5:1".into(),
+        item: "tasks".into(),
+        label: "task 5 (x)".into(),
+        original: Original::Affinity {
+            pid: 5,
+            tid: 6,
+            starttime: 1,
+            comm: "x".into(),
+            cpus: "0-3".into(),
+            taken_off: None,
+        },
+    };
+    let st = State::load(&s.state).unwrap().unwrap();
+    st.append(&s.state, &[bad]).unwrap();
+    // Read from the disk, not from this process's memory of the last state written.
+    libtaskisol::policy::state::drop_cache();
+    let journal_before = std::fs::read(&journal).unwrap();
+    assert_eq!(engine::forget_gone_threads(&s.root, &s.files).unwrap(), 0);
+    assert_eq!(std::fs::read(&journal).unwrap(), journal_before);
+    let rep = engine::restore(&s.root, &s.files).unwrap();
+    assert!(rep.outcomes.iter().any(|o| o.id == "task:5:1"));
+}

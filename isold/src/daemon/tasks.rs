@@ -23,6 +23,11 @@ use super::os::{give_back_memory, thread_cpu_ns};
 /// creation and its pin. The stress test pins up to 20 ms after creation.
 pub const NEW_THREAD_GRACE: Duration = Duration::from_millis(50);
 
+/// Threads gone since the state last lost its gone threads' originals, after which the next
+/// task sweep drops them ([`engine::forget_gone_threads`]): the state of a host with churn
+/// stays as large as its live narrowed threads, for one load and write per thousand exits.
+pub const FORGET_AFTER_EXITS: u64 = 1000;
+
 /// A thread to look at (pid, tid), with the time of the event that asked for it.
 type Ask = (i32, i32, Option<u64>);
 
@@ -43,6 +48,9 @@ pub struct Tasks {
     /// event's time). A program that pins a thread right after creating it (DPDK, QEMU's
     /// vCPUs under libvirt) has done so by then.
     pub new_threads: Vec<(Instant, i32, i32, u64)>,
+    /// Threads gone since their originals were last dropped from the state (starts at
+    /// [`FORGET_AFTER_EXITS`]: a start after churn drops them at the first sweep).
+    pub exits: u64,
 }
 
 /// What a pass needs of the daemon: where, which policy, and the books to report to.
@@ -61,6 +69,7 @@ impl Tasks {
             fixer,
             new_kthreads: Vec::new(),
             new_threads: Vec::new(),
+            exits: FORGET_AFTER_EXITS,
         }
     }
 
@@ -313,6 +322,7 @@ impl Tasks {
                 }
             }
             ProcEvent::Exit { pid, .. } => {
+                self.exits += 1;
                 self.known.remove(&pid);
                 self.settled.remove(&pid);
                 self.new_threads.retain(|t| t.2 != pid);
@@ -405,7 +415,9 @@ impl Tasks {
             Ok(t) => t,
             Err(e) => return cx.env.log.warn(&format!("tasks: {e}")),
         };
-        self.known = threads.iter().map(|t| t.tid).collect();
+        let known: BTreeSet<i32> = threads.iter().map(|t| t.tid).collect();
+        self.exits += self.known.difference(&known).count() as u64;
+        self.known = known;
         self.settled.retain(|t| self.known.contains(t));
         match engine::apply_threads(&cx.env.root, cx.policy, &cx.env.files, &threads) {
             Ok(rep) => {
@@ -415,6 +427,27 @@ impl Tasks {
         }
         drop(threads);
         give_back_memory();
+    }
+
+    /// After [`FORGET_AFTER_EXITS`] exits, the originals of threads that are gone dropped
+    /// from the state (restore would find them gone), the fast path's memory of it renewed.
+    pub fn forget_gone(&mut self, cx: &mut Ctx) {
+        if self.exits < FORGET_AFTER_EXITS {
+            return;
+        }
+        self.exits = 0;
+        let log = cx.env.log;
+        match engine::forget_gone_threads(&cx.env.root, &cx.env.files) {
+            Ok(0) => {}
+            Ok(n) => {
+                log.info(&format!(
+                    "state: the originals of {n} thread(s) that are gone dropped"
+                ));
+                self.resync(&log);
+                give_back_memory();
+            }
+            Err(e) => log.warn(&format!("state: dropping gone threads' originals: {e}")),
+        }
     }
 
     /// When the next new thread or kthread is due.
@@ -642,6 +675,49 @@ mod tests {
             "recorded already: nothing to journal"
         );
         assert_eq!(f.corrected(), 2);
+    }
+
+    fn has_original_of_193(f: &Fake) -> bool {
+        libtaskisol::policy::state::State::load(&f.env.files.runtime)
+            .unwrap()
+            .is_some_and(|st| st.entries().iter().any(|e| e.id.starts_with("task:193:")))
+    }
+
+    /// A thread narrowed, then gone: its original leaves the state at the first sweep after
+    /// a start, then only once a thousand threads have gone since.
+    #[test]
+    fn the_originals_of_gone_threads_leave_the_state_every_thousand_exits() {
+        let mut f = fake();
+        f.set_affinity("0-3");
+        f.events(vec![ProcEvent::Exec {
+            pid: 193,
+            tgid: 193,
+        }]);
+        assert!(has_original_of_193(&f));
+        let forget = |f: &mut Fake| {
+            let mut cx = Ctx {
+                env: &f.env,
+                policy: &f.policy,
+                books: &mut f.books,
+            };
+            f.tasks.forget_gone(&mut cx);
+        };
+        // Still there: kept.
+        forget(&mut f);
+        assert!(has_original_of_193(&f));
+        assert_eq!(f.tasks.exits, 0);
+        std::fs::remove_dir_all(f.tree.join("proc/193")).unwrap();
+        let exit = ProcEvent::Exit {
+            pid: 193,
+            tgid: 193,
+        };
+        f.events(vec![exit.clone(); FORGET_AFTER_EXITS as usize - 1]);
+        forget(&mut f);
+        assert!(has_original_of_193(&f), "not yet: 999 exits");
+        f.events(vec![exit]);
+        forget(&mut f);
+        assert!(!has_original_of_193(&f), "dropped after 1000 exits");
+        assert_eq!(f.tasks.exits, 0);
     }
 
     /// Only threads isold narrowed count as reactions to their events: a thread asked for

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use super::partition;
 use super::plan::{plan, Op, Target};
-pub use super::restore::{give_back, restore, restore_where};
+pub use super::restore::{forget_gone_threads, give_back, restore, restore_where};
 use super::state::{self, Entry, Ledger, Original, State, StateFiles};
 use super::threads::{refusal, set_thread_affinity_if, set_thread_sched, Refusal};
 use super::{shown, Outcome, Policy, Report, Status};

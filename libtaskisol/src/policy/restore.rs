@@ -337,6 +337,70 @@ pub fn restore_where(
     Ok(rep)
 }
 
+/// The originals of threads that are gone (exited, or their id now another thread's) dropped
+/// from the state files, with the targets the kernel refused for them: restore has nothing to
+/// put back on them, and a daemon on a host with churn would otherwise keep every thread it
+/// ever narrowed (its general path loads them all). A thread that cannot be told gone (its
+/// stat unreadable for another reason) keeps its entry. Returns how many entries were
+/// dropped; the state files are written only when there were any, and not at all when the
+/// runtime file is from an earlier boot (the next apply starts it anew) or holds what an
+/// apply or a restore must report first (entries refused at the load, journal lines set
+/// aside).
+pub fn forget_gone_threads(root: &SysRoot, files: &StateFiles) -> Result<usize> {
+    let _lock = lock(&files.runtime)?;
+    let mut ledger = Ledger::load(files, root, String::new(), String::new())?;
+    // Entries refused at the load and journal lines set aside are said by the report of an
+    // apply or a restore, which drops them: not here, silently.
+    if ledger.is_empty_on_disk()
+        || ledger.earlier_boot
+        || !ledger.rejected.is_empty()
+        || !ledger.state.set_aside.is_empty()
+    {
+        return Ok(0);
+    }
+    let gone = |pid: i32, tid: i32, starttime: u64| {
+        matches!(tasks::is_same_thread(root, pid, tid, starttime), Ok(false))
+    };
+    let state = &mut ledger.state;
+    let before = state.entries().len();
+    state.entries_mut().retain(|e| match &e.original {
+        Original::Affinity {
+            pid,
+            tid,
+            starttime,
+            ..
+        }
+        | Original::Sched {
+            pid,
+            tid,
+            starttime,
+            ..
+        } => !gone(*pid, *tid, *starttime),
+        _ => true,
+    });
+    let dropped = before - state.entries().len();
+    // A refusal's id names the thread (`task:TID:STARTTIME`, `sched:TID:STARTTIME`); the
+    // process is the thread's own for this check (the kernel lists every thread there too).
+    let refusals = state.unchangeable.len();
+    state.unchangeable.retain(|id, _| {
+        let mut parts = id.splitn(3, ':');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some("task" | "sched"), Some(tid), Some(start)) => {
+                match (tid.parse::<i32>(), start.parse::<u64>()) {
+                    (Ok(tid), Ok(start)) => !gone(tid, tid, start),
+                    _ => true,
+                }
+            }
+            _ => true,
+        }
+    });
+    let dropped = dropped + (refusals - state.unchangeable.len());
+    if dropped > 0 {
+        ledger.persist()?;
+    }
+    Ok(dropped)
+}
+
 /// A recorded CPU set the policy narrows: where it is, and its original.
 enum Narrowed {
     Irq(u32),
