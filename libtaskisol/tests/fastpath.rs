@@ -1173,7 +1173,10 @@ fn the_originals_of_gone_threads_are_forgotten_and_nothing_else() {
         std::fs::metadata(p).unwrap().ino()
     };
     let before = inode(&s.state);
-    assert_eq!(engine::forget_gone_threads(&s.root, &s.files).unwrap(), 0);
+    assert_eq!(
+        engine::forget_gone_threads(&s.root, &s.files, |_| true).unwrap(),
+        0
+    );
     assert_eq!(inode(&s.state), before, "nothing to drop: not written");
     // 193 runs another program under the same tid (a new start time); another thread exits.
     renew(&s, 999_999);
@@ -1196,7 +1199,12 @@ fn the_originals_of_gone_threads_are_forgotten_and_nothing_else() {
         .iter()
         .filter(|id| id.starts_with("task:193:") || id.split(':').nth(1) == Some(&tid.to_string()))
         .collect();
-    let dropped = engine::forget_gone_threads(&s.root, &s.files).unwrap();
+    // Only the tids named are looked at.
+    assert_eq!(
+        engine::forget_gone_threads(&s.root, &s.files, |t| t != 193 && t != tid).unwrap(),
+        0
+    );
+    let dropped = engine::forget_gone_threads(&s.root, &s.files, |_| true).unwrap();
     assert_eq!(dropped, gone.len(), "{gone:?}");
     let (threads_after, rest_after) = thread_ids_and_rest(&s);
     assert_eq!(rest_after, rest, "only threads' originals dropped");
@@ -1206,7 +1214,10 @@ fn the_originals_of_gone_threads_are_forgotten_and_nothing_else() {
         .cloned()
         .collect();
     assert_eq!(threads_after, kept);
-    assert_eq!(engine::forget_gone_threads(&s.root, &s.files).unwrap(), 0);
+    assert_eq!(
+        engine::forget_gone_threads(&s.root, &s.files, |_| true).unwrap(),
+        0
+    );
     // Restore puts back everything kept, with nothing gone to report.
     let rep = engine::restore(&s.root, &s.files).unwrap();
     assert!(rep.problems().next().is_none(), "{:?}", rep.outcomes);
@@ -1243,7 +1254,10 @@ fn forgetting_leaves_a_state_with_refused_entries_to_the_report() {
     // Read from the disk, not from this process's memory of the last state written.
     libtaskisol::policy::state::drop_cache();
     let journal_before = std::fs::read(&journal).unwrap();
-    assert_eq!(engine::forget_gone_threads(&s.root, &s.files).unwrap(), 0);
+    assert_eq!(
+        engine::forget_gone_threads(&s.root, &s.files, |_| true).unwrap(),
+        0
+    );
     assert_eq!(std::fs::read(&journal).unwrap(), journal_before);
     let rep = engine::restore(&s.root, &s.files).unwrap();
     assert!(rep.outcomes.iter().any(|o| o.id == "task:5:1"));

@@ -25,8 +25,13 @@ pub const NEW_THREAD_GRACE: Duration = Duration::from_millis(50);
 
 /// Threads gone since the state last lost its gone threads' originals, after which the next
 /// task sweep drops them ([`engine::forget_gone_threads`]): the state of a host with churn
-/// stays as large as its live narrowed threads, for one load and write per thousand exits.
+/// stays as large as its live narrowed threads, for one load and write per thousand exits
+/// and a stat read per exit.
 pub const FORGET_AFTER_EXITS: u64 = 1000;
+
+/// Exited tids kept for that at most (a fork storm between two sweeps): past it, every
+/// original is looked at instead.
+const FORGET_TIDS_KEPT: usize = 65536;
 
 /// A thread to look at (pid, tid), with the time of the event that asked for it.
 type Ask = (i32, i32, Option<u64>);
@@ -48,9 +53,11 @@ pub struct Tasks {
     /// event's time). A program that pins a thread right after creating it (DPDK, QEMU's
     /// vCPUs under libvirt) has done so by then.
     pub new_threads: Vec<(Instant, i32, i32, u64)>,
-    /// Threads gone since their originals were last dropped from the state (starts at
-    /// [`FORGET_AFTER_EXITS`]: a start after churn drops them at the first sweep).
-    pub exits: u64,
+    /// Threads gone since their originals were last dropped from the state (their tids).
+    pub exited: HashSet<i32>,
+    /// Every thread's original is looked at the next time (a start after churn, or more
+    /// exits than are worth keeping).
+    pub forget_all: bool,
 }
 
 /// What a pass needs of the daemon: where, which policy, and the books to report to.
@@ -69,7 +76,8 @@ impl Tasks {
             fixer,
             new_kthreads: Vec::new(),
             new_threads: Vec::new(),
-            exits: FORGET_AFTER_EXITS,
+            exited: HashSet::new(),
+            forget_all: true,
         }
     }
 
@@ -322,7 +330,7 @@ impl Tasks {
                 }
             }
             ProcEvent::Exit { pid, .. } => {
-                self.exits += 1;
+                self.exited(pid);
                 self.known.remove(&pid);
                 self.settled.remove(&pid);
                 self.new_threads.retain(|t| t.2 != pid);
@@ -416,7 +424,10 @@ impl Tasks {
             Err(e) => return cx.env.log.warn(&format!("tasks: {e}")),
         };
         let known: BTreeSet<i32> = threads.iter().map(|t| t.tid).collect();
-        self.exits += self.known.difference(&known).count() as u64;
+        let gone: Vec<i32> = self.known.difference(&known).copied().collect();
+        for tid in gone {
+            self.exited(tid);
+        }
         self.known = known;
         self.settled.retain(|t| self.known.contains(t));
         match engine::apply_threads(&cx.env.root, cx.policy, &cx.env.files, &threads) {
@@ -432,12 +443,15 @@ impl Tasks {
     /// After [`FORGET_AFTER_EXITS`] exits, the originals of threads that are gone dropped
     /// from the state (restore would find them gone), the fast path's memory of it renewed.
     pub fn forget_gone(&mut self, cx: &mut Ctx) {
-        if self.exits < FORGET_AFTER_EXITS {
+        if !self.forget_all && (self.exited.len() as u64) < FORGET_AFTER_EXITS {
             return;
         }
-        self.exits = 0;
+        let (all, exited) = (self.forget_all, std::mem::take(&mut self.exited));
+        self.forget_all = false;
         let log = cx.env.log;
-        match engine::forget_gone_threads(&cx.env.root, &cx.env.files) {
+        match engine::forget_gone_threads(&cx.env.root, &cx.env.files, |tid| {
+            all || exited.contains(&tid)
+        }) {
             Ok(0) => {}
             Ok(n) => {
                 log.info(&format!(
@@ -447,6 +461,15 @@ impl Tasks {
                 give_back_memory();
             }
             Err(e) => log.warn(&format!("state: dropping gone threads' originals: {e}")),
+        }
+    }
+
+    /// A thread that exited, for [`Tasks::forget_gone`].
+    fn exited(&mut self, tid: i32) {
+        if self.exited.len() < FORGET_TIDS_KEPT {
+            self.exited.insert(tid);
+        } else {
+            self.forget_all = true;
         }
     }
 
@@ -683,8 +706,9 @@ mod tests {
             .is_some_and(|st| st.entries().iter().any(|e| e.id.starts_with("task:193:")))
     }
 
-    /// A thread narrowed, then gone: its original leaves the state at the first sweep after
-    /// a start, then only once a thousand threads have gone since.
+    /// A thread narrowed, then gone: its original leaves the state once a thousand threads
+    /// have exited, its own exit among them (at the first sweep after a start every
+    /// original is looked at).
     #[test]
     fn the_originals_of_gone_threads_leave_the_state_every_thousand_exits() {
         let mut f = fake();
@@ -705,19 +729,49 @@ mod tests {
         // Still there: kept.
         forget(&mut f);
         assert!(has_original_of_193(&f));
-        assert_eq!(f.tasks.exits, 0);
+        assert!(!f.tasks.forget_all && f.tasks.exited.is_empty());
         std::fs::remove_dir_all(f.tree.join("proc/193")).unwrap();
-        let exit = ProcEvent::Exit {
-            pid: 193,
-            tgid: 193,
+        let exits = |from: i32, n: i32| {
+            (from..from + n)
+                .map(|pid| ProcEvent::Exit { pid, tgid: pid })
+                .collect::<Vec<_>>()
         };
-        f.events(vec![exit.clone(); FORGET_AFTER_EXITS as usize - 1]);
+        // A thousand other threads exit: only their originals are looked for.
+        f.events(exits(100_000, FORGET_AFTER_EXITS as i32));
+        forget(&mut f);
+        assert!(has_original_of_193(&f), "193's exit was not seen");
+        assert!(f.tasks.exited.is_empty());
+        // 193 and 998 others: not yet.
+        f.events(exits(193, 1));
+        f.events(exits(200_000, FORGET_AFTER_EXITS as i32 - 2));
         forget(&mut f);
         assert!(has_original_of_193(&f), "not yet: 999 exits");
-        f.events(vec![exit]);
+        f.events(exits(300_000, 1));
         forget(&mut f);
         assert!(!has_original_of_193(&f), "dropped after 1000 exits");
-        assert_eq!(f.tasks.exits, 0);
+        assert!(f.tasks.exited.is_empty());
+    }
+
+    /// A daemon started after threads it narrowed exited (while it was stopped) drops their
+    /// originals at its first sweep, without their exit events.
+    #[test]
+    fn a_start_drops_the_originals_of_threads_gone_meanwhile() {
+        let mut f = fake();
+        f.set_affinity("0-3");
+        f.events(vec![ProcEvent::Exec {
+            pid: 193,
+            tgid: 193,
+        }]);
+        assert!(has_original_of_193(&f));
+        std::fs::remove_dir_all(f.tree.join("proc/193")).unwrap();
+        let mut tasks = Tasks::new(TaskFixer::new(&f.env.files.runtime));
+        let mut cx = Ctx {
+            env: &f.env,
+            policy: &f.policy,
+            books: &mut f.books,
+        };
+        tasks.forget_gone(&mut cx);
+        assert!(!has_original_of_193(&f));
     }
 
     /// Only threads isold narrowed count as reactions to their events: a thread asked for

@@ -345,8 +345,13 @@ pub fn restore_where(
 /// dropped; the state files are written only when there were any, and not at all when the
 /// runtime file is from an earlier boot (the next apply starts it anew) or holds what an
 /// apply or a restore must report first (entries refused at the load, journal lines set
-/// aside).
-pub fn forget_gone_threads(root: &SysRoot, files: &StateFiles) -> Result<usize> {
+/// aside). Only the threads whose tid `candidate` accepts are looked at (a daemon passes the
+/// tids it saw exit: a stat read per exit, not per original; `|_| true` looks at all).
+pub fn forget_gone_threads(
+    root: &SysRoot,
+    files: &StateFiles,
+    candidate: impl Fn(i32) -> bool,
+) -> Result<usize> {
     let _lock = lock(&files.runtime)?;
     let mut ledger = Ledger::load(files, root, String::new(), String::new())?;
     // Entries refused at the load and journal lines set aside are said by the report of an
@@ -359,7 +364,7 @@ pub fn forget_gone_threads(root: &SysRoot, files: &StateFiles) -> Result<usize> 
         return Ok(0);
     }
     let gone = |pid: i32, tid: i32, starttime: u64| {
-        matches!(tasks::is_same_thread(root, pid, tid, starttime), Ok(false))
+        candidate(tid) && matches!(tasks::is_same_thread(root, pid, tid, starttime), Ok(false))
     };
     let state = &mut ledger.state;
     let before = state.entries().len();
