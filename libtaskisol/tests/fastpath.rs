@@ -1262,3 +1262,22 @@ fn forgetting_leaves_a_state_with_refused_entries_to_the_report() {
     let rep = engine::restore(&s.root, &s.files).unwrap();
     assert!(rep.outcomes.iter().any(|o| o.id == "task:5:1"));
 }
+
+/// A runtime state of an earlier boot holds no thread of this one: nothing is dropped and
+/// nothing written (the next apply starts it anew).
+#[test]
+fn forgetting_leaves_a_state_of_an_earlier_boot_alone() {
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    renew(&s, 999_999);
+    std::fs::write(
+        s.tree.join("proc/sys/kernel/random/boot_id"),
+        "00000000-0000-0000-0000-000000000000\n",
+    )
+    .unwrap();
+    let before = std::fs::read(&s.state).unwrap();
+    assert_eq!(
+        engine::forget_gone_threads(&s.root, &s.files, |_| true).unwrap(),
+        0
+    );
+    assert_eq!(std::fs::read(&s.state).unwrap(), before);
+}

@@ -774,6 +774,26 @@ mod tests {
         assert!(!has_original_of_193(&f));
     }
 
+    /// The exited tids kept for the next drop are bounded: past the bound, every original
+    /// is looked at instead.
+    #[test]
+    fn exited_tids_are_kept_up_to_a_bound() {
+        let mut f = fake();
+        f.tasks.forget_all = false;
+        let exits: Vec<ProcEvent> = (1..=FORGET_TIDS_KEPT as i32)
+            .map(|pid| ProcEvent::Exit { pid, tgid: pid })
+            .collect();
+        f.events(exits);
+        assert_eq!(f.tasks.exited.len(), FORGET_TIDS_KEPT);
+        assert!(!f.tasks.forget_all);
+        f.events(vec![ProcEvent::Exit {
+            pid: 1_000_000,
+            tgid: 1_000_000,
+        }]);
+        assert_eq!(f.tasks.exited.len(), FORGET_TIDS_KEPT);
+        assert!(f.tasks.forget_all);
+    }
+
     /// Only threads isold narrowed count as reactions to their events: a thread asked for
     /// and gone, or not changed, does not, whatever else the same pass changed.
     #[test]

@@ -355,12 +355,9 @@ pub fn forget_gone_threads(
     let _lock = lock(&files.runtime)?;
     let mut ledger = Ledger::load(files, root, String::new(), String::new())?;
     // Entries refused at the load and journal lines set aside are said by the report of an
-    // apply or a restore, which drops them: not here, silently.
-    if ledger.is_empty_on_disk()
-        || ledger.earlier_boot
-        || !ledger.rejected.is_empty()
-        || !ledger.state.set_aside.is_empty()
-    {
+    // apply or a restore, which drops them: not here, silently. (A runtime file of an earlier
+    // boot loads without threads: nothing to drop, nothing written.)
+    if !ledger.rejected.is_empty() || !ledger.state.set_aside.is_empty() {
         return Ok(0);
     }
     let gone = |pid: i32, tid: i32, starttime: u64| {
