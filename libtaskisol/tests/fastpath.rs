@@ -1281,3 +1281,48 @@ fn forgetting_leaves_a_state_of_an_earlier_boot_alone() {
     );
     assert_eq!(std::fs::read(&s.state).unwrap(), before);
 }
+
+/// The kernel's refusals recorded for gone threads go with their originals; those of live
+/// threads and of other targets stay.
+#[test]
+fn the_refusals_of_gone_threads_are_forgotten_too() {
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    let start = libtaskisol::tasks::read_thread(&s.root, 193, 193)
+        .unwrap()
+        .unwrap()
+        .starttime;
+    let mut st = State::load(&s.state).unwrap().unwrap();
+    let refused = |id: &str| (id.to_string(), "EINVAL".to_string());
+    st.unchangeable.extend([
+        refused(&format!("task:193:{start}")),
+        refused("task:4242:1"),
+        refused("sched:4243:1"),
+        refused("task:x:y"),
+        refused("irq:1"),
+    ]);
+    st.save(&s.state).unwrap();
+    libtaskisol::policy::state::drop_cache();
+    assert_eq!(
+        engine::forget_gone_threads(&s.root, &s.files, |_| true).unwrap(),
+        2
+    );
+    let keys: Vec<String> = State::load(&s.state)
+        .unwrap()
+        .unwrap()
+        .unchangeable
+        .into_keys()
+        .filter(|k| {
+            ["task:193:", "task:424", "sched:", "task:x", "irq:1"]
+                .iter()
+                .any(|p| k.starts_with(p))
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "irq:1".to_string(),
+            format!("task:193:{start}"),
+            "task:x:y".into()
+        ]
+    );
+}
