@@ -87,7 +87,7 @@ impl Timers {
         if now >= self.next_sweep {
             let (tasks, mut cx) = d.tasks_cx();
             tasks.sweep(&mut cx);
-            tasks.forget_gone(&mut cx);
+            tasks.forget_gone(&mut cx, now);
             d.books.refresh_waiting(&d.env.root, &d.policy);
             self.next_sweep = Instant::now() + self.task_interval;
         }

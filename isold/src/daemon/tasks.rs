@@ -29,6 +29,10 @@ pub const NEW_THREAD_GRACE: Duration = Duration::from_millis(50);
 /// and a stat read per exit.
 pub const FORGET_AFTER_EXITS: u64 = 1000;
 
+/// Fewer exits than that are dropped this long after the last pass: once the churn stops,
+/// the state holds the live narrowed threads only (at most one whole write a minute).
+pub const FORGET_AFTER: Duration = Duration::from_secs(60);
+
 /// Exited tids kept for that at most (a fork storm between two sweeps): past it, every
 /// original is looked at instead.
 const FORGET_TIDS_KEPT: usize = 65536;
@@ -58,6 +62,8 @@ pub struct Tasks {
     /// Every thread's original is looked at the next time (a start after churn, or more
     /// exits than are worth keeping).
     pub forget_all: bool,
+    /// When the last pass that dropped gone threads' originals ran (or the start).
+    last_forget: Instant,
 }
 
 /// What a pass needs of the daemon: where, which policy, and the books to report to.
@@ -78,6 +84,7 @@ impl Tasks {
             new_threads: Vec::new(),
             exited: HashSet::new(),
             forget_all: true,
+            last_forget: Instant::now(),
         }
     }
 
@@ -440,14 +447,19 @@ impl Tasks {
         give_back_memory();
     }
 
-    /// After [`FORGET_AFTER_EXITS`] exits, the originals of threads that are gone dropped
-    /// from the state (restore would find them gone), the fast path's memory of it renewed.
-    pub fn forget_gone(&mut self, cx: &mut Ctx) {
-        if !self.forget_all && (self.exited.len() as u64) < FORGET_AFTER_EXITS {
+    /// After [`FORGET_AFTER_EXITS`] exits, or any exit [`FORGET_AFTER`] after the last pass,
+    /// the originals of threads that are gone dropped from the state (restore would find
+    /// them gone), the fast path's memory of it renewed.
+    pub fn forget_gone(&mut self, cx: &mut Ctx, now: Instant) {
+        let due = self.forget_all
+            || self.exited.len() as u64 >= FORGET_AFTER_EXITS
+            || (!self.exited.is_empty() && now.duration_since(self.last_forget) >= FORGET_AFTER);
+        if !due {
             return;
         }
         let (all, exited) = (self.forget_all, std::mem::take(&mut self.exited));
         self.forget_all = false;
+        self.last_forget = now;
         let log = cx.env.log;
         match engine::forget_gone_threads(&cx.env.root, &cx.env.files, |tid| {
             all || exited.contains(&tid)
@@ -724,7 +736,7 @@ mod tests {
                 policy: &f.policy,
                 books: &mut f.books,
             };
-            f.tasks.forget_gone(&mut cx);
+            f.tasks.forget_gone(&mut cx, f.tasks.last_forget);
         };
         // Still there: kept.
         forget(&mut f);
@@ -770,8 +782,41 @@ mod tests {
             policy: &f.policy,
             books: &mut f.books,
         };
-        tasks.forget_gone(&mut cx);
+        tasks.forget_gone(&mut cx, Instant::now());
         assert!(!has_original_of_193(&f));
+    }
+
+    /// Fewer than a thousand exits are dropped a minute after the last pass: once the churn
+    /// stops, the state keeps no gone thread's original.
+    #[test]
+    fn a_few_exits_are_dropped_a_minute_after_the_last_pass() {
+        let mut f = fake();
+        f.set_affinity("0-3");
+        f.events(vec![ProcEvent::Exec {
+            pid: 193,
+            tgid: 193,
+        }]);
+        // The first pass (every original, at the start's first sweep) half a minute in.
+        let t0 = Instant::now() + Duration::from_secs(30);
+        let forget = |f: &mut Fake, at: Instant| {
+            let mut cx = Ctx {
+                env: &f.env,
+                policy: &f.policy,
+                books: &mut f.books,
+            };
+            f.tasks.forget_gone(&mut cx, at);
+        };
+        forget(&mut f, t0);
+        std::fs::remove_dir_all(f.tree.join("proc/193")).unwrap();
+        f.events(vec![ProcEvent::Exit {
+            pid: 193,
+            tgid: 193,
+        }]);
+        forget(&mut f, t0 + FORGET_AFTER - Duration::from_secs(1));
+        assert!(has_original_of_193(&f), "not a minute yet");
+        forget(&mut f, t0 + FORGET_AFTER);
+        assert!(!has_original_of_193(&f), "a minute after the last pass");
+        assert!(f.tasks.exited.is_empty());
     }
 
     /// The exited tids kept for the next drop are bounded: past the bound, every original

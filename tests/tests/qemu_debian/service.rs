@@ -527,25 +527,30 @@ kill $w
             Expect::field("stop_rc", "0"),
         ],
     );
-    // Last, so that its aftermath (13,000 originals of exited threads in the state until the
-    // stop's restore) does not slow the steps that time isold's answers; how long isold then
-    // takes to narrow a new wide task, and to stop, is printed.
-    // The racer (issue 27, item 4): 20,000 threads, 2,000 at a time, each pinning itself
-    // into 2-3 at a random moment 0-150 ms after it starts, while isold narrows the ones it
-    // finds wide (50 ms after their fork). Pins isold saw change
+    // Last: the race itself slows the daemon's answers for a while.
+    // The racer (issue 27, item 4): 10,000 threads by default (TASKISOL_RACER_THREADS: the
+    // figures in BENCHMARKS.md are of 20,000, which costs the suite 4-7 minutes), 2,000 at a
+    // time, each pinning itself into 2-3 at a random moment 0-150 ms after it starts, while
+    // isold narrows the ones it finds wide (50 ms after their fork). Pins isold saw change
     // under it are its owner's (counted in `isold status`); what cannot be closed (a pin
     // between isold's last read and its write, the kernel having no compare-and-swap; under
-    // TCG a vCPU the host preempts there holds it open for milliseconds: 19 of 20,000 here)
-    // is bounded at 0.5 %, and the figures printed for BENCHMARKS.md.
+    // TCG a vCPU the host preempts there holds it open for milliseconds: 19-43 of 20,000 here)
+    // is bounded at 0.5 %, and the figures printed for BENCHMARKS.md. Then the originals of
+    // the exited threads leave the state (every thousand exits, and a minute after the last
+    // pass): what is left is the live narrowed threads'.
+    let threads: u32 = std::env::var("TASKISOL_RACER_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
     s.step_with_timeout(
-        "racer_20000_threads",
+        "racer",
         &format!(
             "{PRE}field() {{ isold status --json | tr -d ' \\n' | grep -o \"$1\" | grep -o '[0-9]*$'; }}\n\
              printf 'isolated_cpus = \"2-3\"\\non_stop = \"restore\"\\n' >/etc/isold/isold.toml\n\
              systemctl start isold; echo start_rc=$?\n\
              echo owner_pins_before=$(field '\"owner_pins\":{{\"count\":[0-9]*' || echo 0)\n\
              echo tasks_before=$(field '\"tasks\":[0-9]*')\n\
-             taskset -c 0-3 isol-pinner race 20000 2000 150000 1000 2 3 >/tmp/race.out; echo race_rc=$?\n\
+             taskset -c 0-3 isol-pinner race {threads} 2000 150000 1000 2 3 >/tmp/race.out; echo race_rc=$?\n\
              cat /tmp/race.out\n\
              echo owner_pins_after=$(field '\"owner_pins\":{{\"count\":[0-9]*' || echo 0)\n\
              echo tasks_after=$(field '\"tasks\":[0-9]*')\n\
@@ -554,8 +559,8 @@ kill $w
              cs() {{ cut -d' ' -f1 /proc/uptime | tr -d .; }}\n\
              state_threads() {{ cat /run/isold/state.json /run/isold/state.journal 2>/dev/null | grep -o '\"task:[0-9]*:[0-9]*\"' | sort -u | wc -l; }}\n\
              echo state_threads_after_race=$(state_threads)\n\
-             t0=$(cs); while [ $(state_threads) -ge 1500 ] && [ $(( $(cs) - t0 )) -lt 4000 ]; do /usr/bin/busybox usleep 500000; done\n\
-             echo state_threads_settled=$(state_threads)\n\
+             t0=$(cs); while [ $(state_threads) -ge 300 ] && [ $(( $(cs) - t0 )) -lt 12000 ]; do /usr/bin/busybox usleep 500000; done\n\
+             echo state_threads_settled=$(state_threads)\necho state_settled_after_ms=$(( ($(cs) - t0) * 10 ))\n\
              journalctl -u isold --no-pager -o cat | grep -c 'that are gone dropped' | sed 's/^/forget_passes=/'\n\
              t0=$(cs); setsid taskset -c 0-3 sleep 100000 </dev/null >/dev/null 2>&1 &\np=$!\n\
              while [ \"$(sed -n 's/^Cpus_allowed_list:\\t//p' /proc/$p/status)\" != 0-1 ] && [ $(( $(cs) - t0 )) -lt 12000 ]; do /usr/bin/busybox usleep 20000; done\n\
@@ -567,19 +572,19 @@ kill $w
         vec![
             Expect::field("start_rc", "0"),
             Expect::field("race_rc", "0"),
-            Expect::field("threads", "20000"),
+            Expect::field("threads", &threads.to_string()),
             Expect::field("active", "active"),
             // isold was in the race: it narrowed threads before their pins, and the pins
             // made after it stood.
             at_least("narrowed_first", 100.0),
-            at_most("lost", 100.0),
+            at_most("lost", f64::from(threads) / 200.0),
             // The pins isold saw change under it are counted as their owners' (306 in the
             // first run; isold before the count had none).
             at_least("owner_pins_after", 1.0),
             // The originals of the racer's exited threads leave the state (every thousand
-            // exits, at a task sweep): at most a thousand gone ones besides the live ones
-            // (13,000 stayed until the stop before).
-            at_most("state_threads_settled", 1500.0),
+            // exits, and a minute after the last pass): the live narrowed threads' are left,
+            // about a hundred (13,000 stayed until the stop before).
+            at_most("state_threads_settled", 300.0),
             at_least("forget_passes", 1.0),
             Expect::field("stop_rc", "0"),
         ],
