@@ -607,6 +607,49 @@ mod tests {
             self.tasks.fix_asked(&mut cx, check, engine, None);
         }
 
+        /// Process exit events of `n` threads from tid `from` on.
+        fn exits(&mut self, from: i32, n: i32) {
+            self.events(
+                (from..from + n)
+                    .map(|pid| ProcEvent::Exit { pid, tgid: pid })
+                    .collect(),
+            );
+        }
+
+        /// 193 exec'd.
+        fn exec_193(&mut self) {
+            self.events(vec![ProcEvent::Exec {
+                pid: 193,
+                tgid: 193,
+            }]);
+        }
+
+        /// 193 widened itself and exec'd: narrowed and its original recorded.
+        fn exec_wide_193(&mut self) {
+            self.set_affinity("0-3");
+            self.exec_193();
+        }
+
+        /// A task sweep's drop of gone threads' originals, at `at`.
+        fn forget(&mut self, at: Instant) {
+            let mut cx = Ctx {
+                env: &self.env,
+                policy: &self.policy,
+                books: &mut self.books,
+            };
+            self.tasks.forget_gone(&mut cx, at);
+        }
+
+        /// The general path for these threads, as the fast path hands them over.
+        fn fix_threads(&mut self, ids: &[(i32, i32)], stamps: &[(i32, u64)]) {
+            let mut cx = Ctx {
+                env: &self.env,
+                policy: &self.policy,
+                books: &mut self.books,
+            };
+            self.tasks.fix_threads(&mut cx, ids, None, stamps);
+        }
+
         fn corrected(&self) -> u64 {
             self.books
                 .status
@@ -672,10 +715,7 @@ mod tests {
             "the fast path took it"
         );
         // Already narrow: an exec is looked at and nothing is corrected.
-        f.events(vec![ProcEvent::Exec {
-            pid: 193,
-            tgid: 193,
-        }]);
+        f.exec_193();
         assert_eq!((f.corrected(), f.reactions()), (1, 1));
     }
 
@@ -688,21 +728,14 @@ mod tests {
         let copy = state.with_extension("copy");
         std::fs::copy(&state, &copy).unwrap();
         std::fs::rename(&copy, &state).unwrap();
-        f.set_affinity("0-3");
-        f.events(vec![ProcEvent::Exec {
-            pid: 193,
-            tgid: 193,
-        }]);
+        f.exec_wide_193();
         assert_eq!(f.affinity(), "0-1");
         assert_eq!(f.corrected(), 1);
         assert_eq!(f.reactions(), 1);
         // The fast path knows the state file again: the next one is its.
         let lines = f.journal_lines();
         f.set_affinity("1-3");
-        f.events(vec![ProcEvent::Exec {
-            pid: 193,
-            tgid: 193,
-        }]);
+        f.exec_193();
         assert_eq!(f.affinity(), "1", "the isolated CPUs taken off");
         assert_eq!(
             f.journal_lines(),
@@ -724,42 +757,26 @@ mod tests {
     #[test]
     fn the_originals_of_gone_threads_leave_the_state_every_thousand_exits() {
         let mut f = fake();
-        f.set_affinity("0-3");
-        f.events(vec![ProcEvent::Exec {
-            pid: 193,
-            tgid: 193,
-        }]);
+        f.exec_wide_193();
         assert!(has_original_of_193(&f));
-        let forget = |f: &mut Fake| {
-            let mut cx = Ctx {
-                env: &f.env,
-                policy: &f.policy,
-                books: &mut f.books,
-            };
-            f.tasks.forget_gone(&mut cx, f.tasks.last_forget);
-        };
+        let at = f.tasks.last_forget;
         // Still there: kept.
-        forget(&mut f);
+        f.forget(at);
         assert!(has_original_of_193(&f));
         assert!(!f.tasks.forget_all && f.tasks.exited.is_empty());
         std::fs::remove_dir_all(f.tree.join("proc/193")).unwrap();
-        let exits = |from: i32, n: i32| {
-            (from..from + n)
-                .map(|pid| ProcEvent::Exit { pid, tgid: pid })
-                .collect::<Vec<_>>()
-        };
         // A thousand other threads exit: only their originals are looked for.
-        f.events(exits(100_000, FORGET_AFTER_EXITS as i32));
-        forget(&mut f);
+        f.exits(100_000, FORGET_AFTER_EXITS as i32);
+        f.forget(at);
         assert!(has_original_of_193(&f), "193's exit was not seen");
         assert!(f.tasks.exited.is_empty());
         // 193 and 998 others: not yet.
-        f.events(exits(193, 1));
-        f.events(exits(200_000, FORGET_AFTER_EXITS as i32 - 2));
-        forget(&mut f);
+        f.exits(193, 1);
+        f.exits(200_000, FORGET_AFTER_EXITS as i32 - 2);
+        f.forget(at);
         assert!(has_original_of_193(&f), "not yet: 999 exits");
-        f.events(exits(300_000, 1));
-        forget(&mut f);
+        f.exits(300_000, 1);
+        f.forget(at);
         assert!(!has_original_of_193(&f), "dropped after 1000 exits");
         assert!(f.tasks.exited.is_empty());
     }
@@ -769,20 +786,11 @@ mod tests {
     #[test]
     fn a_start_drops_the_originals_of_threads_gone_meanwhile() {
         let mut f = fake();
-        f.set_affinity("0-3");
-        f.events(vec![ProcEvent::Exec {
-            pid: 193,
-            tgid: 193,
-        }]);
+        f.exec_wide_193();
         assert!(has_original_of_193(&f));
         std::fs::remove_dir_all(f.tree.join("proc/193")).unwrap();
-        let mut tasks = Tasks::new(TaskFixer::new(&f.env.files.runtime));
-        let mut cx = Ctx {
-            env: &f.env,
-            policy: &f.policy,
-            books: &mut f.books,
-        };
-        tasks.forget_gone(&mut cx, Instant::now());
+        f.tasks = Tasks::new(TaskFixer::new(&f.env.files.runtime));
+        f.forget(Instant::now());
         assert!(!has_original_of_193(&f));
     }
 
@@ -791,30 +799,15 @@ mod tests {
     #[test]
     fn a_few_exits_are_dropped_a_minute_after_the_last_pass() {
         let mut f = fake();
-        f.set_affinity("0-3");
-        f.events(vec![ProcEvent::Exec {
-            pid: 193,
-            tgid: 193,
-        }]);
+        f.exec_wide_193();
         // The first pass (every original, at the start's first sweep) half a minute in.
         let t0 = Instant::now() + Duration::from_secs(30);
-        let forget = |f: &mut Fake, at: Instant| {
-            let mut cx = Ctx {
-                env: &f.env,
-                policy: &f.policy,
-                books: &mut f.books,
-            };
-            f.tasks.forget_gone(&mut cx, at);
-        };
-        forget(&mut f, t0);
+        f.forget(t0);
         std::fs::remove_dir_all(f.tree.join("proc/193")).unwrap();
-        f.events(vec![ProcEvent::Exit {
-            pid: 193,
-            tgid: 193,
-        }]);
-        forget(&mut f, t0 + FORGET_AFTER - Duration::from_secs(1));
+        f.exits(193, 1);
+        f.forget(t0 + FORGET_AFTER - Duration::from_secs(1));
         assert!(has_original_of_193(&f), "not a minute yet");
-        forget(&mut f, t0 + FORGET_AFTER);
+        f.forget(t0 + FORGET_AFTER);
         assert!(!has_original_of_193(&f), "a minute after the last pass");
         assert!(f.tasks.exited.is_empty());
     }
@@ -825,16 +818,10 @@ mod tests {
     fn exited_tids_are_kept_up_to_a_bound() {
         let mut f = fake();
         f.tasks.forget_all = false;
-        let exits: Vec<ProcEvent> = (1..=FORGET_TIDS_KEPT as i32)
-            .map(|pid| ProcEvent::Exit { pid, tgid: pid })
-            .collect();
-        f.events(exits);
+        f.exits(1, FORGET_TIDS_KEPT as i32);
         assert_eq!(f.tasks.exited.len(), FORGET_TIDS_KEPT);
         assert!(!f.tasks.forget_all);
-        f.events(vec![ProcEvent::Exit {
-            pid: 1_000_000,
-            tgid: 1_000_000,
-        }]);
+        f.exits(1_000_000, 1);
         assert_eq!(f.tasks.exited.len(), FORGET_TIDS_KEPT);
         assert!(f.tasks.forget_all);
     }
@@ -846,27 +833,11 @@ mod tests {
         let mut f = fake();
         f.set_affinity("0-3");
         let at = monotonic_ns();
-        let mut cx = Ctx {
-            env: &f.env,
-            policy: &f.policy,
-            books: &mut f.books,
-        };
-        f.tasks.fix_threads(
-            &mut cx,
-            &[(193, 193), (4242, 4242)],
-            None,
-            &[(193, at), (4242, at)],
-        );
+        f.fix_threads(&[(193, 193), (4242, 4242)], &[(193, at), (4242, at)]);
         assert_eq!(f.affinity(), "0-1");
         assert_eq!(f.reactions(), 1);
         // Narrow already: read, not changed, not a reaction.
-        let mut cx = Ctx {
-            env: &f.env,
-            policy: &f.policy,
-            books: &mut f.books,
-        };
-        f.tasks
-            .fix_threads(&mut cx, &[(193, 193)], None, &[(193, at)]);
+        f.fix_threads(&[(193, 193)], &[(193, at)]);
         assert_eq!(f.reactions(), 1);
     }
 
