@@ -42,6 +42,10 @@ pub const NAMES: &[&str] = &[
     "isold_cpu_tick_rate_hertz",
     "isold_health_samples_total",
     "isold_health_sample_duration_seconds",
+    "isold_stall_rescues_total",
+    "isold_stall_wait_seconds",
+    "isold_stall_loans",
+    "isold_stall_guard_cpu_seconds",
 ];
 
 /// The reasons of `isold_claims_refused_total` (libtaskisol's `ClaimError::reason`, and
@@ -74,6 +78,10 @@ pub struct Metrics {
     cpu_tick_rate: GaugeVec,
     samples: IntCounter,
     sample_seconds: Gauge,
+    stall_rescues: IntCounterVec,
+    stall_wait: Histogram,
+    stall_lent: IntGauge,
+    stall_cpu: Gauge,
     /// The last health sample, for the differences.
     last: Mutex<Option<Last>>,
 }
@@ -201,6 +209,28 @@ impl Metrics {
             "isold_health_sample_duration_seconds",
             "Wall time of the last health sample (every thread and the interrupt tables read)",
         ));
+        let stall_rescues = must(IntCounterVec::new(
+            Opts::new(
+                "isold_stall_rescues_total",
+                "Threads starved on an isolated CPU (runnable, not run for [stalls] threshold) that the stall guard lent a slice, by CPU and kind (percpu_kthread, kthread, task)",
+            ),
+            &["cpu", "kind"],
+        ));
+        let stall_wait = must(Histogram::with_opts(
+            HistogramOpts::new(
+                "isold_stall_wait_seconds",
+                "How long a starved thread had waited, runnable, when the stall guard lent it a slice",
+            )
+            .buckets(vec![0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0]),
+        ));
+        let stall_lent = must(IntGauge::new(
+            "isold_stall_loans",
+            "Threads the stall guard lends a slice now",
+        ));
+        let stall_cpu = must(Gauge::new(
+            "isold_stall_guard_cpu_seconds",
+            "CPU time the stall guard's thread used since the start (on a housekeeping CPU)",
+        ));
         reg(Box::new(info.clone()));
         reg(Box::new(corrections.clone()));
         reg(Box::new(task_reaction.clone()));
@@ -218,6 +248,11 @@ impl Metrics {
         reg(Box::new(cpu_tick_rate.clone()));
         reg(Box::new(samples.clone()));
         reg(Box::new(sample_seconds.clone()));
+        // Also with the guard off: a reload may turn it on.
+        reg(Box::new(stall_rescues.clone()));
+        reg(Box::new(stall_wait.clone()));
+        reg(Box::new(stall_lent.clone()));
+        reg(Box::new(stall_cpu.clone()));
         Metrics {
             registry,
             info,
@@ -235,6 +270,10 @@ impl Metrics {
             cpu_tick_rate,
             samples,
             sample_seconds,
+            stall_rescues,
+            stall_wait,
+            stall_lent,
+            stall_cpu,
             last: Mutex::new(None),
         }
     }
@@ -283,6 +322,20 @@ impl Metrics {
     /// Whether the NRI plugin is registered with the runtime now.
     pub fn nri_connected(&self, yes: bool) {
         self.nri_connected.set(i64::from(yes));
+    }
+
+    /// A starved thread lent a slice after `waited` seconds.
+    pub fn stall_rescue(&self, cpu: u32, kind: &str, waited: f64) {
+        self.stall_rescues
+            .with_label_values(&[&cpu.to_string(), kind])
+            .inc();
+        self.stall_wait.observe(waited);
+    }
+
+    /// The stall guard's loans now and its CPU time so far.
+    pub fn stall_figures(&self, lent: usize, cpu_s: f64) {
+        self.stall_lent.set(lent as i64);
+        self.stall_cpu.set(cpu_s);
     }
 
     /// Whether the policy holds now.

@@ -69,6 +69,35 @@ pub struct DaemonStatus {
     /// [`REACTIONS_KEPT`] corrections.
     #[serde(default)]
     pub task_reaction: Option<Reaction>,
+    /// The stall guard (`[stalls]`): what it watches and what it lent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stalls: Option<Stalls>,
+}
+
+/// The stall guard's part of the status (see [`DaemonStatus::stalls`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stalls {
+    /// "on: CPUs 2-3, ..." or "off (why)".
+    pub guard: String,
+    /// What the kernel's fair server gives fair tasks on those CPUs.
+    pub fair_server: String,
+    /// Threads lent a slice since the start.
+    pub rescues: u64,
+    /// The same by CPU.
+    pub by_cpu: BTreeMap<String, u64>,
+    /// Threads lent a slice now.
+    pub lent_now: u64,
+    /// The last rescue, said as the log said it, with its Unix time.
+    pub last: Option<Correction>,
+    /// The guard thread's CPU time so far, seconds.
+    pub cpu_s: f64,
+    /// Its passes, its walks over every thread, and the last walk's length.
+    #[serde(default)]
+    pub passes: u64,
+    #[serde(default)]
+    pub walks: u64,
+    #[serde(default)]
+    pub last_walk_ms: f64,
 }
 
 /// Threads left on their owner's pin (see [`DaemonStatus::owner_pins`]).
@@ -311,6 +340,32 @@ pub fn human_status(s: &DaemonStatus) -> String {
             "  state journal: {} line(s) set aside, not whole entries (a write cut short or changed), kept in {}\n",
             a.lines, a.file
         ));
+    }
+    if let Some(g) = &s.stalls {
+        out.push_str(&format!("  stall guard: {}\n", g.guard));
+        out.push_str(&format!("    kernel's fair server: {}\n", g.fair_server));
+        let by: Vec<String> = g.by_cpu.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        out.push_str(&format!(
+            "    rescued: {}{}; lent now: {}\n    guard: {:.2} s of CPU time, {} passes, {} walks over every thread (the last {:.1} ms)\n",
+            g.rescues,
+            if by.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", by.join(", "))
+            },
+            g.lent_now,
+            g.cpu_s,
+            g.passes,
+            g.walks,
+            g.last_walk_ms
+        ));
+        if let Some(c) = &g.last {
+            out.push_str(&format!(
+                "    last rescue {} s ago: {}\n",
+                now_s().saturating_sub(c.at),
+                c.what
+            ));
+        }
     }
     if s.reloads > 0 {
         out.push_str(&format!("  reloads: {}\n", s.reloads));

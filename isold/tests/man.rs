@@ -127,8 +127,10 @@ fn man_page_lists_every_metric_and_no_other() {
         .collect();
     let code_registered: BTreeSet<String> = encoded.intersection(&code).cloned().collect();
     // Vectors without a series yet are not encoded: those of the health samples.
-    // And the NRI plugin's, registered with `[containers] nri` only.
+    // And the NRI plugin's, registered with `[containers] nri` only; and the stall guard's
+    // rescues, a vector with a series per CPU and kind once a thread was rescued there.
     let sampled = [
+        "isold_stall_rescues_total",
         "isold_cpu_interrupts_total",
         "isold_cpu_softirqs_total",
         "isold_cpu_foreign_context_switches_total",

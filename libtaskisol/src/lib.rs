@@ -17,6 +17,8 @@
 //!   made into a policy by [`claims::policy_with`].
 //! * [`nri`]: the NRI plugin protocol (multiplexer, ttrpc, messages) and a container's claim
 //!   from what NRI says of it.
+//! * [`cpuwatch`] and [`stalls`]: what runs and waits on the isolated CPUs, and the stall
+//!   guard that lends a starved thread a bounded SCHED_DEADLINE slice.
 //! * [`sysroot`]: where `/proc` and `/sys` are read, so everything can run on fixture trees.
 //!
 //! ```
@@ -38,6 +40,7 @@ pub mod audit;
 pub mod claims;
 pub mod cost;
 pub mod cpuset;
+pub mod cpuwatch;
 pub mod error;
 pub mod events;
 pub mod irq;
@@ -50,6 +53,7 @@ pub mod policy;
 pub mod power;
 pub mod procfs;
 pub mod sched;
+pub mod stalls;
 pub mod sysctl;
 pub mod sysroot;
 pub mod tasks;

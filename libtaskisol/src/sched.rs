@@ -335,6 +335,142 @@ fn realtime_allowed(
     Ok(rlimit_rtprio()? >= u64::from(priority))
 }
 
+/// `SCHED_DEADLINE`'s policy number (`/proc/<pid>/stat` field 41 shows it as 6).
+pub const SCHED_DEADLINE: u32 = 6;
+
+/// `SCHED_FLAG_RESET_ON_FORK`: a child forked by the thread starts with the default policy
+/// (a deadline parent's fork is refused with EAGAIN otherwise).
+pub const SCHED_FLAG_RESET_ON_FORK: u64 = 0x01;
+
+/// The kernel's `struct sched_attr` as of its first version (`SCHED_ATTR_SIZE_VER0`, 48
+/// bytes): what `sched_setattr(2)` needs for `SCHED_DEADLINE`, which `sched_setscheduler`
+/// cannot set. libc has no wrapper for the two system calls.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SchedAttr {
+    /// The size of this structure (48).
+    pub size: u32,
+    /// Policy number.
+    pub policy: u32,
+    /// `SCHED_FLAG_*`.
+    pub flags: u64,
+    /// Nice value (SCHED_OTHER, SCHED_BATCH).
+    pub nice: i32,
+    /// Real-time priority (SCHED_FIFO, SCHED_RR).
+    pub priority: u32,
+    /// SCHED_DEADLINE's runtime in ns (6.12+ report the fair slice here for SCHED_OTHER).
+    pub runtime: u64,
+    /// SCHED_DEADLINE's relative deadline in ns.
+    pub deadline: u64,
+    /// SCHED_DEADLINE's period in ns.
+    pub period: u64,
+}
+
+const _: () = assert!(std::mem::size_of::<SchedAttr>() == 48);
+
+impl SchedAttr {
+    /// A SCHED_DEADLINE reservation of `runtime_ns` every `period_ns` (deadline = period),
+    /// with reset-on-fork.
+    pub fn deadline(runtime_ns: u64, period_ns: u64) -> SchedAttr {
+        SchedAttr {
+            size: 48,
+            policy: SCHED_DEADLINE,
+            flags: SCHED_FLAG_RESET_ON_FORK,
+            runtime: runtime_ns,
+            deadline: period_ns,
+            period: period_ns,
+            ..SchedAttr::default()
+        }
+    }
+
+    /// A policy without reservation: `policy` with `priority` (real-time) or `nice`, and
+    /// reset-on-fork when `reset_on_fork`. The runtime is 0: on 6.12+ writing back the slice
+    /// that sched_getattr reported would pin it as a custom slice.
+    pub fn plain(policy: u32, priority: u32, nice: i32, reset_on_fork: bool) -> SchedAttr {
+        SchedAttr {
+            size: 48,
+            policy,
+            flags: if reset_on_fork {
+                SCHED_FLAG_RESET_ON_FORK
+            } else {
+                0
+            },
+            nice,
+            priority,
+            ..SchedAttr::default()
+        }
+    }
+
+    /// Whether reset-on-fork is set.
+    pub fn reset_on_fork(&self) -> bool {
+        self.flags & SCHED_FLAG_RESET_ON_FORK != 0
+    }
+}
+
+impl fmt::Display for SchedAttr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.policy {
+            SCHED_DEADLINE => write!(
+                f,
+                "SCHED_DEADLINE {} us every {} us",
+                self.runtime / 1000,
+                self.period / 1000
+            ),
+            p => match SchedPolicy::from_stat(p, self.priority) {
+                Some(pol @ (SchedPolicy::Other | SchedPolicy::Batch)) if self.nice != 0 => {
+                    write!(f, "{pol} nice {}", self.nice)
+                }
+                Some(pol) => write!(f, "{pol}"),
+                None => write!(f, "policy {p}"),
+            },
+        }
+    }
+}
+
+/// `sched_getattr(2)` of task `tid`.
+pub fn get_attr(tid: i32) -> Result<SchedAttr> {
+    let mut attr = SchedAttr::default();
+    // SAFETY: attr is a writable sched_attr of the size passed; flags must be 0.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_sched_getattr,
+            tid as libc::c_long,
+            &mut attr as *mut SchedAttr,
+            std::mem::size_of::<SchedAttr>() as libc::c_uint,
+            0 as libc::c_uint,
+        )
+    };
+    if ret == -1 {
+        return Err(Error::syscall(
+            format!("sched_getattr(pid {tid})"),
+            Errno::last(),
+        ));
+    }
+    Ok(attr)
+}
+
+/// `sched_setattr(2)` of task `tid`.
+pub fn set_attr(tid: i32, attr: &SchedAttr) -> Result<()> {
+    let mut a = *attr;
+    a.size = std::mem::size_of::<SchedAttr>() as u32;
+    // SAFETY: a is a valid sched_attr that lives across the call; flags must be 0.
+    let ret = crate::cost::call(crate::cost::Call::SetScheduler, || unsafe {
+        libc::syscall(
+            libc::SYS_sched_setattr,
+            tid as libc::c_long,
+            &a as *const SchedAttr,
+            0 as libc::c_uint,
+        )
+    });
+    if ret == -1 {
+        return Err(Error::syscall(
+            format!("sched_setattr(pid {tid}, {a})"),
+            Errno::last(),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

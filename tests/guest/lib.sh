@@ -316,3 +316,156 @@ watch_cpus() {
     done
     printf 'samples=%s\nbad=%s\n' "$_n" "$_bad" >"$3"
 }
+
+# lent_threads: the threads with SCHED_DEADLINE now (policy 6, stat field 41), one
+# "tid:comm" each, space-separated.
+lent_threads() {
+    for _f in /proc/[0-9]*/task/[0-9]*/stat; do
+        _s=$(cat "$_f" 2>/dev/null) || continue
+        _c=${_s#*(}
+        _c=${_c%)*}
+        _s=${_s##*) }
+        # shellcheck disable=SC2086
+        set -- $_s
+        [ "${39}" = 6 ] && printf '%s ' "${_f#/proc/*/task/}" | sed "s,/stat ,:$_c ,"
+    done
+    echo
+}
+
+# sg_isold_up: isold run (config /tmp/sg.toml) started in the background, its pid in
+# /tmp/sg.isold, and its status answering.
+sg_isold_up() {
+    setsid isold --config /tmp/sg.toml run -v </dev/null >>/tmp/sg.log 2>&1 &
+    echo $! >/tmp/sg.isold
+    wait_for 30 isold status >/dev/null
+}
+
+sg_lent_any() { [ -n "$(lent_threads | tr -d ' ')" ]; }
+sg_isold_gone() { ! kill -0 "$(cat /tmp/sg.isold)" 2>/dev/null; }
+
+# sg_clock PID: "UPTIME EXEC_NS": the time since boot and the thread's CPU time, read by one
+# process back to back (a fork between the two reads takes milliseconds under TCG).
+# sg_share FILE0 FILE1: the CPU share between two sg_clock lines.
+sg_share() { cat "$1" "$2" | awk 'NR == 1 { u0 = $1; e0 = $2 } NR == 2 { printf "%.4f", ($2 - e0) / (($1 - u0) * 1e9) }'; }
+sg_clock() { awk 'NR == 1 { u = $1 } NR == 2 { print u, $1 }' /proc/uptime /proc/"$1"/schedstat; }
+
+# stall_guard_case WINDOW: the seed's case with `isold run` in charge (only isolated_cpus, and
+# a textfile for its metrics). The guard off first: a SCHED_FIFO loop from `chisol -f 1 -c 3`
+# and `echo 1 > /proc/sys/vm/stat_refresh` hangs. Then the guard on (a reload): the write
+# returns and a SCHED_OTHER task started on CPU 3 runs; the loop stays FIFO on CPU 3 with its
+# share of the CPU over WINDOW s; isold status and the metrics name the rescues; a stop and a
+# kill -9 plus `isold restore` leave no thread SCHED_DEADLINE. On kernels with a fair server
+# (6.12+) its runtime on CPU 3 is 0 for the case (the kernel would serve the kworker by
+# itself after about a second) and put back after.
+stall_guard_case() {
+    rm -f /tmp/sg.*
+    [ -e /sys/kernel/debug/sched ] || mount -t debugfs none /sys/kernel/debug
+    _fs=/sys/kernel/debug/sched/fair_server/cpu3/runtime
+    if [ -e $_fs ]; then
+        cat $_fs >/tmp/sg.fair
+        echo 0 >$_fs
+        echo "fair_server_runtime=$(cat $_fs)"
+    fi
+    _conf='isolated_cpus = "2-3"\n[metrics]\ntextfile = "/tmp/sg.prom"\ninterval = 1\n'
+    # shellcheck disable=SC2059
+    printf "$_conf[stalls]\nenabled = false\n" >/tmp/sg.toml
+    sg_isold_up && echo isold_up=yes
+    echo "sched_rt_runtime_us=$(cat /proc/sys/kernel/sched_rt_runtime_us)"
+    chisol -f 1 -c 3 -- sh -c 'echo $$ >/tmp/sg.loop; while :; do :; done' &
+    wait_for 20 test -s /tmp/sg.loop || { echo loop_started=no; return 1; }
+    _loop=$(cat /tmp/sg.loop)
+    sleep 1
+    _t0=$(now_cs)
+    sg_clock "$_loop" >/tmp/sg.b0
+    (
+        echo 1 >/proc/sys/vm/stat_refresh
+        now_cs >/tmp/sg.t1.part && mv /tmp/sg.t1.part /tmp/sg.t1
+    ) &
+    while [ ! -e /tmp/sg.t1 ] && [ $(($(now_cs) - _t0)) -lt 800 ]; do usleep 200000; done
+    # The loop alone on CPU 3 meanwhile: its share as the guest's clocks measure it (under
+    # TCG the scheduler's clock and the uptime drift apart by a few per cent).
+    sg_clock "$_loop" >/tmp/sg.b1
+    echo "loop_share_alone=$(sg_share /tmp/sg.b0 /tmp/sg.b1)"
+    if [ -e /tmp/sg.t1 ]; then
+        echo "guard_off_stat_refresh_seconds=$(secs $(($(cat /tmp/sg.t1) - _t0)))"
+    else
+        echo "guard_off_blocked_after=$(secs $(($(now_cs) - _t0)))"
+    fi
+    grep 'stall guard: off' /tmp/sg.log | tail -n 1 | sed 's/^/log: /'
+    # The guard on, by a reload.
+    # shellcheck disable=SC2059
+    printf "$_conf" >/tmp/sg.toml
+    sg_clock "$_loop" >/tmp/sg.c0
+    _t0=$(now_cs)
+    kill -HUP "$(cat /tmp/sg.isold)"
+    # A SCHED_OTHER task on CPU 3 (a workload's logging thread): a shell waiting on a fifo,
+    # pinned onto CPU 3 by an operator (taskset -p), then woken there.
+    mkfifo /tmp/sg.fifo
+    sleep 1
+    sh -c 'read -r _ </tmp/sg.fifo; read -r u _ </proc/uptime; echo "$u" >/tmp/sg.t2' </dev/null >/dev/null 2>&1 &
+    echo $! >/tmp/sg.task
+    taskset -pc 3 "$(cat /tmp/sg.task)" >/dev/null
+    sleep 1
+    _tw=$(now_cs)
+    echo go >/tmp/sg.fifo
+    wait_for 40 test -s /tmp/sg.t1 -a -s /tmp/sg.t2
+    [ -e /tmp/sg.t1 ] && echo "stat_refresh_seconds=$(secs $(($(cat /tmp/sg.t1) - _t0)))"
+    if [ -s /tmp/sg.t2 ]; then
+        _u=$(cat /tmp/sg.t2)
+        echo "other_task_seconds=$(secs $((${_u%.*} * 100 + 1${_u#*.} - 100 - _tw)))"
+    fi
+    # The loop's share from the guard's start to WINDOW s after it.
+    while [ $(($(now_cs) - _t0)) -lt $(($1 * 100)) ]; do usleep 200000; done
+    sg_clock "$_loop" >/tmp/sg.c1
+    echo "loop_share=$(sg_share /tmp/sg.c0 /tmp/sg.c1)"
+    sched_of "$_loop" | sed 's/^/loop_/'
+    echo "loop_cpus=$(grep Cpus_allowed_list /proc/"$_loop"/status | cut -f2)"
+    _st=$(cat /proc/"$_loop"/stat)
+    _st=${_st##*) }
+    # shellcheck disable=SC2086
+    set -- $_st
+    echo "loop_cpu=${37}"
+    sleep 2
+    isold status >/tmp/sg.status
+    sed 's/^/status: /' /tmp/sg.status
+    grep 'stall guard: ' /tmp/sg.log | sed 's/^/log: /'
+    wait_for 5 grep -q '^isold_stall_rescues_total' /tmp/sg.prom
+    grep '^isold_stall' /tmp/sg.prom | sed 's/^/metric: /'
+    echo "lent_after_rescues=$(lent_threads)"
+    # A SCHED_OTHER hog on CPU 3, lent for up to 60 s: it is on loan when isold is stopped
+    # (SIGTERM gives it back) and when it is killed (kill -9 leaves it to `isold restore`).
+    # shellcheck disable=SC2059
+    printf "$_conf[stalls]\nlend_for = 60\n" >/tmp/sg.toml
+    kill -HUP "$(cat /tmp/sg.isold)"
+    setsid taskset -c 3 sh -c 'echo $$ >/tmp/sg.hog; while :; do :; done' </dev/null >/dev/null 2>&1 &
+    wait_for 40 sg_lent_any && echo "lent_before_stop=$(lent_threads)"
+    kill -TERM "$(cat /tmp/sg.isold)"
+    wait_for 20 sg_isold_gone
+    echo "lent_after_stop=$(lent_threads)"
+    grep -c '"loan:' /run/isold/state.json 2>/dev/null | sed 's/^/loans_in_state_after_stop=/'
+    # kill -9 while a loan is out: the thread keeps it until `isold restore`.
+    sg_isold_up
+    wait_for 40 sg_lent_any
+    kill -9 "$(cat /tmp/sg.isold)"
+    sleep 0.5
+    echo "lent_after_kill=$(lent_threads)"
+    tail -n 12 /tmp/sg.log | sed 's/^/log2: /'
+    isold restore >/tmp/sg.restore 2>&1
+    echo "restore_rc=$?"
+    grep -i 'lent a slice' /tmp/sg.restore | sed 's/^/restore: /'
+    echo "lent_after_restore=$(lent_threads)"
+    stall_guard_cleanup
+    echo "lent_at_end=$(lent_threads)"
+}
+
+# stall_guard_cleanup: the loop, the hog and isold ended, every value restored, the fair
+# server's runtime back (also after a step killed by its timeout).
+stall_guard_cleanup() {
+    for _p in /tmp/sg.loop /tmp/sg.hog /tmp/sg.task /tmp/sg.isold; do
+        [ -s $_p ] && kill -9 "$(cat $_p)" 2>/dev/null
+    done
+    usleep 300000
+    isold restore >/dev/null 2>&1
+    [ -s /tmp/sg.fair ] && cat /tmp/sg.fair >/sys/kernel/debug/sched/fair_server/cpu3/runtime
+    return 0
+}

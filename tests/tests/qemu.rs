@@ -7,8 +7,8 @@
 //! --test qemu -- stock61_isol23`; keep the guest's files with TASKISOL_KEEP=dir.
 
 use taskisol_tests::qemu::{
-    hotplug_virtio_blk, hotplug_virtio_net, run, seed, Expect, Kernel, KernelRole, Scenario,
-    StepOutput, ISOL23,
+    hotplug_virtio_blk, hotplug_virtio_net, run, seed, stalls, Expect, Kernel, KernelRole,
+    Scenario, StepOutput, ISOL23,
 };
 
 /// chisol's refusal on every kernel without the task-isolation interface, whole.
@@ -453,6 +453,13 @@ fn ok(s: &Scenario) {
         let m = seed::Measured::from_output(step).map_or_else(|e| e, |m| m.summary());
         eprintln!("seed case on {}: {m}", out.kernel.release);
     }
+    if out.outputs.contains_key(stalls::STEP) {
+        eprint!(
+            "stall guard on {}:\n{}",
+            out.kernel.release,
+            stalls::report(&out)
+        );
+    }
     out.assert_ok();
 }
 
@@ -465,6 +472,7 @@ fn seed_case(s: &mut Scenario) {
         Err(_) => SEED_HANG_WINDOW_S,
     };
     seed::add(s, window).unwrap_or_else(|e| panic!("{e}"));
+    stalls::add(s);
 }
 
 #[test]

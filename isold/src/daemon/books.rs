@@ -12,7 +12,9 @@ use libtaskisol::policy::{Policy, Report, Status};
 use super::os::{monotonic_ns, now_s, Log};
 use crate::contest;
 use crate::metrics::Metrics;
-use crate::status::{Correction, DaemonStatus, OwnerPins, Reaction, SetAside, REACTIONS_KEPT};
+use crate::status::{
+    Correction, DaemonStatus, OwnerPins, Reaction, SetAside, Stalls, REACTIONS_KEPT,
+};
 
 /// `[metrics]`: what is published, with the scope its health samples use (renewed when the
 /// policy changes).
@@ -40,6 +42,8 @@ pub struct Books {
     /// The contested values of the scan thread.
     pub scan_contested: Vec<contest::Contested>,
     pub metrics: Option<Published>,
+    /// `[stalls] lend_for` as the rescue lines say it.
+    pub status_lend_for: String,
 }
 
 impl Books {
@@ -57,6 +61,7 @@ impl Books {
             reactions_count: 0,
             scan_contested: Vec::new(),
             metrics: None,
+            status_lend_for: String::new(),
         }
     }
 
@@ -235,6 +240,86 @@ impl Books {
     /// A thread left on an affinity its owner set while isold narrowed it (`why`: when
     /// isold found it so): counted, never a correction. Logged with -v only: a program that
     /// pins its threads as it makes them can do so by the thousand.
+    /// What the stall guard did: a rescue is said once per thread and episode, counted
+    /// each time; a loan's end is said at -v.
+    pub fn stall(&mut self, e: &libtaskisol::stalls::Event) {
+        use libtaskisol::stalls::Event;
+        let g = self.status.stalls.get_or_insert_with(Stalls::default);
+        match e {
+            Event::Rescued(r) => {
+                let what = format!(
+                    "{} waited {:.1} s runnable on CPU {}{}: lent {} for up to {}",
+                    r.thread.label(),
+                    r.waited.as_secs_f64(),
+                    r.thread.cpu,
+                    r.behind
+                        .as_ref()
+                        .map_or_else(String::new, |b| format!(" behind {b}")),
+                    r.how,
+                    self.status_lend_for
+                );
+                g.rescues += 1;
+                *g.by_cpu.entry(format!("CPU {}", r.thread.cpu)).or_default() += 1;
+                g.last = Some(Correction {
+                    at: now_s(),
+                    item: "stalls".into(),
+                    label: r.thread.label(),
+                    what: what.clone(),
+                });
+                if r.first_of_episode {
+                    self.log.info(&format!("stall guard: {what}"));
+                } else {
+                    self.log.debug(&format!("stall guard: again: {what}"));
+                }
+                if let Some((m, _)) = &self.metrics {
+                    m.stall_rescue(r.thread.cpu, r.kind.as_str(), r.waited.as_secs_f64());
+                }
+            }
+            Event::Returned {
+                label,
+                cpu,
+                held,
+                ran,
+                to,
+            } => self.log.debug(&format!(
+                "stall guard: {label} on CPU {cpu}: loan ended after {:.2} s ({}), {}",
+                held.as_secs_f64(),
+                if *ran { "it ran" } else { "it did not run" },
+                to.as_ref()
+                    .map_or_else(|| "thread gone".to_string(), |t| format!("back to {t}"))
+            )),
+            Event::Failed(msg) => self.log.warn(msg),
+            Event::Walked {
+                busy,
+                runnable,
+                residents,
+                took,
+            } => {
+                self.log.debug(&format!(
+                    "stall guard: a walk over every thread ({:.1} ms): {runnable} runnable on the busy CPUs {}, {residents} threads live on the watched CPUs",
+                    took.as_secs_f64() * 1000.0,
+                    if busy.is_empty() { "(none)".to_string() } else { busy.to_string() }
+                ));
+                return;
+            }
+        }
+        self.dirty = true;
+    }
+
+    /// The stall guard's own figures, for the status and the metrics.
+    pub fn stall_figures(&mut self, f: &super::stalls::Figures) {
+        if let Some(g) = self.status.stalls.as_mut() {
+            g.lent_now = f.lent as u64;
+            g.cpu_s = f.cpu_s;
+            g.passes = f.work.passes;
+            g.walks = f.work.walks;
+            g.last_walk_ms = f.work.last_walk.as_secs_f64() * 1000.0;
+        }
+        if let Some((m, _)) = &self.metrics {
+            m.stall_figures(f.lent, f.cpu_s);
+        }
+    }
+
     pub fn owner_pin(&mut self, label: &str, now: &str, why: &str) {
         self.log
             .debug(&format!("{label}: left on {now}, its owner's: {why}"));

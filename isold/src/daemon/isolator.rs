@@ -15,7 +15,7 @@ use nix::sys::signal::Signal;
 
 use super::books::Books;
 use super::os::{give_back_memory, not_configured, notify, now_s, Env, Log};
-use super::{claims, hook_socket, partition, power, tasks};
+use super::{claims, hook_socket, partition, power, stalls, tasks};
 use crate::cli::RunArgs;
 use crate::lifecycle::{self, StopKind};
 use crate::status::DaemonStatus;
@@ -71,6 +71,8 @@ pub(super) struct Daemon {
     pub(super) server: Option<hook_socket::Server>,
     /// The NRI plugin (`[containers] nri`).
     pub(super) nri: Option<super::nri::Plugin>,
+    /// The stall guard's thread (`[stalls]`, on unless turned off).
+    pub(super) stalls: Option<stalls::StallGuard>,
 }
 
 /// An event source, or `None` with the status text and the one log line that say what
@@ -127,6 +129,7 @@ impl Daemon {
             claims,
             server: None,
             nri: None,
+            stalls: None,
             env,
         }
     }
@@ -304,8 +307,10 @@ impl Daemon {
         // A narrowed thread the new plan does not list (it is off the isolated CPUs now) keeps
         // its narrowing while the item is on: give_back widens it by the freed CPUs only.
         let tasks_kept = new.config.tasks;
+        // The stall guard's loans are its own to end (it knows when a thread has run).
         self.restore_uncovered(why, |id| {
             ids.contains(id)
+                || id.starts_with("loan:")
                 || (tasks_kept && id.starts_with("task:"))
                 || (claims_only && !id.starts_with("pm_qos:") && !id.starts_with("cpufreq:"))
         });
@@ -313,6 +318,7 @@ impl Daemon {
         let before = self.policy.isolated.clone();
         self.give_back(why, &freed, &before);
         self.policy = new;
+        self.follow_stalls();
         self.books.policy_changed(&self.config_path, &self.policy);
         let rep = match engine::apply(&self.env.root, &scoped, &self.env.files) {
             Ok(rep) => {
@@ -550,6 +556,9 @@ impl Daemon {
     /// CPUs; a shutdown would remove the boot-time files the next boot needs).
     pub(super) fn stop(&mut self, sig: Signal) -> i32 {
         self.books.log_tasks();
+        // Loans are never left behind, whatever on_stop says: a lent thread's policy is
+        // isold's only while isold watches it.
+        self.stop_stall_guard();
         let kind = match self.policy.config.on_stop {
             OnStop::Keep => None,
             OnStop::Restore => Some(lifecycle::stop_kind()),
@@ -597,6 +606,110 @@ impl Daemon {
         self.dma.close();
         self.books.remove_status();
         code
+    }
+}
+
+impl Daemon {
+    /// The stall guard started for the policy in force, when `[stalls]` has it on.
+    pub(super) fn start_stall_guard(&mut self) {
+        let st = &self.policy.config.stalls;
+        let watch = stalls::watch_of(&self.policy, &self.env.files);
+        let fair = stalls::fair_server_said(&self.env.root, &watch.cpus);
+        let guard = if !st.enabled {
+            "off ([stalls] enabled = false)".to_string()
+        } else if watch.cpus.is_empty() {
+            "off (no isolated CPU to watch)".to_string()
+        } else {
+            match stalls::StallGuard::start(self.env.root.clone(), watch.clone()) {
+                Ok(g) => {
+                    self.stalls = Some(g);
+                    format!(
+                        "on: CPUs {}, a thread runnable {} s without running is lent SCHED_DEADLINE {} us every {} us for up to {} s",
+                        watch.cpus,
+                        st.threshold.as_secs_f64(),
+                        st.runtime_us,
+                        st.period_us,
+                        st.lend_for.as_secs_f64()
+                    )
+                }
+                Err(e) => format!("off (its thread could not start: {e})"),
+            }
+        };
+        self.env.log.info(&format!(
+            "stall guard: {guard}; the kernel's fair server: {fair}"
+        ));
+        self.books.status_lend_for = format!("{} s", st.lend_for.as_secs_f64());
+        let s = self
+            .books
+            .status
+            .stalls
+            .get_or_insert_with(Default::default);
+        s.guard = guard;
+        s.fair_server = fair;
+        self.books.dirty = true;
+    }
+
+    /// Every loan given back and the guard's thread ended.
+    pub(super) fn stop_stall_guard(&mut self) {
+        if let Some(g) = self.stalls.take() {
+            for e in g.stop() {
+                self.books.stall(&e);
+            }
+        }
+    }
+
+    /// A new policy in force: the guard watches its CPUs with its settings (started or
+    /// stopped when `[stalls] enabled` changed).
+    fn follow_stalls(&mut self) {
+        let on = self.policy.config.stalls.enabled;
+        match (&self.stalls, on) {
+            (Some(g), true) => {
+                g.send(stalls::Ctl::Watch(Box::new(stalls::watch_of(
+                    &self.policy,
+                    &self.env.files,
+                ))));
+                if let Some(s) = self.books.status.stalls.as_mut() {
+                    s.guard =
+                        s.guard
+                            .split_once(", a thread")
+                            .map_or(s.guard.clone(), |(_, rest)| {
+                                format!(
+                                    "on: CPUs {}, a thread{rest}",
+                                    stalls::watched(&self.policy)
+                                )
+                            });
+                }
+            }
+            (Some(_), false) | (None, true) => {
+                self.stop_stall_guard();
+                self.start_stall_guard();
+            }
+            (None, false) => {}
+        }
+    }
+
+    /// What the guard's thread reported: logged and counted.
+    pub(super) fn on_stall_events(&mut self) {
+        let Some(g) = self.stalls.as_ref() else {
+            return;
+        };
+        let mut byte = [0u8; 64];
+        while matches!(std::io::Read::read(&mut &g.wake, &mut byte), Ok(n) if n > 0) {}
+        let events: Vec<_> = g.events.try_iter().collect();
+        let f = g.figures.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for e in &events {
+            self.books.stall(e);
+        }
+        self.books.stall_figures(&f);
+    }
+
+    /// The guard's figures now (the status file and the metrics follow them).
+    pub(super) fn stall_figures(&mut self) {
+        if let Some(g) = self.stalls.as_ref() {
+            let f = g.figures.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            self.books.stall_figures(&f);
+            self.books.dirty = true;
+        }
     }
 }
 

@@ -43,6 +43,7 @@ mod power;
 mod publish;
 mod scanner;
 mod serve;
+mod stalls;
 mod tasks;
 
 use std::path::Path;
@@ -110,6 +111,18 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
             ));
         }
     }
+    // Loans of a stall guard that did not end them (kill -9, a crash): its threads get their
+    // own policy back before anything else.
+    match libtaskisol::stalls::give_back_recorded(root, files) {
+        Ok(back) => {
+            for (label, status) in back {
+                log.info(&format!(
+                    "stall guard: a loan of an earlier run given back: {label}: {status}"
+                ));
+            }
+        }
+        Err(e) => log.warn(&format!("stall guard: loans of an earlier run: {e}")),
+    }
     let mut d = Daemon::new(env, config_path, base, policy, claims, args);
     // Subscribe before the first apply: a task started meanwhile is seen either way.
     d.open_events(args);
@@ -123,6 +136,7 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
     d.ready();
     d.books.metrics = publish::start(&d.env, &d.policy, d.books.status.contested.is_empty());
     d.start_nri();
+    d.start_stall_guard();
     serve::serve(d, &signals, args)
 }
 

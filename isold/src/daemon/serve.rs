@@ -89,6 +89,7 @@ impl Timers {
             tasks.sweep(&mut cx);
             tasks.forget_gone(&mut cx, now);
             d.books.refresh_waiting(&d.env.root, &d.policy);
+            d.stall_figures();
             self.next_sweep = Instant::now() + self.task_interval;
         }
         if !d.tasks.new_kthreads.is_empty() {
@@ -123,6 +124,7 @@ struct Ready {
     scanner: bool,
     socket: bool,
     nri: bool,
+    stalls: bool,
 }
 
 /// Sleep in poll(2) on every source until one is readable or `timeout` passes; `None` when
@@ -143,8 +145,9 @@ fn wait_for(
         d.partition.inotify.as_ref().map(|i| i.as_fd()),
         d.server.as_ref().map(|s| s.as_fd()),
         d.nri.as_ref().map(|n| n.wake.as_fd()),
+        d.stalls.as_ref().map(|g| g.wake.as_fd()),
     ];
-    let [proc_i, uev_i, ino_i, sock_i, nri_i] = sources.map(|fd| {
+    let [proc_i, uev_i, ino_i, sock_i, nri_i, stall_i] = sources.map(|fd| {
         fd.map(|fd| {
             fds.push(PollFd::new(fd, PollFlags::POLLIN));
             fds.len() - 1
@@ -167,6 +170,7 @@ fn wait_for(
         inotify: ready(ino_i),
         socket: ready(sock_i),
         nri: ready(nri_i),
+        stalls: ready(stall_i),
     })
 }
 
@@ -193,6 +197,10 @@ pub(super) fn serve(mut d: Daemon, signals: &SignalFd, args: &RunArgs) -> i32 {
                     .warn("process events were lost (socket overflow): scanning every task");
                 tasks.full_scan(&mut cx);
             }
+            let started = std::mem::take(&mut d.tasks.started);
+            if let Some(g) = d.stalls.as_ref().filter(|_| !started.is_empty()) {
+                g.send(super::stalls::Ctl::Look(started));
+            }
         }
         if ready.uevents {
             d.on_uevents(&scanner);
@@ -205,6 +213,9 @@ pub(super) fn serve(mut d: Daemon, signals: &SignalFd, args: &RunArgs) -> i32 {
         }
         if ready.scanner {
             d.on_scan_messages(&scanner);
+        }
+        if ready.stalls {
+            d.on_stall_events();
         }
         if ready.socket {
             if let Some(code) = d.on_socket(&mut scanner, timers.interval) {

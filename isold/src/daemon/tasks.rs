@@ -64,6 +64,8 @@ pub struct Tasks {
     pub forget_all: bool,
     /// When the last pass that dropped gone threads' originals ran (or the start).
     last_forget: Instant,
+    /// Threads that started or exec'd since the stall guard was last told (pid, tid).
+    pub started: Vec<(i32, i32)>,
 }
 
 /// What a pass needs of the daemon: where, which policy, and the books to report to.
@@ -85,6 +87,7 @@ impl Tasks {
             exited: HashSet::new(),
             forget_all: true,
             last_forget: Instant::now(),
+            started: Vec::new(),
         }
     }
 
@@ -298,6 +301,9 @@ impl Tasks {
                 child_tgid,
             } => {
                 self.known.insert(child_pid);
+                if self.started.len() < 4096 {
+                    self.started.push((child_tgid, child_pid));
+                }
                 if parent_tgid == 2 {
                     // A kthread: kthreadd forks it, then its creator names it. Its
                     // priority rule is looked up once it has its name.
@@ -323,6 +329,9 @@ impl Tasks {
             }
             ProcEvent::Exec { pid, tgid } => {
                 self.settled.remove(&pid);
+                if self.started.len() < 4096 {
+                    self.started.push((tgid, pid));
+                }
                 check.push((tgid, pid, Some(at_ns)));
             }
             ProcEvent::Comm { pid, tgid, comm } => {

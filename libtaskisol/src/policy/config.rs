@@ -96,6 +96,7 @@ const TOP_KEYS: &[&str] = &[
     "irqs",
     "metrics",
     "containers",
+    "stalls",
 ];
 const TASK_KEYS: &[&str] = &["allow_comm", "allow_cgroup"];
 const IRQ_KEYS: &[&str] = &["allow"];
@@ -221,6 +222,157 @@ pub struct Config {
     pub metrics: Option<MetricsConfig>,
     /// `[containers]`: what containers' claims may take; `None` without the table.
     pub containers: Option<ContainersConfig>,
+    /// `[stalls]`: the stall guard of `isold run` (on unless turned off).
+    pub stalls: StallsConfig,
+}
+
+/// `[stalls]` of the configuration: how `isold run` finds threads starved on the isolated
+/// CPUs (runnable there, not run for `threshold`) and what it lends them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StallsConfig {
+    /// `enabled`: the guard runs (default true).
+    pub enabled: bool,
+    /// `threshold`: how long a runnable thread may wait before it is lent a slice.
+    pub threshold: std::time::Duration,
+    /// `runtime_us` and `period_us`: the SCHED_DEADLINE slice lent, in microseconds.
+    pub runtime_us: u64,
+    /// See `runtime_us`.
+    pub period_us: u64,
+    /// `lend_for`: how long one loan lasts at most before the thread's own policy is back.
+    pub lend_for: std::time::Duration,
+    /// `interval`: time between two looks at the isolated CPUs.
+    pub interval: std::time::Duration,
+    /// `ignore_cpus`: CPUs the guard leaves alone.
+    pub ignore_cpus: CpuSet,
+    /// `ignore_threads`: thread name patterns the guard never lends to.
+    pub ignore_threads: Vec<String>,
+}
+
+impl Default for StallsConfig {
+    fn default() -> StallsConfig {
+        StallsConfig {
+            enabled: true,
+            threshold: std::time::Duration::from_secs(2),
+            runtime_us: 100,
+            period_us: 1_000_000,
+            lend_for: std::time::Duration::from_secs(3),
+            interval: std::time::Duration::from_millis(250),
+            ignore_cpus: CpuSet::new(),
+            ignore_threads: Vec::new(),
+        }
+    }
+}
+
+/// A tick at HZ=250 (Debian's kernels), in microseconds: how long a lent thread may overrun
+/// its runtime before the kernel throttles it.
+pub const TICK_US: u64 = 4000;
+
+const STALLS_KEYS: &[&str] = &[
+    "enabled",
+    "threshold",
+    "runtime_us",
+    "period_us",
+    "lend_for",
+    "interval",
+    "ignore_cpus",
+    "ignore_threads",
+];
+
+impl StallsConfig {
+    /// One `key = value` of the table.
+    fn set(&mut self, key: &str, v: &Value) -> Result<(), String> {
+        let secs = |v: &Value, lo: f64, hi: f64| -> Result<std::time::Duration, String> {
+            let s = match v {
+                Value::Integer(n) => *n.value() as f64,
+                Value::Float(f) => *f.value(),
+                _ => return Err(format!("stalls.{key} must be a number of seconds")),
+            };
+            if !(lo..=hi).contains(&s) {
+                return Err(format!(
+                    "stalls.{key}: {s} is not a number of seconds from {lo} to {hi}"
+                ));
+            }
+            Ok(std::time::Duration::from_secs_f64(s))
+        };
+        let micros = |v: &Value, lo: i64, hi: i64| -> Result<u64, String> {
+            match v {
+                Value::Integer(n) if (lo..=hi).contains(n.value()) => Ok(*n.value() as u64),
+                Value::Integer(n) => Err(format!(
+                    "stalls.{key}: {} is not a number of microseconds from {lo} to {hi}",
+                    n.value()
+                )),
+                _ => Err(format!(
+                    "stalls.{key} must be a whole number of microseconds"
+                )),
+            }
+        };
+        match key {
+            "enabled" => match v {
+                Value::Boolean(b) => self.enabled = *b.value(),
+                _ => return Err("stalls.enabled takes true or false".into()),
+            },
+            "threshold" => self.threshold = secs(v, 0.1, 600.0)?,
+            "lend_for" => self.lend_for = secs(v, 0.01, 60.0)?,
+            "interval" => self.interval = secs(v, 0.05, 10.0)?,
+            // The kernel's SCHED_DEADLINE bounds: a runtime of at least 1024 ns, a period
+            // within sched_deadline_period_{min,max}_us (100 .. 4194304 by default).
+            "runtime_us" => self.runtime_us = micros(v, 2, 1_000_000)?,
+            "period_us" => self.period_us = micros(v, 100, 4_194_304)?,
+            "ignore_cpus" => {
+                let Value::String(s) = v else {
+                    return Err("stalls.ignore_cpus must be a string (a CPU list, \"3\")".into());
+                };
+                self.ignore_cpus = CpuSet::parse_list(s.value().trim())
+                    .map_err(|e| format!("stalls.ignore_cpus: {e}"))?;
+            }
+            "ignore_threads" => {
+                let Value::Array(a) = v else {
+                    return Err("stalls.ignore_threads must be an array of name patterns".into());
+                };
+                for e in a.iter() {
+                    match e {
+                        Value::String(s) if !s.value().is_empty() => {
+                            self.ignore_threads.push(s.value().clone())
+                        }
+                        _ => {
+                            return Err(
+                                "stalls.ignore_threads must be an array of non-empty strings"
+                                    .into(),
+                            )
+                        }
+                    }
+                }
+            }
+            _ => return Err(unknown("key", key, STALLS_KEYS)),
+        }
+        Ok(())
+    }
+
+    /// The slice's share of a CPU, checked once the table is read: the workload keeps at
+    /// least 99 % of its CPU while a thread is lent one.
+    fn check(&self) -> Result<(), String> {
+        if self.runtime_us > self.period_us {
+            return Err(format!(
+                "stalls.runtime_us ({}) is longer than stalls.period_us ({})",
+                self.runtime_us, self.period_us
+            ));
+        }
+        // The kernel stops a deadline task that ran out of runtime at its next tick (unless
+        // the HRTICK_DL scheduler feature is on): a lent thread may run a whole tick per
+        // period, 4 ms at HZ=250. The share is judged on that.
+        let slice = self.runtime_us.max(TICK_US);
+        if slice * 100 > self.period_us {
+            return Err(format!(
+                "stalls: runtime_us = {} every period_us = {} lends up to {:.1} % of the CPU (a lent thread runs until the kernel's tick, {} us at HZ=250, when its runtime is shorter); at most 1 %: period_us of {} or more",
+                self.runtime_us,
+                self.period_us,
+                slice as f64 * 100.0 / self.period_us as f64,
+                TICK_US,
+                slice * 100
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// `[containers]` of the configuration: the administrator's rule for containers' claims.
@@ -428,6 +580,7 @@ impl Config {
             systemd_cpuaffinity: false,
             metrics: None,
             containers: None,
+            stalls: StallsConfig::default(),
         };
         for s in preset::settings(preset) {
             let r = match s.key.split_once(':') {
@@ -896,6 +1049,15 @@ impl Config {
             }
             })?;
             c.containers = Some(cc);
+        }
+        if let Some(t) = table("stalls")? {
+            let mut st = StallsConfig::default();
+            walk(t, "stalls", &mut |k, v| st.set(k, v))?;
+            if let Err(reason) = st.check() {
+                let span = top.get("stalls").and_then(|i| i.span());
+                return Err(err(span, reason));
+            }
+            c.stalls = st;
         }
         Ok(c)
     }

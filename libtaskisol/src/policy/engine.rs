@@ -793,7 +793,10 @@ fn per_thread(op: &Op) -> bool {
 
 /// Whether restoring `o` puts back one thread's value and nothing else (see [`per_thread`]).
 pub(super) fn per_thread_original(o: &Original) -> bool {
-    matches!(o, Original::Affinity { .. } | Original::Sched { .. })
+    matches!(
+        o,
+        Original::Affinity { .. } | Original::Sched { .. } | Original::Loan { .. }
+    )
 }
 
 /// Threads changed or restored at once per worker, at least (a worker's start costs about

@@ -11,7 +11,7 @@ use super::engine::{
 };
 use super::partition;
 use super::state::{Entry, Ledger, Original, StateFiles};
-use super::threads::{set_thread_affinity, set_thread_sched};
+use super::threads::{set_thread_affinity, set_thread_attr, set_thread_sched};
 use super::{shown, Outcome, Report, Status};
 use crate::cpuset::CpuSet;
 use crate::error::Result;
@@ -82,6 +82,30 @@ pub(super) fn restore_one(root: &SysRoot, o: &Original) -> Status {
             };
             match set_thread_affinity(root, *pid, *tid, &set) {
                 Ok(()) => Status::Restored { to: cpus.clone() },
+                Err(e) if e.errno() == Some(libc::ESRCH) => Status::Gone,
+                Err(e) => failed(e),
+            }
+        }
+        Original::Loan {
+            pid,
+            tid,
+            starttime,
+            policy,
+            rt_priority,
+            nice,
+            reset_on_fork,
+            ..
+        } => {
+            match tasks::is_same_thread(root, *pid, *tid, *starttime) {
+                Ok(false) => return Status::Gone,
+                Err(e) => return failed(e),
+                Ok(true) => {}
+            }
+            let attr = crate::sched::SchedAttr::plain(*policy, *rt_priority, *nice, *reset_on_fork);
+            match set_thread_attr(root, *pid, *tid, &attr) {
+                Ok(()) => Status::Restored {
+                    to: attr.to_string(),
+                },
                 Err(e) if e.errno() == Some(libc::ESRCH) => Status::Gone,
                 Err(e) => failed(e),
             }

@@ -151,6 +151,27 @@ pub enum Original {
     },
     /// The `cgroup_partition` item: the cgroup directory and the workloads moved into it.
     Partition(super::partition::PartitionOriginal),
+    /// A thread the stall guard lent a slice (SCHED_DEADLINE, or SCHED_FIFO where the
+    /// kernel refuses a deadline task): its own policy, recorded before the loan, written
+    /// back when the loan ends, by `isold restore` and at the next start after a crash.
+    Loan {
+        /// Process id.
+        pid: i32,
+        /// Thread id.
+        tid: i32,
+        /// Start time.
+        starttime: u64,
+        /// Thread name.
+        comm: String,
+        /// Policy number.
+        policy: u32,
+        /// Real-time priority.
+        rt_priority: u32,
+        /// Nice value.
+        nice: i32,
+        /// Whether it had reset-on-fork.
+        reset_on_fork: bool,
+    },
 }
 
 impl Original {
@@ -799,6 +820,29 @@ impl Entry {
                     ));
                 }
                 item("kthread_priority")?;
+                crate::sched::SchedPolicy::from_stat(*policy, *rt_priority)
+                    .map(drop)
+                    .ok_or_else(|| format!("policy {policy} priority {rt_priority}"))
+            }
+            Original::Loan {
+                pid,
+                tid,
+                starttime,
+                policy,
+                rt_priority,
+                nice,
+                ..
+            } => {
+                if self.id != format!("loan:{tid}:{starttime}") || *pid <= 0 || *tid <= 0 {
+                    return Err(format!(
+                        "thread {pid}/{tid} started at {starttime} is not the thread of {}",
+                        self.id
+                    ));
+                }
+                item("stalls")?;
+                if !(-20..=19).contains(nice) {
+                    return Err(format!("nice {nice}"));
+                }
                 crate::sched::SchedPolicy::from_stat(*policy, *rt_priority)
                     .map(drop)
                     .ok_or_else(|| format!("policy {policy} priority {rt_priority}"))

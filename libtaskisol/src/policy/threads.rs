@@ -109,6 +109,55 @@ pub(crate) fn set_thread_sched(
     })
 }
 
+/// A thread's scheduling attributes: `sched_getattr(2)` on the running system; on a tree,
+/// its stat file's policy, rt_priority and nice (fields 41, 40 and 19).
+pub(crate) fn thread_attr(root: &SysRoot, pid: i32, tid: i32) -> Result<sched::SchedAttr> {
+    if root.is_host() {
+        return sched::get_attr(tid);
+    }
+    let abs = format!("/proc/{pid}/task/{tid}/stat");
+    let text = root.read_to_string(&abs).map_err(|e| {
+        if e.errno() == Some(libc::ENOENT) {
+            Error::syscall(format!("thread of {abs}"), nix::errno::Errno::ESRCH)
+        } else {
+            e
+        }
+    })?;
+    let close = text.rfind(')').unwrap_or(0);
+    let f: Vec<&str> = text[close + 1..].split_whitespace().collect();
+    let num = |i: usize| f.get(i).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+    Ok(sched::SchedAttr::plain(
+        num(38) as u32,
+        num(37) as u32,
+        num(16) as i32,
+        false,
+    ))
+}
+
+/// Set a thread's scheduling attributes: `sched_setattr(2)` on the running system; on a
+/// tree, its stat file's policy, rt_priority and nice.
+pub(crate) fn set_thread_attr(
+    root: &SysRoot,
+    pid: i32,
+    tid: i32,
+    attr: &sched::SchedAttr,
+) -> Result<()> {
+    if root.is_host() {
+        return sched::set_attr(tid, attr);
+    }
+    edit_tree_file(root, &format!("/proc/{pid}/task/{tid}/stat"), |text| {
+        let close = text.rfind(')').unwrap_or(0);
+        let (head, tail) = text.split_at(close + 1);
+        let mut f: Vec<String> = tail.split_whitespace().map(str::to_string).collect();
+        if f.len() >= 39 {
+            f[16] = attr.nice.to_string();
+            f[37] = attr.priority.to_string();
+            f[38] = attr.policy.to_string();
+        }
+        format!("{head} {}\n", f.join(" "))
+    })
+}
+
 fn edit_tree_file(root: &SysRoot, abs: &str, edit: impl FnOnce(&str) -> String) -> Result<()> {
     let text = root.read_to_string(abs).map_err(|e| {
         if e.errno() == Some(libc::ENOENT) {

@@ -17,6 +17,7 @@ mod kmod;
 pub mod peers;
 mod qmp;
 pub mod seed;
+pub mod stalls;
 mod vm;
 
 use std::collections::BTreeMap;

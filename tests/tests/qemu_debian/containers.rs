@@ -284,7 +284,7 @@ fn prometheus_expects() -> Vec<Expect> {
             },
         ),
         Expect::that(
-            "Prometheus evaluates the five shipped alert rules without error",
+            "Prometheus evaluates the six shipped alert rules without error",
             |o: &StepOutput| {
                 let v = json_field(o, "prom_rules")?;
                 let rules: Vec<(String, String)> = v["data"]["groups"]
@@ -307,6 +307,7 @@ fn prometheus_expects() -> Vec<Expect> {
                         "IsolatedCpuTicking",
                         "ContainerClaimRefused",
                         "IsolationPolicyBroken",
+                        "IsolatedCpuStalls",
                     ]
                     || rules.iter().any(|(_, h)| h != "ok")
                 {

@@ -1,0 +1,409 @@
+//! What runs, and what waits to run, on the isolated CPUs, read from a housekeeping CPU
+//! without disturbing them: the kernel's per-CPU busy and idle time (`/proc/stat`) and, for
+//! the threads that are runnable there, their state, CPU, policy and run counts
+//! (`/proc/<pid>/task/<tid>/stat` and `schedstat`). Remote reads of these files take no lock
+//! of the CPU read about and send it no IPI (measured on 6.1, 6.12-rt and 7.2-rt: the CAL
+//! and RES counts of a CPU running a busy loop did not move over 1500 reads).
+//!
+//! The stall guard ([`crate::stalls`]) is built on it.
+
+use std::collections::BTreeMap;
+
+use crate::cpuset::CpuSet;
+use crate::error::Result;
+use crate::procfs::{TaskStat, PF_KTHREAD, PF_NO_SETAFFINITY};
+use crate::sched::SCHED_DEADLINE;
+use crate::sysroot::SysRoot;
+
+/// What kind of thread: the label of the guard's metrics and messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// A kernel thread bound to its CPU (`kworker/3:1`, `ksoftirqd/3`, `rcuc/3`): the kernel
+    /// pins it (PF_NO_SETAFFINITY) and the work of that CPU waits for it.
+    PerCpuKthread,
+    /// Another kernel thread.
+    Kthread,
+    /// A user thread.
+    Task,
+}
+
+impl Kind {
+    /// `percpu_kthread`, `kthread`, `task`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::PerCpuKthread => "percpu_kthread",
+            Kind::Kthread => "kthread",
+            Kind::Task => "task",
+        }
+    }
+}
+
+/// One look at one thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    /// Process id.
+    pub pid: i32,
+    /// Thread id.
+    pub tid: i32,
+    /// Start time in ticks after boot (with the tid, which thread this is).
+    pub starttime: u64,
+    /// Name.
+    pub comm: String,
+    /// `PF_*` flags.
+    pub flags: u64,
+    /// State letter: `R` is runnable (running, or waiting for the CPU).
+    pub state: char,
+    /// The CPU it is on (where it waits, when runnable).
+    pub cpu: u32,
+    /// Policy number.
+    pub policy: u32,
+    /// Real-time priority.
+    pub rt_priority: u32,
+    /// CPU time in ns (schedstat's first field; stat's ticks where there is no schedstat).
+    pub exec_ns: u64,
+    /// How many times it was put on a CPU (schedstat's third field).
+    pub runs: u64,
+    /// CPU time in clock ticks (stat's utime + stime): on a nohz_full CPU the kernel adds
+    /// the running slice when it is read, so it moves while the thread runs even when the
+    /// tick is stopped and schedstat's figure waits for the next (remote) tick.
+    pub cpu_ticks: u64,
+}
+
+impl Seen {
+    /// What kind of thread.
+    pub fn kind(&self) -> Kind {
+        match (
+            self.flags & PF_KTHREAD != 0,
+            self.flags & PF_NO_SETAFFINITY != 0,
+        ) {
+            (true, true) => Kind::PerCpuKthread,
+            (true, false) => Kind::Kthread,
+            _ => Kind::Task,
+        }
+    }
+
+    /// Whether it ran between `earlier` and this look: its CPU time or its run count moved.
+    /// (schedstat's run_delay is added only once a wait ends, so it says nothing during one.)
+    pub fn ran_since(&self, earlier: &Seen) -> bool {
+        self.exec_ns != earlier.exec_ns
+            || self.runs != earlier.runs
+            || self.cpu_ticks != earlier.cpu_ticks
+    }
+
+    /// The same thread as `other` (a tid is reused by a later thread).
+    pub fn same_thread(&self, other: &Seen) -> bool {
+        self.tid == other.tid && self.starttime == other.starttime
+    }
+
+    /// Where the scheduler puts it: deadline above real-time above the fair classes, then the
+    /// real-time priority.
+    pub fn rank(&self) -> (u8, u32) {
+        match self.policy {
+            SCHED_DEADLINE => (3, 0),
+            1 | 2 => (2, self.rt_priority),
+            5 => (0, 0),
+            _ => (1, 0),
+        }
+    }
+
+    /// Whether it has a real-time policy (FIFO, RR) or a deadline.
+    pub fn is_realtime(&self) -> bool {
+        self.rank().0 >= 2
+    }
+
+    /// How people name it: `kworker/3:1 (kernel thread 45)`, `sh (pid 812, thread 812)`.
+    pub fn label(&self) -> String {
+        if self.flags & PF_KTHREAD != 0 {
+            format!("{} (kernel thread {})", self.comm, self.tid)
+        } else if self.pid == self.tid {
+            format!("{} (pid {})", self.comm, self.pid)
+        } else {
+            format!("{} (pid {}, thread {})", self.comm, self.pid, self.tid)
+        }
+    }
+}
+
+/// Each CPU's idle time so far (`/proc/stat`: idle plus iowait, in ticks). A CPU whose idle
+/// time grew between two reads had nothing runnable at some point in between, so nothing
+/// starved there.
+pub fn idle_ticks(root: &SysRoot) -> Result<BTreeMap<usize, u64>> {
+    let text = root.read_to_string("/proc/stat")?;
+    Ok(parse_idle(&text))
+}
+
+/// The per-CPU lines of `/proc/stat`.
+pub fn parse_idle(text: &str) -> BTreeMap<usize, u64> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("cpu") else {
+            // The CPU lines come first; the rest (intr, ctxt, ...) is long on big machines.
+            if !out.is_empty() {
+                break;
+            }
+            continue;
+        };
+        // "cpu " is the sum of every CPU; "cpuN " one CPU.
+        if !rest.starts_with(|c: char| c.is_ascii_digit()) {
+            continue;
+        }
+        let mut f = rest.split_whitespace();
+        let Some(Ok(cpu)) = f.next().map(str::parse::<usize>) else {
+            continue;
+        };
+        let v: Vec<u64> = f.map(|x| x.parse().unwrap_or(0)).collect();
+        // user nice system idle iowait ...
+        if v.len() >= 5 {
+            out.insert(cpu, v[3] + v[4]);
+        }
+    }
+    out
+}
+
+/// One thread, now: `Ok(None)` when it is gone.
+pub fn read_seen(root: &SysRoot, pid: i32, tid: i32) -> Result<Option<Seen>> {
+    let dir = format!("/proc/{pid}/task/{tid}");
+    let st = match TaskStat::read_path(root, &format!("{dir}/stat")) {
+        Ok(s) => s,
+        Err(e) if crate::tasks::gone(&e) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(Some(with_schedstat(root, &dir, pid, st)))
+}
+
+fn with_schedstat(root: &SysRoot, dir: &str, pid: i32, st: TaskStat) -> Seen {
+    // Without CONFIG_SCHED_INFO there is no schedstat: the stat's ticks stand in.
+    let (exec_ns, runs) = root
+        .read_to_string(format!("{dir}/schedstat"))
+        .ok()
+        .and_then(|t| {
+            let mut f = t.split_whitespace().map(|x| x.parse::<u64>().ok());
+            let exec = f.next()??;
+            let _delay = f.next()??;
+            Some((exec, f.next()??))
+        })
+        .unwrap_or((st.cpu_ticks, 0));
+    Seen {
+        pid,
+        tid: st.pid,
+        starttime: st.starttime,
+        comm: st.comm,
+        flags: st.flags,
+        state: st.state,
+        cpu: st.processor,
+        policy: st.policy,
+        rt_priority: st.rt_priority,
+        exec_ns,
+        runs,
+        cpu_ticks: st.cpu_ticks,
+    }
+}
+
+/// What a walk over every thread found.
+#[derive(Debug, Default)]
+pub struct Walked {
+    /// The threads runnable on one of the CPUs asked about.
+    pub runnable: Vec<Seen>,
+    /// The threads that live on the CPUs watched: their per-CPU kernel threads, and the
+    /// threads whose affinity is inside them (pid, tid, the CPUs they may run on).
+    pub residents: Vec<(i32, i32, CpuSet)>,
+}
+
+/// The CPUs a thread may run on: `sched_getaffinity` on the running system, the status
+/// file's list on a tree. `None` when it is gone.
+pub fn affinity(root: &SysRoot, pid: i32, tid: i32) -> Option<CpuSet> {
+    if root.is_host() {
+        crate::sched::get_affinity(tid).ok()
+    } else {
+        crate::tasks::read_thread(root, pid, tid)
+            .ok()
+            .flatten()
+            .map(|t| t.affinity)
+    }
+}
+
+/// Every thread that is runnable on one of `busy` now, and the per-CPU kernel threads of
+/// `watched`: one stat read per thread of the system, and schedstat for the few runnable.
+/// The guard does this rarely (its cost sets how rarely); between two walks it reads only
+/// the threads it knows.
+pub fn walk(root: &SysRoot, watched: &CpuSet, busy: &CpuSet) -> Result<Walked> {
+    let mut out = Walked::default();
+    for pid in crate::tasks::pids(root)? {
+        let tids = match crate::procfs::thread_ids(root, pid) {
+            Ok(t) => t,
+            Err(_) => continue,
+        };
+        for tid in tids {
+            let dir = format!("/proc/{pid}/task/{tid}");
+            let Ok(raw) = root.read(format!("{dir}/stat")) else {
+                continue;
+            };
+            // Most threads sleep and are no kernel thread of a watched CPU: the state, the
+            // CPU and the flags are looked at before the whole line is parsed.
+            let quick = quick_fields(&raw);
+            if let Some(q) = quick.as_ref() {
+                if q.flags & PF_KTHREAD == 0 {
+                    // A user thread lives here when its affinity is inside the watched CPUs
+                    // (a workload's threads, a task an operator pinned).
+                    if let Some(a) =
+                        affinity(root, pid, tid).filter(|a| !a.is_empty() && a.is_subset(watched))
+                    {
+                        out.residents.push((pid, tid, a));
+                    }
+                } else if let Some(cpu) = (q.flags & PF_NO_SETAFFINITY != 0)
+                    .then(|| percpu_kthread_cpu(q.comm))
+                    .flatten()
+                    .filter(|c| watched.contains(*c))
+                {
+                    out.residents.push((pid, tid, CpuSet::from_iter([cpu])));
+                }
+            }
+            if !quick.is_some_and(|q| q.state == b'R' && busy.contains(q.cpu)) {
+                continue;
+            }
+            let Ok(st) = TaskStat::parse(&String::from_utf8_lossy(&raw)) else {
+                continue;
+            };
+            out.runnable.push(with_schedstat(root, &dir, pid, st));
+        }
+    }
+    Ok(out)
+}
+
+/// The fields a walk looks at first.
+struct Quick<'a> {
+    comm: &'a [u8],
+    state: u8,
+    flags: u64,
+    cpu: usize,
+}
+
+fn quick_fields(stat: &[u8]) -> Option<Quick<'_>> {
+    let open = stat.iter().position(|&b| b == b'(')?;
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let mut fields = stat
+        .get(close + 1..)?
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|f| !f.is_empty());
+    let num = |f: Option<&[u8]>| -> Option<u64> { std::str::from_utf8(f?).ok()?.parse().ok() };
+    let state = *fields.next()?.first()?;
+    // Fields 4..8, then the flags (field 9).
+    let flags = num(fields.nth(5))?;
+    // The processor is field 39.
+    let cpu = num(fields.nth(29))? as usize;
+    Some(Quick {
+        comm: stat.get(open + 1..close)?,
+        state,
+        flags,
+        cpu,
+    })
+}
+
+/// The CPU in a per-CPU kernel thread's name: `ksoftirqd/3`, `rcuc/3`, `kworker/3:1H`,
+/// `kworker/3:0-mm_percpu_wq`; `None` for an unbound one (`kworker/u8:2`, `kworker/R-mm`).
+pub fn percpu_kthread_cpu(comm: &[u8]) -> Option<usize> {
+    let slash = comm.iter().position(|&b| b == b'/')?;
+    let digits: &[u8] = {
+        let rest = &comm[slash + 1..];
+        let end = rest
+            .iter()
+            .position(|b| !b.is_ascii_digit())
+            .unwrap_or(rest.len());
+        if end < rest.len() && rest[end] != b':' {
+            return None;
+        }
+        &rest[..end]
+    };
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_walk_looks_at_state_flags_and_cpu_first() {
+        let line = |state: &str, flags: u64, cpu: u32| {
+            let mut f: Vec<String> = (3..=52).map(|n| n.to_string()).collect();
+            f[0] = state.into();
+            f[6] = flags.to_string();
+            f[36] = cpu.to_string();
+            format!("812 (a) b (c) {}\n", f.join(" ")).into_bytes()
+        };
+        let raw = line("R", 0x4208060, 3);
+        let q = quick_fields(&raw).unwrap();
+        assert_eq!(
+            (q.state, q.flags, q.cpu, q.comm),
+            (b'R', 0x4208060, 3, &b"a) b (c"[..])
+        );
+        let st = TaskStat::parse(&String::from_utf8(raw.clone()).unwrap()).unwrap();
+        assert_eq!((st.flags, st.processor), (0x4208060, 3));
+        assert!(quick_fields(b"812 (a").is_none());
+        for (name, cpu) in [
+            ("ksoftirqd/3", Some(3)),
+            ("rcuc/12", Some(12)),
+            ("kworker/3:1H", Some(3)),
+            ("kworker/3:0-mm_percpu_wq", Some(3)),
+            ("kworker/u8:2", None),
+            ("kworker/R-mm_pe", None),
+            ("kthreadd", None),
+            ("idle_inject/3", Some(3)),
+            ("cpuhp/3x", None),
+        ] {
+            assert_eq!(percpu_kthread_cpu(name.as_bytes()), cpu, "{name}");
+        }
+    }
+
+    #[test]
+    fn idle_time_per_cpu_from_proc_stat() {
+        let text = "cpu  10 0 20 300 4 0 0 0 0 0\n\
+                    cpu0 5 0 10 150 2 0 0 0 0 0\n\
+                    cpu3 5 0 10 150 3 0 1 0 0 0\n\
+                    intr 1 2 3\nctxt 99\n";
+        let idle = parse_idle(text);
+        assert_eq!(idle.len(), 2);
+        assert_eq!(idle[&0], 152);
+        assert_eq!(idle[&3], 153);
+    }
+
+    fn seen(policy: u32, prio: u32, flags: u64) -> Seen {
+        Seen {
+            pid: 5,
+            tid: 6,
+            starttime: 1,
+            comm: "w".into(),
+            flags,
+            state: 'R',
+            cpu: 3,
+            policy,
+            rt_priority: prio,
+            exec_ns: 10,
+            runs: 2,
+            cpu_ticks: 1,
+        }
+    }
+
+    #[test]
+    fn ranks_kinds_and_labels() {
+        assert!(seen(1, 1, 0).rank() > seen(0, 0, 0).rank());
+        assert!(seen(1, 2, 0).rank() > seen(2, 1, 0).rank());
+        assert!(seen(6, 0, 0).rank() > seen(1, 99, 0).rank());
+        assert!(seen(0, 0, 0).rank() > seen(5, 0, 0).rank());
+        assert!(seen(1, 1, 0).is_realtime() && !seen(3, 0, 0).is_realtime());
+        assert_eq!(seen(0, 0, 0x4208060).kind(), Kind::PerCpuKthread);
+        assert_eq!(seen(0, 0, 0x208040).kind(), Kind::Kthread);
+        assert_eq!(seen(0, 0, 0x400100).kind(), Kind::Task);
+        assert_eq!(seen(0, 0, 0x208040).label(), "w (kernel thread 6)");
+        assert_eq!(seen(0, 0, 0).label(), "w (pid 5, thread 6)");
+        let a = seen(0, 0, 0);
+        let mut b = a.clone();
+        assert!(!b.ran_since(&a));
+        b.runs += 1;
+        assert!(b.ran_since(&a));
+        let mut c = a.clone();
+        c.exec_ns += 1;
+        assert!(c.ran_since(&a));
+        let mut d = a.clone();
+        d.cpu_ticks += 1;
+        assert!(d.ran_since(&a));
+    }
+}

@@ -1,0 +1,202 @@
+//! The stall guard on real kernels: the seed's case with `isold run` in charge. A SCHED_FIFO
+//! loop from `chisol -f 1 -c 3` on isolated CPU 3 (RT throttling off, as isold's preset sets
+//! it), then `echo 1 > /proc/sys/vm/stat_refresh` and a SCHED_OTHER task started on CPU 3:
+//! both finish within seconds, the loop stays SCHED_FIFO 1 on CPU 3 with at least 99 % of
+//! it, `isold status` and the metrics name the rescues, and neither a stop nor a kill -9
+//! followed by `isold restore` leaves a thread SCHED_DEADLINE; with `[stalls] enabled =
+//! false` the write hangs again. On 6.12+ the fair server's runtime on CPU 3 is 0 during the
+//! case, so that the guard, not the kernel, is what rescues the kworker.
+//!
+//! The guest side is `stall_guard_case` in tests/guest/lib.sh.
+
+use std::time::Duration;
+
+use super::{Expect, Outcome, Scenario, StepOutput};
+
+/// The step that runs the case.
+pub const STEP: &str = "stall_guard_fifo_loop_under_isold_run";
+/// The step after it: ends what a killed step left and restores every value.
+pub const CLEANUP_STEP: &str = "stall_guard_cleanup";
+/// The window over which the loop's share is measured, seconds.
+pub const WINDOW_S: u32 = 10;
+/// stat_refresh and the task must finish within this after the guard is turned on: the
+/// threshold (2 s), a pass (0.25 s) and room for a guest under TCG on a loaded host.
+pub const RESCUED_WITHIN_S: f64 = 8.0;
+/// With the guard off, the write must stay blocked this long to count as the hang.
+pub const HANG_S: f64 = 7.5;
+
+fn num(out: &StepOutput, key: &str) -> Option<f64> {
+    out.field(key).and_then(|v| v.parse().ok())
+}
+
+fn within(key: &'static str, bound: f64) -> Expect {
+    Expect::that(
+        &format!("{key} under {bound} s"),
+        move |o: &StepOutput| match num(o, key) {
+            Some(v) if v < bound => Ok(()),
+            other => Err(format!("{key} = {other:?}")),
+        },
+    )
+}
+
+/// The value of the metric line `name{labels}` in the step's `metric: ` lines.
+pub fn metric(out: &StepOutput, series: &str) -> Option<f64> {
+    out.stdout.lines().find_map(|l| {
+        let rest = l.strip_prefix("metric: ")?.strip_prefix(series)?;
+        rest.trim().parse().ok()
+    })
+}
+
+/// Adds the case (and its cleanup step) to a scenario booted with [`super::ISOL23`], after
+/// the seed's case (which leaves RT throttling as the kernel had it).
+pub fn add(s: &mut Scenario) {
+    if !s.binaries.iter().any(|b| b == "isold") {
+        s.binaries.push("isold".into());
+    }
+    let expects = vec![
+        Expect::field("isold_up", "yes"),
+        Expect::field("sched_rt_runtime_us", "-1"),
+        within("stat_refresh_seconds", RESCUED_WITHIN_S),
+        within("other_task_seconds", RESCUED_WITHIN_S),
+        Expect::field("loop_policy", "1"),
+        Expect::field("loop_rt_priority", "1"),
+        Expect::field("loop_cpus", "3"),
+        Expect::field("loop_cpu", "3"),
+        // Against its share alone on the CPU in the same boot: under TCG the scheduler's clock
+        // and the uptime drift apart by a few per cent either way.
+        Expect::that(
+            "the loop kept at least 99 % of what it had alone on CPU 3",
+            |o: &StepOutput| match (num(o, "loop_share"), num(o, "loop_share_alone")) {
+                (Some(v), Some(alone)) if v >= 0.99 * alone => Ok(()),
+                other => Err(format!("loop_share, loop_share_alone = {other:?}")),
+            },
+        ),
+        Expect::output_has("status:   stall guard: on: CPUs 2-3"),
+        Expect::that(
+            "the log names the kworker of CPU 3 and what held the CPU",
+            |o: &StepOutput| {
+                let hit = o.stdout.lines().any(|l| {
+                    l.starts_with("log: ")
+                        && l.contains("stall guard: kworker/3:")
+                        && l.contains("runnable on CPU 3 behind sh (pid ")
+                        && l.contains("lent SCHED_DEADLINE")
+                });
+                if hit {
+                    Ok(())
+                } else {
+                    Err("no such log line".into())
+                }
+            },
+        ),
+        Expect::that(
+            "isold status counts two rescues or more",
+            |o: &StepOutput| {
+                let n = o.stdout.lines().find_map(|l| {
+                    l.strip_prefix("status:     rescued: ")?
+                        .split(|c: char| !c.is_ascii_digit())
+                        .next()?
+                        .parse::<u64>()
+                        .ok()
+                });
+                match n {
+                    Some(n) if n >= 2 => Ok(()),
+                    other => Err(format!("rescued = {other:?}")),
+                }
+            },
+        ),
+        Expect::that(
+            "the metrics count the kworker and the task on CPU 3",
+            |o: &StepOutput| {
+                let k = metric(
+                    o,
+                    "isold_stall_rescues_total{cpu=\"3\",kind=\"percpu_kthread\"}",
+                );
+                let t = metric(o, "isold_stall_rescues_total{cpu=\"3\",kind=\"task\"}");
+                match (k, t) {
+                    (Some(k), Some(t)) if k >= 1.0 && t >= 1.0 => Ok(()),
+                    other => Err(format!("percpu_kthread, task = {other:?}")),
+                }
+            },
+        ),
+        Expect::field("lent_after_rescues", ""),
+        Expect::that(
+            "a thread was lent a slice before the stop",
+            |o: &StepOutput| match o.field("lent_before_stop") {
+                Some(v) if !v.is_empty() => Ok(()),
+                other => Err(format!("lent_before_stop = {other:?}")),
+            },
+        ),
+        Expect::field("lent_after_stop", ""),
+        Expect::that("no loan left in the state", |o: &StepOutput| {
+            match o.field("loans_in_state_after_stop") {
+                None | Some("0") => Ok(()),
+                other => Err(format!("loans_in_state_after_stop = {other:?}")),
+            }
+        }),
+        Expect::that(
+            "after kill -9 the lent thread is still SCHED_DEADLINE",
+            |o: &StepOutput| match o.field("lent_after_kill") {
+                Some(v) if !v.is_empty() => Ok(()),
+                other => Err(format!("lent_after_kill = {other:?}")),
+            },
+        ),
+        Expect::field("restore_rc", "0"),
+        Expect::field("lent_after_restore", ""),
+        Expect::that(
+            &format!("with the guard off stat_refresh is blocked for {HANG_S} s"),
+            |o: &StepOutput| match num(o, "guard_off_blocked_after") {
+                Some(v) if v >= HANG_S => Ok(()),
+                _ => Err(format!(
+                    "guard_off_blocked_after = {:?}, returned after {:?}",
+                    o.field("guard_off_blocked_after"),
+                    o.field("guard_off_stat_refresh_seconds")
+                )),
+            },
+        ),
+        Expect::output_has("stall guard: off ([stalls] enabled = false)"),
+        Expect::field("lent_at_end", ""),
+    ];
+    s.step_with_timeout(
+        STEP,
+        &format!("taskset -pc 0-1 $$ >/dev/null\nstall_guard_case {WINDOW_S}"),
+        Duration::from_secs(240),
+        expects,
+    );
+    s.step(
+        CLEANUP_STEP,
+        "stall_guard_cleanup\necho lent=$(lent_threads)\necho sched_rt_runtime_us=$(cat /proc/sys/kernel/sched_rt_runtime_us)",
+        vec![
+            Expect::field("lent", ""),
+            Expect::that("RT throttling as the kernel had it", |o: &StepOutput| {
+                match o.field("sched_rt_runtime_us") {
+                    Some(v) if v != "-1" => Ok(()),
+                    other => Err(format!("sched_rt_runtime_us = {other:?}")),
+                }
+            }),
+        ],
+    );
+}
+
+/// What one boot showed, for a human (scripts/demo): the same row as the seed's case, with
+/// `isold run` in charge.
+pub fn report(outcome: &Outcome) -> String {
+    let Some(out) = outcome.outputs.get(STEP) else {
+        return "  (the stall guard case did not run)\n".into();
+    };
+    format!(
+        "  with isold run: stat_refresh returned {} s after the guard started, a SCHED_OTHER task woken on CPU 3 ran after {} s, the loop kept {} of what it had alone; guard off: {}\n",
+        out.field("stat_refresh_seconds").unwrap_or("?"),
+        out.field("other_task_seconds").unwrap_or("?"),
+        match (num(out, "loop_share"), num(out, "loop_share_alone")) {
+            (Some(v), Some(a)) if a > 0.0 => format!("{:.1} %", v / a * 100.0),
+            _ => "?".into(),
+        },
+        match out.field("guard_off_blocked_after") {
+            Some(b) => format!("still blocked after {b} s"),
+            None => format!(
+                "returned in {} s",
+                out.field("guard_off_stat_refresh_seconds").unwrap_or("?")
+            ),
+        }
+    )
+}
