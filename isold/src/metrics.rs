@@ -21,8 +21,8 @@ use libtaskisol::policy::Policy;
 use libtaskisol::SysRoot;
 use prometheus::core::Collector;
 use prometheus::{
-    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge,
-    IntGaugeVec, Opts, Registry, TextEncoder,
+    CounterVec, Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Every metric name isold publishes (man/isold.8 lists the same; a test keeps them equal).
@@ -43,6 +43,7 @@ pub const NAMES: &[&str] = &[
     "isold_health_samples_total",
     "isold_health_sample_duration_seconds",
     "isold_stall_rescues_total",
+    "isold_stall_lent_seconds_total",
     "isold_stall_wait_seconds",
     "isold_stall_loans",
     "isold_stall_guard_cpu_seconds",
@@ -79,6 +80,7 @@ pub struct Metrics {
     samples: IntCounter,
     sample_seconds: Gauge,
     stall_rescues: IntCounterVec,
+    stall_lent_seconds: CounterVec,
     stall_wait: Histogram,
     stall_lent: IntGauge,
     stall_cpu: Gauge,
@@ -216,6 +218,13 @@ impl Metrics {
             ),
             &["cpu", "kind"],
         ));
+        let stall_lent_seconds = must(CounterVec::new(
+            Opts::new(
+                "isold_stall_lent_seconds_total",
+                "CPU time the threads the stall guard lent a slice used on an isolated CPU (counted when each loan ends): what the workload gave up, by CPU",
+            ),
+            &["cpu"],
+        ));
         let stall_wait = must(Histogram::with_opts(
             HistogramOpts::new(
                 "isold_stall_wait_seconds",
@@ -250,6 +259,7 @@ impl Metrics {
         reg(Box::new(sample_seconds.clone()));
         // Also with the guard off: a reload may turn it on.
         reg(Box::new(stall_rescues.clone()));
+        reg(Box::new(stall_lent_seconds.clone()));
         reg(Box::new(stall_wait.clone()));
         reg(Box::new(stall_lent.clone()));
         reg(Box::new(stall_cpu.clone()));
@@ -271,6 +281,7 @@ impl Metrics {
             samples,
             sample_seconds,
             stall_rescues,
+            stall_lent_seconds,
             stall_wait,
             stall_lent,
             stall_cpu,
@@ -330,6 +341,13 @@ impl Metrics {
             .with_label_values(&[&cpu.to_string(), kind])
             .inc();
         self.stall_wait.observe(waited);
+    }
+
+    /// A loan ended: the CPU time its thread used on `cpu`.
+    pub fn stall_lent(&self, cpu: u32, seconds: f64) {
+        self.stall_lent_seconds
+            .with_label_values(&[&cpu.to_string()])
+            .inc_by(seconds);
     }
 
     /// The stall guard's loans now and its CPU time so far.

@@ -85,6 +85,9 @@ pub struct Stalls {
     pub rescues: u64,
     /// The same by CPU.
     pub by_cpu: BTreeMap<String, u64>,
+    /// The CPU time the lent threads used, seconds, by CPU: what the workload gave up.
+    #[serde(default)]
+    pub lent_s_by_cpu: BTreeMap<String, f64>,
     /// Threads lent a slice now.
     pub lent_now: u64,
     /// The last rescue, said as the log said it, with its Unix time.
@@ -359,6 +362,17 @@ pub fn human_status(s: &DaemonStatus) -> String {
             g.walks,
             g.last_walk_ms
         ));
+        if !g.lent_s_by_cpu.is_empty() {
+            let by: Vec<String> = g
+                .lent_s_by_cpu
+                .iter()
+                .map(|(k, v)| format!("{k} {:.1} ms", v * 1000.0))
+                .collect();
+            out.push_str(&format!(
+                "    CPU time the lent threads used: {}\n",
+                by.join(", ")
+            ));
+        }
         if let Some(c) = &g.last {
             out.push_str(&format!(
                 "    last rescue {} s ago: {}\n",

@@ -131,6 +131,7 @@ fn man_page_lists_every_metric_and_no_other() {
     // rescues, a vector with a series per CPU and kind once a thread was rescued there.
     let sampled = [
         "isold_stall_rescues_total",
+        "isold_stall_lent_seconds_total",
         "isold_cpu_interrupts_total",
         "isold_cpu_softirqs_total",
         "isold_cpu_foreign_context_switches_total",

@@ -170,6 +170,18 @@ pub fn read_seen(root: &SysRoot, pid: i32, tid: i32) -> Result<Option<Seen>> {
     Ok(Some(with_schedstat(root, &dir, pid, st)))
 }
 
+/// One thread, now, when it is runnable on one of `cpus` (its schedstat read only then):
+/// `Some(None)` when it is not, `None` when it is gone.
+pub fn read_if_runnable(root: &SysRoot, pid: i32, tid: i32, cpus: &CpuSet) -> Option<Option<Seen>> {
+    let dir = format!("/proc/{pid}/task/{tid}");
+    let raw = root.read(format!("{dir}/stat")).ok()?;
+    if !quick_fields(&raw).is_some_and(|q| q.state == b'R' && cpus.contains(q.cpu)) {
+        return Some(None);
+    }
+    let st = TaskStat::parse(&String::from_utf8_lossy(&raw)).ok()?;
+    Some(Some(with_schedstat(root, &dir, pid, st)))
+}
+
 fn with_schedstat(root: &SysRoot, dir: &str, pid: i32, st: TaskStat) -> Seen {
     // Without CONFIG_SCHED_INFO there is no schedstat: the stat's ticks stand in.
     let (exec_ns, runs) = root

@@ -35,7 +35,7 @@ use crate::cpuset::CpuSet;
 use crate::cpuwatch::{self, Kind, Seen};
 use crate::error::Result;
 use crate::policy::config::{glob_match, StallsConfig};
-use crate::policy::state::{Entry, Ledger, Original, StateFiles};
+use crate::policy::state::{Entry, Ledger, Original, State, StateFiles};
 use crate::policy::{engine, threads, Status};
 use crate::sched::{SchedAttr, SCHED_DEADLINE};
 use crate::sysroot::SysRoot;
@@ -91,6 +91,8 @@ pub enum Event {
         held: Duration,
         /// The thread ran during the loan.
         ran: bool,
+        /// The CPU time it used during the loan: what the workload gave up.
+        used: Duration,
         /// What it was given back (`None`: gone).
         to: Option<String>,
     },
@@ -162,8 +164,11 @@ pub struct Work {
     pub walks: u64,
     /// The last walk's length.
     pub last_walk: Duration,
-    /// The last pass's length (without a walk and the state files' writes).
+    /// The last pass's length (without a walk, the residents' read and the state files'
+    /// writes).
     pub last_pass: Duration,
+    /// The last read of the residents.
+    pub last_roster: Duration,
 }
 
 /// The guard's memory between passes.
@@ -181,11 +186,17 @@ pub struct Guard {
     /// the next second, two at least: one that lands on a busy watched CPU is followed from
     /// then on. (when asked, passes that looked, pid, tid)
     asked: Vec<(Instant, u8, i32, i32)>,
-    /// Time spent this pass recording and giving back loans (the state files).
+    /// Time spent this pass on work with a bound of its own (the residents' read) and on
+    /// recording and giving back loans (the state files): not the pass's own length.
     ledger_time: Duration,
     next_walk: Option<Instant>,
     /// How long the last pass took.
     last_pass: Duration,
+    /// When the residents are read next, and how long the last read took: at most every
+    /// half threshold, and every fifty times its own length (a big machine's thousands).
+    next_roster: Option<Instant>,
+    /// The last failure to read the CPUs' times, said once until it changes.
+    failing: Option<String>,
     /// What the guard did so far.
     pub work: Work,
 }
@@ -219,6 +230,8 @@ impl Guard {
             ledger_time: Duration::ZERO,
             next_walk: None,
             last_pass: Duration::ZERO,
+            next_roster: None,
+            failing: None,
             work: Work::default(),
         }
     }
@@ -295,12 +308,17 @@ impl Guard {
         let mut events = Vec::new();
         let busy = match cpuwatch::idle_ticks(root) {
             Ok(idle) => {
+                self.failing = None;
                 let busy = self.busy(&idle);
                 self.idle = idle;
                 busy
             }
             Err(e) => {
-                events.push(Event::Failed(format!("stall guard: {e}")));
+                let msg = format!("stall guard: {e}");
+                if self.failing.as_ref() != Some(&msg) {
+                    events.push(Event::Failed(msg.clone()));
+                    self.failing = Some(msg);
+                }
                 CpuSet::new()
             }
         };
@@ -416,12 +434,32 @@ impl Guard {
     /// runnable on a busy CPU are followed from now on; an asked thread whose affinity is
     /// inside the watched CPUs lives there from now on.
     fn look_at_known(&mut self, root: &SysRoot, busy: &CpuSet, now: Instant) {
-        let mut look: Vec<(i32, i32)> = self
-            .roster
-            .iter()
-            .filter(|(tid, (_, cpus))| !cpus.is_disjoint(busy) && !self.tracked.contains_key(tid))
-            .map(|(&tid, &(pid, _))| (pid, tid))
-            .collect();
+        // The residents: most sleep, so a stat read each (schedstat for the runnable).
+        if self.next_roster.is_none_or(|at| now >= at) {
+            let start = Instant::now();
+            let ids: Vec<(i32, i32)> = self
+                .roster
+                .iter()
+                .filter(|(tid, (_, cpus))| {
+                    !cpus.is_disjoint(busy) && !self.tracked.contains_key(tid)
+                })
+                .map(|(&tid, &(pid, _))| (pid, tid))
+                .collect();
+            for (pid, tid) in ids {
+                match cpuwatch::read_if_runnable(root, pid, tid, busy) {
+                    None => {
+                        self.roster.remove(&tid);
+                    }
+                    Some(Some(s)) => self.track(s, now),
+                    Some(None) => {}
+                }
+            }
+            let cost = start.elapsed();
+            self.ledger_time += cost;
+            self.work.last_roster = cost;
+            self.next_roster = Some(now + (cost * DUTY).max(self.watch.settings.threshold / 2));
+        }
+        let mut look: Vec<(i32, i32)> = Vec::new();
         let watched = self.watch.cpus.clone();
         let watched = &watched;
         let mut residents = Vec::new();
@@ -619,6 +657,10 @@ impl Guard {
             .ok()
             .flatten();
         let ran = seen.as_ref().is_some_and(|s| s.ran_since(&loan.thread));
+        let used = Duration::from_nanos(
+            seen.as_ref()
+                .map_or(0, |s| s.exec_ns.saturating_sub(loan.thread.exec_ns)),
+        );
         if let Some(t) = self.tracked.get_mut(&tid) {
             // Its wait starts again: a thread that needs more waits `threshold` again.
             t.since = now;
@@ -640,6 +682,7 @@ impl Guard {
                         cpu,
                         held,
                         ran,
+                        used,
                         to: Some(to.clone()),
                     },
                     Some(Status::Gone) | None => Event::Returned {
@@ -647,6 +690,7 @@ impl Guard {
                         cpu,
                         held,
                         ran,
+                        used,
                         to: None,
                     },
                     Some(other) => Event::Failed(format!(
@@ -725,10 +769,17 @@ fn record(root: &SysRoot, w: &Watch, id: &str, s: &Seen, original: &SchedAttr) -
     ledger.persist().map_err(|e| ledger.not_recorded(e))
 }
 
-/// Every loan recorded in the state files given back (a start after a crash, a stop):
-/// `(thread, what it got back)`, or the error.
-pub fn give_back_recorded(root: &SysRoot, files: &StateFiles) -> Result<Vec<(String, Status)>> {
-    if !files.runtime.exists() {
+/// Every loan recorded in the state files given back (a start after a crash): a line per
+/// thread (what it got back) and per note of the restore, or the error.
+pub fn give_back_recorded(root: &SysRoot, files: &StateFiles) -> Result<Vec<String>> {
+    // Read first: a state without loans is not written (its set-aside journal lines, if
+    // any, are for the apply that follows to report).
+    let any = {
+        let _lock = engine::lock(&files.runtime)?;
+        State::load(&files.runtime)?
+            .is_some_and(|s| s.entries().iter().any(|e| e.id.starts_with("loan:")))
+    };
+    if !any {
         return Ok(Vec::new());
     }
     let rep = engine::restore_where(root, files, |id| id.starts_with("loan:"))?;
@@ -736,7 +787,8 @@ pub fn give_back_recorded(root: &SysRoot, files: &StateFiles) -> Result<Vec<(Str
         .outcomes
         .into_iter()
         .filter(|o| o.id.starts_with("loan:"))
-        .map(|o| (o.label, o.status))
+        .map(|o| format!("{}: {}", o.label, o.status))
+        .chain(rep.notes)
         .collect())
 }
 
@@ -810,7 +862,6 @@ pub fn starving<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::state::State;
 
     fn seen(tid: i32, policy: u32, prio: u32) -> Seen {
         Seen {
@@ -1044,8 +1095,10 @@ mod tests {
         assert_eq!(t.state_of(20), ('R', SCHED_DEADLINE));
         drop(g);
         let back = give_back_recorded(&t.root, &files).unwrap();
-        assert_eq!(back.len(), 1, "{back:?}");
-        assert!(matches!(&back[0].1, Status::Restored { to } if to == "SCHED_OTHER"));
+        assert_eq!(
+            back,
+            ["lent a slice: kworker/3:1 (kernel thread 20): restored: SCHED_OTHER"]
+        );
         assert_eq!(t.state_of(20), ('R', 0));
         assert_eq!(loans(&files), 0);
     }

@@ -341,6 +341,10 @@ sg_isold_up() {
 }
 
 sg_lent_any() { [ -n "$(lent_threads | tr -d ' ')" ]; }
+# sg_cpu2_irqs: CPU 2's local timer, rescheduling, function call and irq work interrupts.
+sg_cpu2_irqs() { awk '$1 ~ /^(LOC|RES|CAL|IWI):$/ { n += $4 } END { print n }' /proc/interrupts; }
+sg_no_loan() { ! grep -q '^isold_stall_loans [1-9]' /tmp/sg.prom; }
+sg_hog_lent() { sched_of "$(cat /tmp/sg.hog)" | grep -q '^policy=6$'; }
 sg_isold_gone() { ! kill -0 "$(cat /tmp/sg.isold)" 2>/dev/null; }
 
 # sg_clock PID: "UPTIME EXEC_NS": the time since boot and the thread's CPU time, read by one
@@ -375,6 +379,10 @@ stall_guard_case() {
     wait_for 20 test -s /tmp/sg.loop || { echo loop_started=no; return 1; }
     _loop=$(cat /tmp/sg.loop)
     sleep 1
+    # CPU 2 idle, the guard off: its interrupts over 5 s (compared with the guard on below).
+    _i0=$(sg_cpu2_irqs)
+    sleep 5
+    echo "cpu2_irqs_guard_off=$(($(sg_cpu2_irqs) - _i0))"
     _t0=$(now_cs)
     sg_clock "$_loop" >/tmp/sg.b0
     (
@@ -402,8 +410,11 @@ stall_guard_case() {
     # pinned onto CPU 3 by an operator (taskset -p), then woken there.
     mkfifo /tmp/sg.fifo
     sleep 1
-    sh -c 'read -r _ </tmp/sg.fifo; read -r u _ </proc/uptime; echo "$u" >/tmp/sg.t2' </dev/null >/dev/null 2>&1 &
+    sh -c ': >/tmp/sg.ready; read -r _ </tmp/sg.fifo; read -r u _ </proc/uptime; echo "$u" >/tmp/sg.t2' </dev/null >/dev/null 2>&1 &
     echo $! >/tmp/sg.task
+    # Once it waits on the fifo (its exec done on a housekeeping CPU).
+    wait_for 20 test -e /tmp/sg.ready
+    usleep 300000
     taskset -pc 3 "$(cat /tmp/sg.task)" >/dev/null
     sleep 1
     _tw=$(now_cs)
@@ -426,30 +437,37 @@ stall_guard_case() {
     set -- $_st
     echo "loop_cpu=${37}"
     sleep 2
+    wait_for 30 sg_no_loan
+    # CPU 2 idle, the guard on and nothing starving: the same 5 s.
+    _i0=$(sg_cpu2_irqs)
+    sleep 5
+    echo "cpu2_irqs_guard_on=$(($(sg_cpu2_irqs) - _i0))"
+    # What the lent threads used of CPU 3 since the guard started (the metrics' sum of the
+    # loans that ended), and that time.
+    sleep 1.5
+    echo "lent_window_seconds=$(secs $(($(now_cs) - _t0)))"
     isold status >/tmp/sg.status
     sed 's/^/status: /' /tmp/sg.status
     grep 'stall guard: ' /tmp/sg.log | sed 's/^/log: /'
     wait_for 5 grep -q '^isold_stall_rescues_total' /tmp/sg.prom
     grep '^isold_stall' /tmp/sg.prom | sed 's/^/metric: /'
     echo "lent_after_rescues=$(lent_threads)"
-    # A SCHED_OTHER hog on CPU 3, lent for up to 60 s: it is on loan when isold is stopped
-    # (SIGTERM gives it back) and when it is killed (kill -9 leaves it to `isold restore`).
-    # shellcheck disable=SC2059
-    printf "$_conf[stalls]\nlend_for = 60\n" >/tmp/sg.toml
-    kill -HUP "$(cat /tmp/sg.isold)"
+    # A SCHED_OTHER hog on CPU 3: it starves again after each loan; a stop (SIGTERM) while
+    # it is lent gives it back, a kill -9 leaves it lent until `isold restore`.
     setsid taskset -c 3 sh -c 'echo $$ >/tmp/sg.hog; while :; do :; done' </dev/null >/dev/null 2>&1 &
-    wait_for 40 sg_lent_any && echo "lent_before_stop=$(lent_threads)"
+    wait_for 10 test -s /tmp/sg.hog
+    wait_for 60 sg_hog_lent && echo "hog_lent_before_stop=yes"
     kill -TERM "$(cat /tmp/sg.isold)"
     wait_for 20 sg_isold_gone
     echo "lent_after_stop=$(lent_threads)"
     grep -c '"loan:' /run/isold/state.json 2>/dev/null | sed 's/^/loans_in_state_after_stop=/'
-    # kill -9 while a loan is out: the thread keeps it until `isold restore`.
     sg_isold_up
-    wait_for 40 sg_lent_any
+    wait_for 60 sg_hog_lent
     kill -9 "$(cat /tmp/sg.isold)"
-    sleep 0.5
-    echo "lent_after_kill=$(lent_threads)"
-    tail -n 12 /tmp/sg.log | sed 's/^/log2: /'
+    # Lent now, or between two SCHED_FIFO pulses: either way its loan is in the state file.
+    { sg_hog_lent || grep -q "\"loan:$(cat /tmp/sg.hog):" /run/isold/state.json /run/isold/state.journal 2>/dev/null; } &&
+        echo "hog_loan_kept_after_kill=yes"
+    tail -n 8 /tmp/sg.log | sed 's/^/log2: /'
     isold restore >/tmp/sg.restore 2>&1
     echo "restore_rc=$?"
     grep -i 'lent a slice' /tmp/sg.restore | sed 's/^/restore: /'

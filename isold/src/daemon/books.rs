@@ -280,14 +280,22 @@ impl Books {
                 cpu,
                 held,
                 ran,
+                used,
                 to,
-            } => self.log.debug(&format!(
-                "stall guard: {label} on CPU {cpu}: loan ended after {:.2} s ({}), {}",
-                held.as_secs_f64(),
-                if *ran { "it ran" } else { "it did not run" },
-                to.as_ref()
-                    .map_or_else(|| "thread gone".to_string(), |t| format!("back to {t}"))
-            )),
+            } => {
+                *g.lent_s_by_cpu.entry(format!("CPU {cpu}")).or_default() += used.as_secs_f64();
+                if let Some((m, _)) = &self.metrics {
+                    m.stall_lent(*cpu, used.as_secs_f64());
+                }
+                self.log.debug(&format!(
+                    "stall guard: {label} on CPU {cpu}: loan ended after {:.2} s ({}, {:.1} ms of CPU), {}",
+                    held.as_secs_f64(),
+                    if *ran { "it ran" } else { "it did not run" },
+                    used.as_secs_f64() * 1000.0,
+                    to.as_ref()
+                        .map_or_else(|| "thread gone".to_string(), |t| format!("back to {t}"))
+                ))
+            }
             Event::Failed(msg) => self.log.warn(msg),
             Event::Walked {
                 busy,

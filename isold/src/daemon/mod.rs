@@ -115,9 +115,9 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
     // own policy back before anything else.
     match libtaskisol::stalls::give_back_recorded(root, files) {
         Ok(back) => {
-            for (label, status) in back {
+            for line in back {
                 log.info(&format!(
-                    "stall guard: a loan of an earlier run given back: {label}: {status}"
+                    "stall guard: a loan of an earlier run given back: {line}"
                 ));
             }
         }

@@ -14,6 +14,9 @@ use libtaskisol::{CpuSet, SysRoot};
 
 use super::os::thread_cpu_ns;
 
+/// How long a stop waits for the guard's thread.
+pub const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// What the main thread tells the guard.
 pub enum Ctl {
     /// Watch these CPUs with these settings from now on.
@@ -134,11 +137,20 @@ impl StallGuard {
         let _ = self.ctl.send(c);
     }
 
-    /// Every loan given back, the thread ended: the events of the give-back.
+    /// Every loan given back, the thread ended: the events of the give-back. A stop waits
+    /// for a pass in progress (a walk over every thread takes seconds under emulation) at
+    /// most [`STOP_WAIT`]; a loan still out then is in the state file for the next start
+    /// and `isold restore`.
     pub fn stop(mut self) -> Vec<Event> {
         self.send(Ctl::Stop);
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            let until = Instant::now() + STOP_WAIT;
+            while !t.is_finished() && Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
         }
         self.events.try_iter().collect()
     }

@@ -254,7 +254,7 @@ impl Default for StallsConfig {
             enabled: true,
             threshold: std::time::Duration::from_secs(2),
             runtime_us: 100,
-            period_us: 1_000_000,
+            period_us: 500_000,
             lend_for: std::time::Duration::from_secs(3),
             interval: std::time::Duration::from_millis(250),
             ignore_cpus: CpuSet::new(),
@@ -1431,6 +1431,52 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(why) && e.contains(":3: "), "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn stalls_are_guarded_by_default_and_tuned_or_turned_off_by_the_table() {
+        let c = parse("isolated_cpus = \"2-3\"\n").unwrap();
+        assert_eq!(c.stalls, StallsConfig::default());
+        assert!(c.stalls.enabled);
+        assert_eq!((c.stalls.runtime_us, c.stalls.period_us), (100, 500_000));
+        let c = parse(
+            "isolated_cpus = \"2-3\"\n[stalls]\nthreshold = 1.5\nperiod_us = 1000000\nlend_for = 2\nignore_cpus = \"3\"\nignore_threads = [\"ktimers/*\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.stalls.threshold, std::time::Duration::from_millis(1500));
+        assert_eq!(c.stalls.period_us, 1_000_000);
+        assert_eq!(c.stalls.lend_for, std::time::Duration::from_secs(2));
+        assert_eq!(c.stalls.ignore_cpus, "3".parse().unwrap());
+        assert_eq!(c.stalls.ignore_threads, ["ktimers/*"]);
+        assert!(
+            !parse("isolated_cpus = \"2-3\"\n[stalls]\nenabled = false\n")
+                .unwrap()
+                .stalls
+                .enabled
+        );
+        for (line, want) in [
+            ("period_us = 399999", "lends up to 1.0 % of the CPU"),
+            (
+                "runtime_us = 5000\nperiod_us = 100000",
+                "at most 1 %: period_us of 500000 or more",
+            ),
+            (
+                "runtime_us = 1",
+                "stalls.runtime_us: 1 is not a number of microseconds from 2",
+            ),
+            (
+                "threshold = 0",
+                "stalls.threshold: 0 is not a number of seconds",
+            ),
+            ("enabled = 1", "stalls.enabled takes true or false"),
+            ("ignore_cpus = \"x\"", "stalls.ignore_cpus:"),
+            ("thresold = 2", "threshold"),
+        ] {
+            let e = parse(&format!("isolated_cpus = \"2-3\"\n[stalls]\n{line}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{line}: {e}");
         }
     }
 

@@ -375,6 +375,65 @@ fn write_config(root_dir: &Path, cpus: usize) -> PathBuf {
 
 // The daemon is reaped by wait4, for its rusage, not by Child::wait.
 #[allow(clippy::zombie_processes)]
+/// The stall guard's cost at this size, every isolated CPU busy (their idle time standing
+/// still in /proc/stat): its first pass (a walk over every thread's stat), then a steady
+/// pass (the threads that live on the busy CPUs read), median of 20. A tree's files cost
+/// less to read than the kernel's: lower bounds.
+fn stall_guard(
+    root: &libtaskisol::SysRoot,
+    policy: &libtaskisol::policy::Policy,
+    files: &libtaskisol::policy::state::StateFiles,
+) {
+    use libtaskisol::stalls::{Guard, Watch};
+    let stat = |bump: u64| {
+        let mut text = String::from("cpu  0 0 0 0 0 0 0 0 0 0\n");
+        for cpu in policy.online.iter() {
+            let idle = if policy.isolated.contains(cpu) {
+                0
+            } else {
+                bump
+            };
+            text.push_str(&format!("cpu{cpu} 1 0 1 {idle} 0 0 0 0 0 0\n"));
+        }
+        std::fs::write(root.path("/proc/stat"), text).unwrap();
+    };
+    stat(0);
+    let mut g = Guard::new(Watch {
+        cpus: policy.isolated.clone(),
+        settings: policy.config.stalls.clone(),
+        files: files.clone(),
+        isolated: policy.isolated.to_string(),
+        config: "bench".into(),
+    });
+    let t0 = Instant::now();
+    let first = Instant::now();
+    let residents = g
+        .pass(root, t0)
+        .into_iter()
+        .find_map(|e| match e {
+            libtaskisol::stalls::Event::Walked { residents, .. } => Some(residents),
+            _ => None,
+        })
+        .unwrap_or(0);
+    let walk = first.elapsed().as_secs_f64();
+    let mut per = Vec::new();
+    for i in 1..=20u32 {
+        stat(u64::from(i));
+        let t = Instant::now();
+        g.pass(root, t0 + Duration::from_millis(250 * u64::from(i)));
+        per.push(t.elapsed().as_secs_f64());
+    }
+    let pass = taskisol_tests::percentile(&mut per, 0.5);
+    eprintln!(
+        "   stall guard: first pass (walk over every thread) {:.0} ms, steady pass with {} busy CPUs {:.2} ms, read of the {} threads that live there {:.1} ms",
+        walk * 1000.0,
+        policy.isolated.len(),
+        pass * 1000.0,
+        residents,
+        g.work.last_roster.as_secs_f64() * 1000.0
+    );
+}
+
 fn measure(isold: &Path, root_dir: &Path, size: Grown) -> Row {
     let config = write_config(root_dir, size.cpus);
     let root = SysRoot::new(root_dir);
@@ -458,6 +517,8 @@ fn measure(isold: &Path, root_dir: &Path, size: Grown) -> Row {
     }
     let fix = taskisol_tests::percentile(&mut per, 0.5);
     eprintln!("   TaskFixer::fix {:.0} µs a thread", fix * 1e6);
+
+    stall_guard(&root, &policy, &files);
 
     // The daemon: started on the applied tree, stopped after 2 s (on_stop keeps).
     let child = Command::new(isold)

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{run, seed, Expect, HarnessError, KernelRole, Outcome, Scenario, ISOL23};
+use super::{run, seed, stalls, Expect, HarnessError, KernelRole, Outcome, Scenario, ISOL23};
 
 const DEMO_SH: &str = include_str!("../../guest/demo.sh");
 
@@ -119,7 +119,14 @@ fn table_rows(label: &str, audit: &Value) -> Vec<String> {
 
 fn print_outputs(s: &Scenario, o: &Outcome) {
     for step in &s.steps {
-        if step.name == seed::STEP || step.name == seed::CLEANUP_STEP {
+        if [
+            seed::STEP,
+            seed::CLEANUP_STEP,
+            stalls::STEP,
+            stalls::CLEANUP_STEP,
+        ]
+        .contains(&step.name.as_str())
+        {
             continue;
         }
         println!("\n== {}", step.name);
@@ -295,6 +302,8 @@ pub fn run_demo() -> Result<bool, HarnessError> {
     let mut stock = Scenario::new("demo-stock61", KernelRole::Stock61, ISOL23);
     stock.binaries = vec!["chisol".into()];
     seed::add(&mut stock, SEED_WINDOW_S)?;
+    // The same case with isold run in charge: its stall guard off, then on.
+    stalls::add(&mut stock);
 
     println!(
         "== booting 6.12-rt without isolation arguments, and stock 6.1 for the last part, at once\n   (software emulation: expect 1-3 minutes)"
@@ -378,6 +387,9 @@ pub fn run_demo() -> Result<bool, HarnessError> {
     for o in [&stock_outcome, &second] {
         println!("\n{} {}:", o.kernel.package, o.kernel.version);
         print!("{}", seed::report(o));
+        if o.outputs.contains_key(stalls::STEP) {
+            print!("{}", stalls::report(o));
+        }
     }
     println!(
         "\n== guest files (console log, results, initramfs): {}, {}, {}, {} and {}",

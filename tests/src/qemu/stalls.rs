@@ -20,8 +20,16 @@ pub const CLEANUP_STEP: &str = "stall_guard_cleanup";
 /// The window over which the loop's share is measured, seconds.
 pub const WINDOW_S: u32 = 10;
 /// stat_refresh and the task must finish within this after the guard is turned on: the
-/// threshold (2 s), a pass (0.25 s) and room for a guest under TCG on a loaded host.
-pub const RESCUED_WITHIN_S: f64 = 8.0;
+/// threshold (2 s), a pass, and the lent slices (a tick every 0.5 s) the emulated kernel
+/// work needs: under TCG it takes tens of times longer than on hardware, and a thread runs
+/// its loan out while others on CPU 3 wait for theirs (measured 3.5-33 s, the longest with
+/// two guests on the host's two cores). The guard's own reaction is [`REACTS_WITHIN_S`].
+pub const RESCUED_WITHIN_S: f64 = 60.0;
+/// The first loan of CPU 3's kworker comes this long after the guard first saw it waiting:
+/// the threshold (2 s) and a pass or two (measured 2.0-2.8 s).
+pub const REACTS_WITHIN_S: f64 = 4.0;
+/// The step's time limit.
+pub const STEP_TIMEOUT: Duration = Duration::from_secs(300);
 /// With the guard off, the write must stay blocked this long to count as the hang.
 pub const HANG_S: f64 = 7.5;
 
@@ -53,6 +61,8 @@ pub fn add(s: &mut Scenario) {
     if !s.binaries.iter().any(|b| b == "isold") {
         s.binaries.push("isold".into());
     }
+    // The step's own time (about 150 s under TCG, 7.2-rt the slowest) on top of the boot's.
+    s.timeout += STEP_TIMEOUT;
     let expects = vec![
         Expect::field("isold_up", "yes"),
         Expect::field("sched_rt_runtime_us", "-1"),
@@ -62,29 +72,44 @@ pub fn add(s: &mut Scenario) {
         Expect::field("loop_rt_priority", "1"),
         Expect::field("loop_cpus", "3"),
         Expect::field("loop_cpu", "3"),
-        // Against its share alone on the CPU in the same boot: under TCG the scheduler's clock
-        // and the uptime drift apart by a few per cent either way.
+        // What the lent threads used of CPU 3 (the workload's loss), exact; the loop's share
+        // by the clocks (loop_share) is printed, but under TCG the scheduler's clock and the
+        // uptime drift apart by a few per cent either way.
         Expect::that(
-            "the loop kept at least 99 % of what it had alone on CPU 3",
-            |o: &StepOutput| match (num(o, "loop_share"), num(o, "loop_share_alone")) {
-                (Some(v), Some(alone)) if v >= 0.99 * alone => Ok(()),
-                other => Err(format!("loop_share, loop_share_alone = {other:?}")),
+            "the lent threads used at most 1 % of CPU 3 while the guard ran",
+            |o: &StepOutput| {
+                let used = metric(o, "isold_stall_lent_seconds_total{cpu=\"3\"}");
+                match (used, num(o, "lent_window_seconds")) {
+                    (Some(u), Some(w)) if u <= 0.01 * w => Ok(()),
+                    other => Err(format!("lent seconds, window = {other:?}")),
+                }
+            },
+        ),
+        // Watching does not disturb: idle CPU 2 takes no more interrupts with the guard on.
+        Expect::that(
+            "idle CPU 2 takes no more interrupts with the guard on than off",
+            |o: &StepOutput| match (num(o, "cpu2_irqs_guard_on"), num(o, "cpu2_irqs_guard_off")) {
+                (Some(on), Some(off)) if on <= off + 2.0 => Ok(()),
+                other => Err(format!("on, off = {other:?}")),
             },
         ),
         Expect::output_has("status:   stall guard: on: CPUs 2-3"),
         Expect::that(
-            "the log names the kworker of CPU 3 and what held the CPU",
+            &format!("the log names the kworker of CPU 3, what held the CPU, and a wait under {REACTS_WITHIN_S} s"),
             |o: &StepOutput| {
-                let hit = o.stdout.lines().any(|l| {
-                    l.starts_with("log: ")
-                        && l.contains("stall guard: kworker/3:")
-                        && l.contains("runnable on CPU 3 behind sh (pid ")
-                        && l.contains("lent SCHED_DEADLINE")
+                let waited = o.stdout.lines().find_map(|l| {
+                    let rest = l.strip_prefix("log: isold: stall guard: kworker/3:")?;
+                    if !(rest.contains("runnable on CPU 3 behind sh (pid ")
+                        && rest.contains("lent SCHED_DEADLINE"))
+                    {
+                        return None;
+                    }
+                    let w = rest.split(" waited ").nth(1)?.split(' ').next()?;
+                    w.parse::<f64>().ok()
                 });
-                if hit {
-                    Ok(())
-                } else {
-                    Err("no such log line".into())
+                match waited {
+                    Some(w) if w < REACTS_WITHIN_S => Ok(()),
+                    other => Err(format!("the kworker's first loan after {other:?} s")),
                 }
             },
         ),
@@ -119,13 +144,7 @@ pub fn add(s: &mut Scenario) {
             },
         ),
         Expect::field("lent_after_rescues", ""),
-        Expect::that(
-            "a thread was lent a slice before the stop",
-            |o: &StepOutput| match o.field("lent_before_stop") {
-                Some(v) if !v.is_empty() => Ok(()),
-                other => Err(format!("lent_before_stop = {other:?}")),
-            },
-        ),
+        Expect::field("hog_lent_before_stop", "yes"),
         Expect::field("lent_after_stop", ""),
         Expect::that("no loan left in the state", |o: &StepOutput| {
             match o.field("loans_in_state_after_stop") {
@@ -133,13 +152,7 @@ pub fn add(s: &mut Scenario) {
                 other => Err(format!("loans_in_state_after_stop = {other:?}")),
             }
         }),
-        Expect::that(
-            "after kill -9 the lent thread is still SCHED_DEADLINE",
-            |o: &StepOutput| match o.field("lent_after_kill") {
-                Some(v) if !v.is_empty() => Ok(()),
-                other => Err(format!("lent_after_kill = {other:?}")),
-            },
-        ),
+        Expect::field("hog_loan_kept_after_kill", "yes"),
         Expect::field("restore_rc", "0"),
         Expect::field("lent_after_restore", ""),
         Expect::that(
@@ -159,7 +172,7 @@ pub fn add(s: &mut Scenario) {
     s.step_with_timeout(
         STEP,
         &format!("taskset -pc 0-1 $$ >/dev/null\nstall_guard_case {WINDOW_S}"),
-        Duration::from_secs(240),
+        STEP_TIMEOUT,
         expects,
     );
     s.step(
@@ -184,11 +197,14 @@ pub fn report(outcome: &Outcome) -> String {
         return "  (the stall guard case did not run)\n".into();
     };
     format!(
-        "  with isold run: stat_refresh returned {} s after the guard started, a SCHED_OTHER task woken on CPU 3 ran after {} s, the loop kept {} of what it had alone; guard off: {}\n",
+        "  with isold run: stat_refresh returned {} s after the guard started, a SCHED_OTHER task woken on CPU 3 ran after {} s, the lent threads used {} of CPU 3; guard off: {}\n",
         out.field("stat_refresh_seconds").unwrap_or("?"),
         out.field("other_task_seconds").unwrap_or("?"),
-        match (num(out, "loop_share"), num(out, "loop_share_alone")) {
-            (Some(v), Some(a)) if a > 0.0 => format!("{:.1} %", v / a * 100.0),
+        match (
+            metric(out, "isold_stall_lent_seconds_total{cpu=\"3\"}"),
+            num(out, "lent_window_seconds"),
+        ) {
+            (Some(u), Some(w)) if w > 0.0 => format!("{:.2} %", u / w * 100.0),
             _ => "?".into(),
         },
         match out.field("guard_off_blocked_after") {
