@@ -1103,6 +1103,53 @@ mod tests {
         assert_eq!(loans(&files), 0);
     }
 
+    /// Two threads starving on one CPU: one loan at a time (the workload loses one slice's
+    /// share), the second when the first is given back.
+    #[test]
+    fn one_loan_per_cpu_at_a_time() {
+        let t = Tree::new();
+        t.thread(70, "kworker/3:2", 0x4208060, 'S', 0, 0, 3, "3");
+        let mut g = Guard::new(Watch {
+            cpus: "2-3".parse().unwrap(),
+            settings: StallsConfig::default(),
+            files: t.files(),
+            isolated: "2-3".into(),
+            config: "isold.toml".into(),
+        });
+        let t0 = Instant::now();
+        g.pass(&t.root, t0);
+        t.idle([200, 200, 200, 100]);
+        t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
+        t.thread(70, "kworker/3:2", 0x4208060, 'R', 0, 0, 3, "3");
+        let mut loop_ns = 100;
+        let mut at = t0;
+        for _ in 0..12 {
+            at += Duration::from_millis(250);
+            loop_ns += 1000;
+            t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
+            g.pass(&t.root, at);
+        }
+        assert_eq!(g.lent(), 1);
+        let lent: Vec<i32> = [20, 70]
+            .into_iter()
+            .filter(|&tid| t.state_of(tid).1 == SCHED_DEADLINE)
+            .collect();
+        assert_eq!(lent.len(), 1, "{lent:?}");
+        // The lent one ran and sleeps: the other is lent at the next pass.
+        let first = lent[0];
+        let name = if first == 20 {
+            "kworker/3:1"
+        } else {
+            "kworker/3:2"
+        };
+        t.thread(first, name, 0x4208060, 'S', SCHED_DEADLINE, 0, 3, "3");
+        t.put(&format!("proc/{first}/task/{first}/schedstat"), "900 0 6\n");
+        g.pass(&t.root, at + Duration::from_millis(250));
+        let other = if first == 20 { 70 } else { 20 };
+        assert_eq!(t.state_of(first), ('S', 0));
+        assert_eq!(t.state_of(other), ('R', SCHED_DEADLINE));
+    }
+
     /// User threads with a real-time policy (the workload's), threads named in
     /// ignore_threads and migration/N are never lent anything.
     #[test]

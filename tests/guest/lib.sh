@@ -367,8 +367,13 @@ stall_guard_case() {
     _fs=/sys/kernel/debug/sched/fair_server/cpu3/runtime
     if [ -e $_fs ]; then
         cat $_fs >/tmp/sg.fair
-        echo 0 >$_fs
+        echo 0 >$_fs || echo "fair_server_write=failed"
         echo "fair_server_runtime=$(cat $_fs)"
+        if [ "$(cat $_fs)" != 0 ]; then
+            echo "fair_server_serves=yes"
+            stall_guard_served
+            return
+        fi
     fi
     _conf='isolated_cpus = "2-3"\n[metrics]\ntextfile = "/tmp/sg.prom"\ninterval = 1\n'
     # shellcheck disable=SC2059
@@ -472,6 +477,53 @@ stall_guard_case() {
     echo "restore_rc=$?"
     grep -i 'lent a slice' /tmp/sg.restore | sed 's/^/restore: /'
     echo "lent_after_restore=$(lent_threads)"
+    stall_guard_cleanup
+    echo "lent_at_end=$(lent_threads)"
+}
+
+# stall_guard_served: the case where the kernel's fair server serves CPU 3's fair tasks (its
+# runtime could not be set to 0): the guard on, the loop, the write and the task on CPU 3
+# finish (the kernel's doing), and the guard lends CPU 3's kworker nothing.
+stall_guard_served() {
+    printf 'isolated_cpus = "2-3"\n[metrics]\ntextfile = "/tmp/sg.prom"\ninterval = 1\n' >/tmp/sg.toml
+    sg_isold_up && echo isold_up=yes
+    echo "sched_rt_runtime_us=$(cat /proc/sys/kernel/sched_rt_runtime_us)"
+    chisol -f 1 -c 3 -- sh -c 'echo $$ >/tmp/sg.loop; while :; do :; done' &
+    wait_for 20 test -s /tmp/sg.loop || { echo loop_started=no; return 1; }
+    _loop=$(cat /tmp/sg.loop)
+    sleep 1
+    _t0=$(now_cs)
+    (
+        echo 1 >/proc/sys/vm/stat_refresh
+        now_cs >/tmp/sg.t1.part && mv /tmp/sg.t1.part /tmp/sg.t1
+    ) &
+    mkfifo /tmp/sg.fifo
+    sh -c ': >/tmp/sg.ready; read -r _ </tmp/sg.fifo; read -r u _ </proc/uptime; echo "$u" >/tmp/sg.t2' </dev/null >/dev/null 2>&1 &
+    echo $! >/tmp/sg.task
+    wait_for 20 test -e /tmp/sg.ready
+    usleep 300000
+    taskset -pc 3 "$(cat /tmp/sg.task)" >/dev/null
+    _tw=$(now_cs)
+    echo go >/tmp/sg.fifo
+    wait_for 40 test -s /tmp/sg.t1 -a -s /tmp/sg.t2
+    [ -e /tmp/sg.t1 ] && echo "stat_refresh_seconds=$(secs $(($(cat /tmp/sg.t1) - _t0)))"
+    if [ -s /tmp/sg.t2 ]; then
+        _u=$(cat /tmp/sg.t2)
+        echo "other_task_seconds=$(secs $((${_u%.*} * 100 + 1${_u#*.} - 100 - _tw)))"
+    fi
+    sleep 3
+    echo "lent_window_seconds=$(secs $(($(now_cs) - _t0)))"
+    sched_of "$_loop" | sed 's/^/loop_/'
+    echo "loop_cpus=$(grep Cpus_allowed_list /proc/"$_loop"/status | cut -f2)"
+    _st=$(cat /proc/"$_loop"/stat)
+    _st=${_st##*) }
+    # shellcheck disable=SC2086
+    set -- $_st
+    echo "loop_cpu=${37}"
+    isold status | sed 's/^/status: /'
+    grep 'stall guard: ' /tmp/sg.log | sed 's/^/log: /'
+    grep '^isold_stall' /tmp/sg.prom | sed 's/^/metric: /'
+    echo "lent_after_rescues=$(lent_threads)"
     stall_guard_cleanup
     echo "lent_at_end=$(lent_threads)"
 }

@@ -311,6 +311,27 @@ impl Expect {
         Self::That(expected.into(), Box::new(judge))
     }
 
+    /// This expectation, held only where `applies` says the step took the path it is about
+    /// (a kernel that behaves another way says so in the step's output, and the step
+    /// carries the expectations of that path too).
+    pub fn when(
+        self,
+        path: &str,
+        applies: impl Fn(&StepOutput) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        let what = format!("{} ({path})", self.expected());
+        Self::That(
+            what,
+            Box::new(move |out| {
+                if applies(out) {
+                    self.judge(out)
+                } else {
+                    Ok(())
+                }
+            }),
+        )
+    }
+
     fn expected(&self) -> String {
         match self {
             Self::Exit(rc) => format!("exit status {rc}"),
