@@ -11,20 +11,24 @@
 //! Detection, every `interval` ([`Guard::pass`]):
 //! 1. `/proc/stat`: a watched CPU whose idle time grew had nothing waiting; the others are
 //!    busy. With no busy CPU and no loan the pass ends there.
-//! 2. The runnable threads of the busy CPUs: a walk of every thread's stat
-//!    ([`cpuwatch::runnable_on`]), done at most once per fifty times its own cost; between
-//!    walks, only the threads found are read again (stat and schedstat).
-//! 3. A thread is starving when it has stayed runnable on its CPU without running (CPU time
-//!    and run count unchanged) for `threshold`, while another thread of that CPU ran, or
-//!    ranks at least as high (the loop's counters may not move between two ticks).
+//! 2. The threads that live on the busy CPUs (their per-CPU kernel threads and the threads
+//!    whose affinity is inside the watched CPUs) are read at most every half threshold, the
+//!    threads the caller saw start or exec ([`Guard::ask`]) for five seconds, and a walk
+//!    over every thread's stat ([`cpuwatch::walk`]) finds the rest at most every 10 s; each
+//!    at most once per fifty times its own cost. A runnable one on a busy CPU is followed.
+//! 3. A followed thread starves when it has stayed runnable on its CPU without running (CPU
+//!    time and run count unchanged) for `threshold`, while another thread of that CPU ran,
+//!    or ranks at least as high, or alone for [`NOT_RUNNING_AFTER`] ([`starving`]).
 //!
-//! A starving thread is lent SCHED_DEADLINE (`runtime_us` every `period_us`, reset-on-fork)
-//! for at most `lend_for`, or until it is no longer runnable; its own policy is recorded in
-//! the state files first ([`Original::Loan`]) and written back at the end, so `isold
-//! restore` and the next start after a `kill -9` give it back too. Where the kernel refuses
-//! a deadline task (EPERM: RT throttling on with isolcpus, whose CPUs share no root domain
-//! with the rest), the loan is SCHED_FIFO one above the thread that holds the CPU, for the
-//! same share of each pass (`interval * runtime / period`), set and taken back by the guard.
+//! A starving thread is lent SCHED_DEADLINE (`runtime_us` every `period_us`, reset-on-fork),
+//! one per CPU at a time, for at most `lend_for`, or until it is no longer runnable; its own
+//! policy is recorded in the state files first ([`Original::Loan`]) and written back at the
+//! end, so `isold restore` and the next start after a `kill -9` give it back too. Where the
+//! kernel refuses a deadline task (EPERM: RT throttling on with isolcpus, whose CPUs share no
+//! root domain with the rest), or does not run it for a second (7.x keeps a thread that
+//! overran an earlier loan throttled until its far deadline), the loan is SCHED_FIFO one
+//! above the thread that holds the CPU, set and taken back by the guard for the share a
+//! deadline loan has (a tick, 4 ms, per period) of each pass.
 //! Never lent to: user threads with a real-time policy (the workload's), deadline threads,
 //! `migration/N` (the stop class), threads matching `ignore_threads`.
 
@@ -435,7 +439,7 @@ impl Guard {
     /// inside the watched CPUs lives there from now on.
     fn look_at_known(&mut self, root: &SysRoot, busy: &CpuSet, now: Instant) {
         // The residents: most sleep, so a stat read each (schedstat for the runnable).
-        if self.next_roster.is_none_or(|at| now >= at) {
+        if self.next_roster.map_or(true, |at| now >= at) {
             let start = Instant::now();
             let ids: Vec<(i32, i32)> = self
                 .roster
