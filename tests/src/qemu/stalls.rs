@@ -234,7 +234,8 @@ pub fn report(outcome: &Outcome) -> String {
         out.field("stat_refresh_seconds").unwrap_or("?"),
         out.field("other_task_seconds").unwrap_or("?"),
         match (
-            metric(out, "isold_stall_lent_seconds_total{cpu=\"3\"}"),
+            // No series: nothing was lent there.
+            metric(out, "isold_stall_lent_seconds_total{cpu=\"3\"}").or(Some(0.0)),
             num(out, "lent_window_seconds"),
         ) {
             (Some(u), Some(w)) if w > 0.0 => format!("{:.2} %", u / w * 100.0),
