@@ -143,8 +143,16 @@ impl StallGuard {
     /// and `isold restore`.
     pub fn stop(mut self) -> Vec<Event> {
         self.send(Ctl::Stop);
+        let lent = self.figures.lock().unwrap_or_else(|e| e.into_inner()).lent;
+        // Nothing lent at the last pass: nothing to wait for (a loan made since is in the
+        // state file, for the next start and `isold restore`).
+        let wait = if lent > 0 {
+            STOP_WAIT
+        } else {
+            std::time::Duration::from_millis(100)
+        };
         if let Some(t) = self.thread.take() {
-            let until = Instant::now() + STOP_WAIT;
+            let until = Instant::now() + wait;
             while !t.is_finished() && Instant::now() < until {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
