@@ -664,6 +664,8 @@ impl Daemon {
         let on = self.policy.config.stalls.enabled;
         match (&self.stalls, on) {
             (Some(g), true) => {
+                self.books.status_lend_for =
+                    format!("{} s", self.policy.config.stalls.lend_for.as_secs_f64());
                 g.send(stalls::Ctl::Watch(Box::new(stalls::watch_of(
                     &self.policy,
                     &self.env.files,
