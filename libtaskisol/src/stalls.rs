@@ -351,11 +351,13 @@ impl Guard {
         self.follow(root, &busy, now);
         self.look_at_known(root, &busy, now);
         self.end_loans(root, &busy, now, &mut events);
-        let starving = starving(
+        let mut starving = starving(
             self.tracked.values().map(|t| (&t.seen, t.since)),
             now,
             self.watch.settings.threshold,
         );
+        // The longest waiting first (one loan per CPU).
+        starving.sort_by_key(|(tid, _)| self.tracked.get(tid).map(|t| t.since));
         // One loan per CPU at a time: the workload loses at most one slice's share.
         let mut lent_on: CpuSet = self.loans.values().map(|l| l.thread.cpu as usize).collect();
         for (tid, behind) in starving {
@@ -629,33 +631,45 @@ impl Guard {
                 l.how = How::Fifo(l.above);
             }
         }
-        let over: Vec<i32> = self
+        // (tid, still waiting: runnable on its busy CPU when its time ran out)
+        let over: Vec<(i32, bool)> = self
             .loans
             .iter()
-            .filter(|(_, l)| {
+            .filter_map(|(&tid, l)| {
                 let now_seen = cpuwatch::read_seen(root, l.thread.pid, l.thread.tid)
                     .ok()
                     .flatten()
                     .filter(|s| s.same_thread(&l.thread));
                 match now_seen {
-                    None => true,
-                    Some(s) => {
-                        s.state != 'R'
-                            || !busy.contains(s.cpu as usize)
-                            || now.saturating_duration_since(l.since) >= lend_for
+                    None => Some((tid, false)),
+                    Some(s) if s.state != 'R' || !busy.contains(s.cpu as usize) => {
+                        Some((tid, false))
                     }
+                    Some(_) if now.saturating_duration_since(l.since) >= lend_for => {
+                        Some((tid, true))
+                    }
+                    Some(_) => None,
                 }
             })
-            .map(|(&tid, _)| tid)
             .collect();
-        for tid in over {
-            if let Some(e) = self.give_back(root, tid, now) {
+        for (tid, waiting) in over {
+            if let Some(e) = self.give_back(root, tid, now, waiting) {
                 ev.push(e);
             }
         }
     }
 
-    fn give_back(&mut self, root: &SysRoot, tid: i32, now: Instant) -> Option<Event> {
+    /// `waiting`: its loan ran out with the thread still runnable: it may be lent again at
+    /// the next pass (after any other thread of its CPU waiting longer), not a threshold
+    /// later, or a thread that needs more than one loan's slices (an exec, a long work item)
+    /// would wait a threshold between each.
+    fn give_back(
+        &mut self,
+        root: &SysRoot,
+        tid: i32,
+        now: Instant,
+        waiting: bool,
+    ) -> Option<Event> {
         let loan = self.loans.remove(&tid)?;
         let seen = cpuwatch::read_seen(root, loan.thread.pid, tid)
             .ok()
@@ -665,9 +679,13 @@ impl Guard {
             seen.as_ref()
                 .map_or(0, |s| s.exec_ns.saturating_sub(loan.thread.exec_ns)),
         );
+        let threshold = self.watch.settings.threshold;
         if let Some(t) = self.tracked.get_mut(&tid) {
-            // Its wait starts again: a thread that needs more waits `threshold` again.
-            t.since = now;
+            t.since = if waiting {
+                now.checked_sub(threshold).unwrap_or(now)
+            } else {
+                now
+            };
             if let Some(s) = seen {
                 t.seen = s;
             }
@@ -746,7 +764,7 @@ impl Guard {
         let now = Instant::now();
         let tids: Vec<i32> = self.loans.keys().copied().collect();
         tids.into_iter()
-            .filter_map(|tid| self.give_back(root, tid, now))
+            .filter_map(|tid| self.give_back(root, tid, now, false))
             .collect()
     }
 }
@@ -1105,6 +1123,59 @@ mod tests {
         );
         assert_eq!(t.state_of(20), ('R', 0));
         assert_eq!(loans(&files), 0);
+    }
+
+    /// A thread still runnable when its loan runs out (it needs more than one loan's slices)
+    /// is lent again at the next pass, not a threshold later; the second loan is no new
+    /// episode.
+    #[test]
+    fn a_thread_still_waiting_when_its_loan_runs_out_is_lent_again_at_once() {
+        let t = Tree::new();
+        let mut g = Guard::new(Watch {
+            cpus: "2-3".parse().unwrap(),
+            settings: StallsConfig::default(),
+            files: t.files(),
+            isolated: "2-3".into(),
+            config: "isold.toml".into(),
+        });
+        let t0 = Instant::now();
+        g.pass(&t.root, t0);
+        t.idle([200, 200, 200, 100]);
+        t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
+        let mut loop_ns = 100;
+        let mut kw_ns = 100;
+        let (mut lent, mut returned, mut again) = (None, None, None);
+        for i in 1..=40u64 {
+            let at = t0 + Duration::from_millis(250 * i);
+            loop_ns += 1000;
+            t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
+            if lent.is_some() && returned.is_none() {
+                // It runs a little under its loan, never enough to finish, and not at all
+                // once the loan is over.
+                kw_ns += 10;
+                t.put("proc/20/task/20/schedstat", &format!("{kw_ns} 0 6\n"));
+            }
+            for e in g.pass(&t.root, at) {
+                match e {
+                    Event::Rescued(r) if lent.is_none() => lent = Some((at, r.first_of_episode)),
+                    Event::Returned { .. } if returned.is_none() => returned = Some(at),
+                    Event::Rescued(r) if returned.is_some() && again.is_none() => {
+                        again = Some((at, r.first_of_episode))
+                    }
+                    _ => {}
+                }
+            }
+            if again.is_some() {
+                break;
+            }
+        }
+        let (l, first) = lent.expect("lent");
+        assert!(first);
+        let r = returned.expect("its loan ran out");
+        assert!(r - l >= Duration::from_secs(3), "{:?}", r - l);
+        let (a, first_again) = again.expect("lent again");
+        assert!(a - r <= Duration::from_millis(250), "{:?}", a - r);
+        assert!(!first_again);
     }
 
     /// Two threads starving on one CPU: one loan at a time (the workload loses one slice's
