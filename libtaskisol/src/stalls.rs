@@ -1027,6 +1027,17 @@ mod tests {
         }
     }
 
+    /// A guard of CPUs 2-3 of the tree, recording in its state files.
+    fn guard(t: &Tree, settings: StallsConfig) -> Guard {
+        Guard::new(Watch {
+            cpus: "2-3".parse().unwrap(),
+            settings,
+            files: t.files(),
+            isolated: "2-3".into(),
+            config: "isold.toml".into(),
+        })
+    }
+
     fn loans(files: &StateFiles) -> usize {
         State::load(&files.runtime).unwrap().map_or(0, |s| {
             s.entries()
@@ -1043,13 +1054,7 @@ mod tests {
     fn a_starving_kworker_is_lent_a_slice_and_given_it_back() {
         let t = Tree::new();
         let files = t.files();
-        let mut g = Guard::new(Watch {
-            cpus: "2-3".parse().unwrap(),
-            settings: StallsConfig::default(),
-            files: files.clone(),
-            isolated: "2-3".into(),
-            config: "isold.toml".into(),
-        });
+        let mut g = guard(&t, StallsConfig::default());
         let t0 = Instant::now();
         let ev = g.pass(&t.root, t0);
         assert!(
@@ -1131,13 +1136,7 @@ mod tests {
     #[test]
     fn a_thread_still_waiting_when_its_loan_runs_out_is_lent_again_at_once() {
         let t = Tree::new();
-        let mut g = Guard::new(Watch {
-            cpus: "2-3".parse().unwrap(),
-            settings: StallsConfig::default(),
-            files: t.files(),
-            isolated: "2-3".into(),
-            config: "isold.toml".into(),
-        });
+        let mut g = guard(&t, StallsConfig::default());
         let t0 = Instant::now();
         g.pass(&t.root, t0);
         t.idle([200, 200, 200, 100]);
@@ -1184,13 +1183,7 @@ mod tests {
     fn one_loan_per_cpu_at_a_time() {
         let t = Tree::new();
         t.thread(70, "kworker/3:2", 0x4208060, 'S', 0, 0, 3, "3");
-        let mut g = Guard::new(Watch {
-            cpus: "2-3".parse().unwrap(),
-            settings: StallsConfig::default(),
-            files: t.files(),
-            isolated: "2-3".into(),
-            config: "isold.toml".into(),
-        });
+        let mut g = guard(&t, StallsConfig::default());
         let t0 = Instant::now();
         g.pass(&t.root, t0);
         t.idle([200, 200, 200, 100]);
@@ -1237,13 +1230,7 @@ mod tests {
             ignore_threads: vec!["ktimers/*".into()],
             ..StallsConfig::default()
         };
-        let mut g = Guard::new(Watch {
-            cpus: "2-3".parse().unwrap(),
-            settings: st,
-            files: t.files(),
-            isolated: "2-3".into(),
-            config: "isold.toml".into(),
-        });
+        let mut g = guard(&t, st);
         let t0 = Instant::now();
         g.pass(&t.root, t0);
         t.idle([200, 200, 200, 100]);

@@ -95,15 +95,29 @@ pub(crate) fn set_thread_sched(
     if root.is_host() {
         return sched::set_scheduler(tid, policy);
     }
+    // rt_priority and policy are fields 40 and 41.
+    edit_stat_fields(
+        root,
+        pid,
+        tid,
+        &[
+            (40, policy.priority().to_string()),
+            (41, policy.policy_number().to_string()),
+        ],
+    )
+}
+
+/// On a tree: the stat file's fields (numbered as proc(5) does, 3 the first after the comm's
+/// closing parenthesis) set to the values given.
+fn edit_stat_fields(root: &SysRoot, pid: i32, tid: i32, set: &[(usize, String)]) -> Result<()> {
     edit_tree_file(root, &format!("/proc/{pid}/task/{tid}/stat"), |text| {
-        // Fields after the comm's closing parenthesis start at field 3; rt_priority and
-        // policy are fields 40 and 41.
         let close = text.rfind(')').unwrap_or(0);
         let (head, tail) = text.split_at(close + 1);
         let mut f: Vec<String> = tail.split_whitespace().map(str::to_string).collect();
         if f.len() >= 39 {
-            f[37] = policy.priority().to_string();
-            f[38] = policy.policy_number().to_string();
+            for (field, value) in set {
+                f[field - 3].clone_from(value);
+            }
         }
         format!("{head} {}\n", f.join(" "))
     })
@@ -115,14 +129,7 @@ pub(crate) fn thread_attr(root: &SysRoot, pid: i32, tid: i32) -> Result<sched::S
     if root.is_host() {
         return sched::get_attr(tid);
     }
-    let abs = format!("/proc/{pid}/task/{tid}/stat");
-    let text = root.read_to_string(&abs).map_err(|e| {
-        if e.errno() == Some(libc::ENOENT) {
-            Error::syscall(format!("thread of {abs}"), nix::errno::Errno::ESRCH)
-        } else {
-            e
-        }
-    })?;
+    let text = read_tree_file(root, &format!("/proc/{pid}/task/{tid}/stat"))?;
     let close = text.rfind(')').unwrap_or(0);
     let f: Vec<&str> = text[close + 1..].split_whitespace().collect();
     let num = |i: usize| f.get(i).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
@@ -145,28 +152,34 @@ pub(crate) fn set_thread_attr(
     if root.is_host() {
         return sched::set_attr(tid, attr);
     }
-    edit_tree_file(root, &format!("/proc/{pid}/task/{tid}/stat"), |text| {
-        let close = text.rfind(')').unwrap_or(0);
-        let (head, tail) = text.split_at(close + 1);
-        let mut f: Vec<String> = tail.split_whitespace().map(str::to_string).collect();
-        if f.len() >= 39 {
-            f[16] = attr.nice.to_string();
-            f[37] = attr.priority.to_string();
-            f[38] = attr.policy.to_string();
-        }
-        format!("{head} {}\n", f.join(" "))
-    })
+    // nice, rt_priority and policy are fields 19, 40 and 41.
+    edit_stat_fields(
+        root,
+        pid,
+        tid,
+        &[
+            (19, attr.nice.to_string()),
+            (40, attr.priority.to_string()),
+            (41, attr.policy.to_string()),
+        ],
+    )
 }
 
 fn edit_tree_file(root: &SysRoot, abs: &str, edit: impl FnOnce(&str) -> String) -> Result<()> {
-    let text = root.read_to_string(abs).map_err(|e| {
+    let text = read_tree_file(root, abs)?;
+    root.write(abs, edit(&text))
+}
+
+/// A thread's file on a tree; a missing one is a thread that is gone (ESRCH, as the system
+/// call says).
+fn read_tree_file(root: &SysRoot, abs: &str) -> Result<String> {
+    root.read_to_string(abs).map_err(|e| {
         if e.errno() == Some(libc::ENOENT) {
             Error::syscall(format!("thread of {abs}"), nix::errno::Errno::ESRCH)
         } else {
             e
         }
-    })?;
-    root.write(abs, edit(&text))
+    })
 }
 
 /// A thread's affinity as [`affinity_now`] reads it; `None` when it is gone or cannot be read.
