@@ -99,6 +99,9 @@ pub enum Event {
         used: Duration,
         /// What it was given back (`None`: gone).
         to: Option<String>,
+        /// How it was lent at the end (a deadline loan the thread could not run under
+        /// becomes SCHED_FIFO pulses).
+        how: How,
     },
     /// Something could not be done (said once per thread and episode by the caller).
     Failed(String),
@@ -152,6 +155,19 @@ struct Loan {
     above: u32,
 }
 
+impl Loan {
+    /// The CPU time a loan `held` long may use: the configured share (a deadline task's
+    /// runtime is enforced at the next tick: a tick at least per period), and one slice
+    /// more. A SCHED_FIFO pulse is given only while the thread used less; a thread that
+    /// overran its deadline loan (the tick stopped on a nohz_full CPU) waits until the
+    /// allowance catches up.
+    fn allowance(&self, settings: &StallsConfig, held: Duration) -> Duration {
+        let slice = Duration::from_micros(settings.runtime_us.max(crate::policy::config::TICK_US));
+        let periods = held.as_secs_f64() / (settings.period_us as f64 / 1e6);
+        slice.mul_f64(periods + 1.0)
+    }
+}
+
 /// A deadline loan under which the thread has not run for this long is made SCHED_FIFO
 /// pulses instead: a thread that overran an earlier loan carries the deficit in its
 /// deadline entity, and 7.x keeps it throttled until its far deadline.
@@ -173,6 +189,10 @@ pub struct Work {
     pub last_pass: Duration,
     /// The last read of the residents.
     pub last_roster: Duration,
+    /// SCHED_FIFO pulses given.
+    pub pulses: u64,
+    /// SCHED_FIFO pulses withheld: the thread had used its loan's allowance.
+    pub pulses_withheld: u64,
 }
 
 /// The guard's memory between passes.
@@ -372,7 +392,7 @@ impl Guard {
                 lent_on.insert(cpu);
             }
         }
-        self.pulse(root);
+        self.pulse(root, now);
         events
     }
 
@@ -692,6 +712,7 @@ impl Guard {
         }
         let label = loan.thread.label();
         let cpu = loan.thread.cpu;
+        let how = loan.how;
         let held = now.saturating_duration_since(loan.since);
         let t0 = Instant::now();
         let restored = engine::restore_where(root, &self.watch.files, |i| i == loan.id);
@@ -706,6 +727,7 @@ impl Guard {
                         ran,
                         used,
                         to: Some(to.clone()),
+                        how,
                     },
                     Some(Status::Gone) | None => Event::Returned {
                         label,
@@ -714,6 +736,7 @@ impl Guard {
                         ran,
                         used,
                         to: None,
+                        how,
                     },
                     Some(other) => Event::Failed(format!(
                         "stall guard: {label}: its own policy ({}) could not be given back: {other}; it stays in the state file for isold restore",
@@ -730,15 +753,28 @@ impl Guard {
 
     /// SCHED_FIFO loans: the thread boosted for its share of this pass, then its own policy
     /// back.
-    fn pulse(&self, root: &SysRoot) {
+    fn pulse(&mut self, root: &SysRoot, now: Instant) {
         let st = &self.watch.settings;
         // The share a deadline loan has: up to a tick per period.
         let slice = st.runtime_us.max(crate::policy::config::TICK_US);
         let share = st.interval.mul_f64(slice as f64 / st.period_us as f64);
+        let mut withheld = 0;
         let boosted: Vec<&Loan> = self
             .loans
             .values()
             .filter(|l| matches!(l.how, How::Fifo(_)))
+            .filter(|l| {
+                // Within its allowance (a guard woken late boosts longer than `share`).
+                let used = cpuwatch::read_seen(root, l.thread.pid, l.thread.tid)
+                    .ok()
+                    .flatten()
+                    .filter(|s| s.same_thread(&l.thread))
+                    .map(|s| Duration::from_nanos(s.exec_ns.saturating_sub(l.thread.exec_ns)));
+                let within = used
+                    .is_some_and(|u| u < l.allowance(st, now.saturating_duration_since(l.since)));
+                withheld += u64::from(used.is_some() && !within);
+                within
+            })
             .filter(|l| {
                 let How::Fifo(p) = l.how else { return false };
                 threads::set_thread_attr(
@@ -750,12 +786,40 @@ impl Guard {
                 .is_ok()
             })
             .collect();
+        self.work.pulses_withheld += withheld;
         if boosted.is_empty() {
             return;
         }
+        self.work.pulses += boosted.len() as u64;
+        // The guard itself above every pulse while one is out: a guard that a busy
+        // housekeeping CPU kept from waking would leave the thread boosted for as long.
+        let own = root.is_host().then(|| {
+            let me = nix::unistd::gettid().as_raw();
+            // Written back as a plain policy: 6.12+ reports the fair slice in the runtime,
+            // and writing that back would pin a custom slice.
+            let was = crate::sched::get_attr(me)
+                .ok()
+                .filter(|a| a.policy != SCHED_DEADLINE)
+                .map(|a| SchedAttr::plain(a.policy, a.priority, a.nice, a.reset_on_fork()));
+            let top = boosted
+                .iter()
+                .filter_map(|l| match l.how {
+                    How::Fifo(p) => Some(p),
+                    How::Deadline => None,
+                })
+                .max()
+                .unwrap_or(1);
+            let raised =
+                crate::sched::set_attr(me, &SchedAttr::plain(1, (top + 1).min(99), 0, true))
+                    .is_ok();
+            (me, was.filter(|_| raised))
+        });
         std::thread::sleep(share);
         for l in boosted {
             let _ = threads::set_thread_attr(root, l.thread.pid, l.thread.tid, &l.original);
+        }
+        if let Some((me, Some(was))) = own {
+            let _ = crate::sched::set_attr(me, &was);
         }
     }
 
@@ -1038,6 +1102,18 @@ mod tests {
         })
     }
 
+    /// A guard of the tree that made its first pass, then CPU 3 busy and its kworker woken
+    /// there.
+    fn kworker_waits() -> (Tree, Guard, Instant) {
+        let t = Tree::new();
+        let mut g = guard(&t, StallsConfig::default());
+        let t0 = Instant::now();
+        g.pass(&t.root, t0);
+        t.idle([200, 200, 200, 100]);
+        t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
+        (t, g, t0)
+    }
+
     fn loans(files: &StateFiles) -> usize {
         State::load(&files.runtime).unwrap().map_or(0, |s| {
             s.entries()
@@ -1135,12 +1211,7 @@ mod tests {
     /// episode.
     #[test]
     fn a_thread_still_waiting_when_its_loan_runs_out_is_lent_again_at_once() {
-        let t = Tree::new();
-        let mut g = guard(&t, StallsConfig::default());
-        let t0 = Instant::now();
-        g.pass(&t.root, t0);
-        t.idle([200, 200, 200, 100]);
-        t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
+        let (t, mut g, t0) = kworker_waits();
         let mut loop_ns = 100;
         let mut kw_ns = 100;
         let (mut lent, mut returned, mut again) = (None, None, None);
@@ -1216,6 +1287,57 @@ mod tests {
         let other = if first == 20 { 70 } else { 20 };
         assert_eq!(t.state_of(first), ('S', 0));
         assert_eq!(t.state_of(other), ('R', SCHED_DEADLINE));
+    }
+
+    /// A deadline loan the thread does not run under for a second becomes SCHED_FIFO
+    /// pulses; a thread that used its loan's allowance (an overrun: the tick stopped on a
+    /// nohz_full CPU) gets no pulse until the allowance catches up, so a CPU hog lent a
+    /// slice costs the workload its share and no more.
+    #[test]
+    fn pulses_stop_at_the_loans_allowance() {
+        let (t, mut g, t0) = kworker_waits();
+        let mut loop_ns = 100;
+        let mut at = t0;
+        let mut lent_at = None;
+        for _ in 0..20 {
+            at += Duration::from_millis(250);
+            loop_ns += 1000;
+            t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
+            g.pass(&t.root, at);
+            if g.lent() == 1 && lent_at.is_none() {
+                lent_at = Some(at);
+            }
+            if lent_at.is_some_and(|l| at - l >= DEADLINE_GRACE + Duration::from_millis(500)) {
+                break;
+            }
+        }
+        let lent_at = lent_at.expect("lent");
+        // It never ran under its deadline loan: pulses since the grace ran out, its own
+        // policy between them.
+        assert!(g.work.pulses >= 1, "{:?}", g.work);
+        assert_eq!(g.work.pulses_withheld, 0);
+        assert_eq!(t.state_of(20), ('R', 0));
+        assert_eq!(g.lent(), 1);
+        // It ran 30 ms in one go: far over 100 us (a tick: 4 ms) per 0.5 s.
+        t.put("proc/20/task/20/schedstat", "30000100 0 6\n");
+        let pulses = g.work.pulses;
+        at += Duration::from_millis(250);
+        g.pass(&t.root, at);
+        assert_eq!(g.work.pulses, pulses, "{:?}", g.work);
+        assert_eq!(g.work.pulses_withheld, 1);
+        // Still runnable when the loan runs out: the log says how it was lent at the end.
+        let mut ended = None;
+        while at - lent_at < Duration::from_secs(4) && ended.is_none() {
+            at += Duration::from_millis(250);
+            ended = g.pass(&t.root, at).into_iter().find_map(|e| match e {
+                Event::Returned { how, used, .. } => Some((how, used)),
+                _ => None,
+            });
+        }
+        let (how, used) = ended.expect("the loan ended");
+        assert_eq!(how, How::Fifo(2));
+        assert_eq!(used, Duration::from_millis(30));
+        assert_eq!(g.work.pulses, pulses);
     }
 
     /// User threads with a real-time policy (the workload's), threads named in

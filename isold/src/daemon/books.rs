@@ -243,7 +243,7 @@ impl Books {
     /// What the stall guard did: a rescue is said once per thread and episode, counted
     /// each time; a loan's end is said at -v.
     pub fn stall(&mut self, e: &libtaskisol::stalls::Event) {
-        use libtaskisol::stalls::Event;
+        use libtaskisol::stalls::{Event, How};
         let g = self.status.stalls.get_or_insert_with(Stalls::default);
         match e {
             Event::Rescued(r) => {
@@ -282,16 +282,21 @@ impl Books {
                 ran,
                 used,
                 to,
+                how,
             } => {
                 *g.lent_s_by_cpu.entry(format!("CPU {cpu}")).or_default() += used.as_secs_f64();
                 if let Some((m, _)) = &self.metrics {
                     m.stall_lent(*cpu, used.as_secs_f64());
                 }
                 self.log.debug(&format!(
-                    "stall guard: {label} on CPU {cpu}: loan ended after {:.2} s ({}, {:.1} ms of CPU), {}",
+                    "stall guard: {label} on CPU {cpu}: loan ended after {:.2} s ({}, {:.1} ms of CPU{}), {}",
                     held.as_secs_f64(),
                     if *ran { "it ran" } else { "it did not run" },
                     used.as_secs_f64() * 1000.0,
+                    match how {
+                        How::Deadline => String::new(),
+                        How::Fifo(p) => format!(", by SCHED_FIFO {p} pulses"),
+                    },
                     to.as_ref()
                         .map_or_else(|| "thread gone".to_string(), |t| format!("back to {t}"))
                 ))
