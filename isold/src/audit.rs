@@ -337,6 +337,19 @@ fn cpu_block(s: &mut String, c: &CpuAudit, verbose: bool) {
         let head = "  the workload's IRQs fired (meant to be here): ";
         let _ = writeln!(s, "{head}{}", wrap(&names.join(", "), head.len(), 4));
     }
+    for st in &c.starving {
+        let behind = st
+            .behind
+            .as_ref()
+            .map_or(String::new(), |b| format!(" behind {}", b.name()));
+        let line = format!(
+            "STARVING: {}, runnable the whole {} s window without running{behind}; fix: {}",
+            st.thread.name(),
+            st.waited_s,
+            st.fix
+        );
+        let _ = writeln!(s, "  {}", wrap(&line, 2, 4));
+    }
     if let Some(n) = &c.osnoise {
         let line = format!(
             "osnoise: {} us of noise in {:.1} s measured ({} periods), longest {} us; interference: {} IRQ, {} softirq, {} thread, {} NMI, {} hardware",
@@ -450,6 +463,21 @@ pub fn human(a: &Audit, verbose: bool) -> String {
     }
     for n in &a.notes {
         let _ = writeln!(s, "{}", wrap(&format!("note: {n}"), 0, 2));
+    }
+    let starving: usize = a.per_cpu.iter().map(|c| c.starving.len()).sum();
+    if starving > 0 {
+        let cpus: Vec<String> = a
+            .per_cpu
+            .iter()
+            .filter(|c| !c.starving.is_empty())
+            .map(|c| c.cpu.to_string())
+            .collect();
+        let _ = writeln!(
+            s,
+            "starving now: {starving} thread{} on CPU {}",
+            if starving == 1 { "" } else { "s" },
+            cpus.join(",")
+        );
     }
     let disturbed: Vec<String> = a.disturbed().map(|c| c.cpu.to_string()).collect();
     let quiet = a.per_cpu.iter().filter(|c| c.verdict == "quiet").count();
@@ -804,6 +832,7 @@ mod tests {
             disturbed_by: did,
             workloads_ran: Vec::new(),
             workload_irqs_fired: Vec::new(),
+            starving: Vec::new(),
             can_disturb: Exposure::default(),
             osnoise: None,
         }
@@ -882,6 +911,32 @@ mod tests {
         let mut quiet = a.clone();
         quiet.per_cpu.truncate(1);
         assert!(human(&quiet, false).ends_with("audit: 1 of 1 CPUs quiet\n"));
+        // A thread starving on CPU 3: named with what held the CPU, and counted at the end.
+        let task = |pid: i32, comm: &str, kthread: bool| libtaskisol::audit::TaskRef {
+            pid,
+            tid: pid,
+            comm: comm.into(),
+            affinity: "3".into(),
+            kthread,
+        };
+        let mut starved = a.clone();
+        starved.per_cpu[1].starving = vec![libtaskisol::audit::Starving {
+            thread: task(103, "kworker/3:1", true),
+            waited_s: 2.0,
+            behind: Some(task(904, "rtloop", false)),
+            fix: "isold run".into(),
+        }];
+        let text = human(&starved, false);
+        assert!(
+            text.contains("  STARVING: kthread 103 kworker/3:1, runnable the whole 2 s window without\n    running behind task 904 rtloop; fix: isold run\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "starving now: 1 thread on CPU 3\naudit: 1 of 2 CPUs quiet, disturbed: 3\n"
+            ),
+            "{text}"
+        );
     }
 
     /// The kernel's first reason in the CPU's line, which wraps at 79 columns like the rest

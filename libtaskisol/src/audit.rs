@@ -140,7 +140,8 @@ impl TaskRef {
         }
     }
 
-    fn name(&self) -> String {
+    /// "kthread 40 kworker/3:1", "task 812/813 worker".
+    pub fn name(&self) -> String {
         let kind = if self.kthread { "kthread" } else { "task" };
         if self.pid == self.tid {
             format!("{kind} {} {}", self.pid, self.comm)
@@ -251,6 +252,24 @@ pub struct TickReason {
     pub fix: String,
 }
 
+/// A thread that was runnable on the CPU through the whole window and never ran: it starves
+/// behind what holds the CPU (a real-time busy loop with RT throttling off).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Starving {
+    /// The thread.
+    pub thread: TaskRef,
+    /// It waited at least this long: the window, seconds.
+    pub waited_s: f64,
+    /// What ran on the CPU meanwhile: the thread that used the most CPU time there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub behind: Option<TaskRef>,
+    /// What ends it.
+    pub fix: String,
+}
+
+/// The shortest window that tells a starving thread from one that waits its turn.
+pub const STARVING_WINDOW_S: f64 = 0.5;
+
 /// Everything about one CPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CpuAudit {
@@ -269,6 +288,9 @@ pub struct CpuAudit {
     /// The workload's IRQs that fired on it (meant to be there; not disturbers).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub workload_irqs_fired: Vec<Disturbance>,
+    /// Threads starving on it now: runnable there through the whole window without running.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub starving: Vec<Starving>,
     /// Who can disturb it.
     pub can_disturb: Exposure,
     /// What the kernel's osnoise tracer measured during the window (`--osnoise`).
@@ -511,6 +533,7 @@ pub fn audit(
             &mut workloads_ran,
         );
         did.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.source.cmp(&b.source)));
+        let starving = starving_threads(&earlier, after, cpu, window_s);
         per_cpu.push(CpuAudit {
             cpu,
             isolated_by: iso.mechanisms(cpu).into_iter().map(String::from).collect(),
@@ -526,6 +549,7 @@ pub fn audit(
             disturbed_by: did,
             workloads_ran,
             workload_irqs_fired,
+            starving,
             can_disturb: can,
             osnoise: None,
         });
@@ -1053,6 +1077,48 @@ fn did_threads(
     }
 }
 
+/// The threads runnable on `cpu` in both samples, with no context switch and no CPU time
+/// between them: they waited the whole window (a runnable thread cannot sleep without
+/// running first). Named with what used the CPU meanwhile.
+fn starving_threads(
+    earlier: &HashMap<(i32, u64), &Thread>,
+    after: &Sample,
+    cpu: usize,
+    window_s: f64,
+) -> Vec<Starving> {
+    if window_s < STARVING_WINDOW_S {
+        return Vec::new();
+    }
+    let on = |t: &Thread| t.state == 'R' && t.processor as usize == cpu;
+    let behind = after
+        .threads
+        .iter()
+        .filter(|t| t.processor as usize == cpu)
+        .filter_map(|t| {
+            let b = earlier.get(&(t.tid, t.starttime))?;
+            let used = t.cpu_ticks.saturating_sub(b.cpu_ticks);
+            (used > 0).then_some((used, t))
+        })
+        .max_by_key(|(used, t)| (*used, std::cmp::Reverse(t.tid)))
+        .map(|(_, t)| TaskRef::of(t));
+    after
+        .threads
+        .iter()
+        .filter(|t| on(t))
+        .filter(|t| {
+            earlier.get(&(t.tid, t.starttime)).is_some_and(|b| {
+                on(b) && b.switches == t.switches && b.cpu_ticks == t.cpu_ticks
+            })
+        })
+        .map(|t| Starving {
+            thread: TaskRef::of(t),
+            waited_s: window_s,
+            behind: behind.clone(),
+            fix: "isold run: its stall guard lends a starving thread a slice ([stalls] in isold.toml); or a real-time workload that leaves its CPU now and then".into(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1189,6 +1255,7 @@ ERR:          0\n";
             },
             workloads_ran: Vec::new(),
             workload_irqs_fired: Vec::new(),
+            starving: Vec::new(),
             can_disturb: Exposure::default(),
             osnoise: None,
         }
@@ -1313,7 +1380,56 @@ ERR:          0\n";
             processor,
             cpu_ticks: 0,
             switches,
+            state: 'S',
         }
+    }
+
+    /// A thread runnable on the CPU in both samples that neither switched nor used CPU time
+    /// starves, named with what held the CPU; one that ran, slept, waits elsewhere, or was
+    /// not there at the start does not; a window too short names nobody.
+    #[test]
+    fn threads_runnable_the_whole_window_without_running_are_starving() {
+        let mut kworker = thread(40, "kworker/3:1", "3", 3, 7);
+        kworker.flags |= crate::procfs::PF_KTHREAD | crate::procfs::PF_NO_SETAFFINITY;
+        kworker.state = 'R';
+        let mut rt = thread(200, "rtloop", "3", 3, 5);
+        rt.state = 'R';
+        rt.policy = 1;
+        rt.rt_priority = 1;
+        let mut ran = thread(300, "ran", "3", 3, 8);
+        ran.state = 'R';
+        let mut other_cpu = thread(400, "waits-on-2", "2", 2, 1);
+        other_cpu.state = 'R';
+        let slept = thread(500, "slept", "3", 3, 1);
+        let before = Sample {
+            threads: vec![kworker, rt, ran, other_cpu, slept],
+            ..Sample::default()
+        };
+        let mut after = before.clone();
+        after.threads[1].cpu_ticks = 200;
+        after.threads[2].cpu_ticks = 1;
+        after.threads[4].state = 'R';
+        let mut newcomer = thread(600, "newcomer", "3", 3, 0);
+        newcomer.state = 'R';
+        after.threads.push(newcomer);
+        let earlier = by_identity(&before);
+        let got = starving_threads(&earlier, &after, 3, 2.0);
+        let names: Vec<(&str, Option<&str>)> = got
+            .iter()
+            .map(|s| {
+                (
+                    s.thread.comm.as_str(),
+                    s.behind.as_ref().map(|b| b.comm.as_str()),
+                )
+            })
+            .collect();
+        assert_eq!(names, [("kworker/3:1", Some("rtloop"))]);
+        assert_eq!(got[0].waited_s, 2.0);
+        assert!(got[0].fix.contains("stall guard"), "{}", got[0].fix);
+        assert!(starving_threads(&earlier, &after, 2, 2.0)
+            .iter()
+            .all(|s| s.thread.comm == "waits-on-2"));
+        assert!(starving_threads(&earlier, &after, 3, 0.2).is_empty());
     }
 
     /// A thread that switched in the window and was last seen on the CPU ran there; a

@@ -36,6 +36,8 @@ pub struct Thread {
     /// Context switches so far, voluntary and not (`/proc/<pid>/task/<tid>/status`): a
     /// change between two reads means the thread ran in between.
     pub switches: u64,
+    /// Its state letter when read (`R` runnable or running, `S`, `D`, `I`, ...).
+    pub state: char,
 }
 
 impl Thread {
@@ -191,6 +193,7 @@ fn thread_of(pid: i32, tid: i32, stat: TaskStat, affinity: CpuSet, switches: u64
         processor: stat.processor,
         cpu_ticks: stat.cpu_ticks,
         switches,
+        state: stat.state,
     }
 }
 

@@ -1135,6 +1135,7 @@ mod tests {
             processor: 0,
             cpu_ticks: 0,
             switches: 0,
+            state: 'S',
         }
     }
 

@@ -665,6 +665,7 @@ mod tests {
             processor: 0,
             cpu_ticks: 0,
             switches: 0,
+            state: 'S',
         };
         let plan = PartitionPlan {
             dir: "/sys/fs/cgroup/isolated".into(),
