@@ -340,11 +340,39 @@ sg_isold_up() {
     wait_for 30 isold status >/dev/null
 }
 
+# loop_on_cpu3 FILE: a SCHED_FIFO 1 busy loop on CPU 3 started as a user would
+# (`chisol -f 1 -c 3`), its pid in FILE once it runs.
+loop_on_cpu3() {
+    chisol -f 1 -c 3 -- sh -c "echo \$\$ >$1; while :; do :; done" &
+    wait_for 20 test -s "$1"
+}
+
+# stat_refresh_bg FILE: `echo 1 > /proc/sys/vm/stat_refresh` in the background; FILE gets the
+# time it returned (now_cs) once it does.
+stat_refresh_bg() {
+    (
+        echo 1 >/proc/sys/vm/stat_refresh
+        now_cs >"$1.part" && mv "$1.part" "$1"
+    ) &
+}
+
 sg_lent_any() { [ -n "$(lent_threads | tr -d ' ')" ]; }
 # sg_cpu2_irqs: CPU 2's local timer, rescheduling, function call and irq work interrupts.
 sg_cpu2_irqs() { awk '$1 ~ /^(LOC|RES|CAL|IWI):$/ { n += $4 } END { print n }' /proc/interrupts; }
 sg_no_loan() { ! grep -q '^isold_stall_loans [1-9]' /tmp/sg.prom; }
-sg_hog_lent() { sched_of "$(cat /tmp/sg.hog)" | grep -q '^policy=6$'; }
+# sg_hog_lent: the hog has a loan out: SCHED_DEADLINE now, or its loan recorded in the state
+# (SCHED_FIFO pulses, its own policy between them).
+sg_hog_lent() {
+    sched_of "$(cat /tmp/sg.hog)" | grep -q '^policy=6$' ||
+        grep -q "\"loan:$(cat /tmp/sg.hog):" /run/isold/state.json /run/isold/state.journal 2>/dev/null
+}
+# sg_frozen_lent: isold stopped (SIGSTOP) with the hog lent; isold let go on again if not.
+sg_frozen_lent() {
+    kill -STOP "$(cat /tmp/sg.isold)"
+    sg_hog_lent && return 0
+    kill -CONT "$(cat /tmp/sg.isold)"
+    return 1
+}
 sg_isold_gone() { ! kill -0 "$(cat /tmp/sg.isold)" 2>/dev/null; }
 
 # sg_clock PID: "UPTIME EXEC_NS": the time since boot and the thread's CPU time, read by one
@@ -380,8 +408,7 @@ stall_guard_case() {
     printf "$_conf[stalls]\nenabled = false\n" >/tmp/sg.toml
     sg_isold_up && echo isold_up=yes
     echo "sched_rt_runtime_us=$(cat /proc/sys/kernel/sched_rt_runtime_us)"
-    chisol -f 1 -c 3 -- sh -c 'echo $$ >/tmp/sg.loop; while :; do :; done' &
-    wait_for 20 test -s /tmp/sg.loop || { echo loop_started=no; return 1; }
+    loop_on_cpu3 /tmp/sg.loop || { echo loop_started=no; return 1; }
     _loop=$(cat /tmp/sg.loop)
     sleep 1
     # CPU 2 idle, the guard off: its interrupts over 5 s (compared with the guard on below).
@@ -390,11 +417,14 @@ stall_guard_case() {
     echo "cpu2_irqs_guard_off=$(($(sg_cpu2_irqs) - _i0))"
     _t0=$(now_cs)
     sg_clock "$_loop" >/tmp/sg.b0
-    (
-        echo 1 >/proc/sys/vm/stat_refresh
-        now_cs >/tmp/sg.t1.part && mv /tmp/sg.t1.part /tmp/sg.t1
-    ) &
+    stat_refresh_bg /tmp/sg.t1
+    # isold audit meanwhile names the kworker of CPU 3 as starving, behind the loop.
+    isold audit --cpus 2-3 --duration 2 >/tmp/sg.audit 2>&1 &
     while [ ! -e /tmp/sg.t1 ] && [ $(($(now_cs) - _t0)) -lt 800 ]; do usleep 200000; done
+    wait $!
+    grep -A1 -e STARVING -e '^starving now' /tmp/sg.audit | sed 's/^/audit: /'
+    tr '\n' ' ' </tmp/sg.audit | tr -s ' ' | grep -q "STARVING: kthread [0-9]* kworker/3:[^ ]*, runnable the whole 2 s window without running behind task $_loop sh" &&
+        echo "audit_names_starving_kworker=yes"
     # The loop alone on CPU 3 meanwhile: its share as the guest's clocks measure it (under
     # TCG the scheduler's clock and the uptime drift apart by a few per cent).
     sg_clock "$_loop" >/tmp/sg.b1
@@ -462,21 +492,36 @@ stall_guard_case() {
     setsid taskset -c 3 sh -c 'echo $$ >/tmp/sg.hog; while :; do :; done' </dev/null >/dev/null 2>&1 &
     wait_for 10 test -s /tmp/sg.hog
     wait_for 60 sg_hog_lent && echo "hog_lent_before_stop=yes"
+    # The loop's share and the hog's CPU time over 8 s of loans: the hog is a thread that
+    # takes whatever it is given.
+    sg_clock "$_loop" >/tmp/sg.h0
+    sg_clock "$(cat /tmp/sg.hog)" >/tmp/sg.g0
+    sleep 8
+    sg_clock "$_loop" >/tmp/sg.h1
+    sg_clock "$(cat /tmp/sg.hog)" >/tmp/sg.g1
+    echo "hog_phase_loop_share=$(sg_share /tmp/sg.h0 /tmp/sg.h1)"
+    echo "hog_phase_hog_share=$(sg_share /tmp/sg.g0 /tmp/sg.g1)"
     kill -TERM "$(cat /tmp/sg.isold)"
     wait_for 20 sg_isold_gone
     echo "lent_after_stop=$(lent_threads)"
+    echo "hog_policy_after_stop=$(sched_of "$(cat /tmp/sg.hog)" | sed -n 's/^policy=//p')"
     grep -c '"loan:' /run/isold/state.json 2>/dev/null | sed 's/^/loans_in_state_after_stop=/'
     sg_isold_up
-    wait_for 60 sg_hog_lent
+    # A kill -9 while the hog is lent: isold stopped (SIGSTOP) at a moment the hog is lent,
+    # then killed, so what is seen is what the kill leaves.
+    wait_for 60 sg_frozen_lent && echo "hog_lent_at_kill=yes"
+    echo "hog_policy_at_kill=$(sched_of "$(cat /tmp/sg.hog)" | sed -n 's/^policy=//p')"
     kill -9 "$(cat /tmp/sg.isold)"
-    # Lent now, or between two SCHED_FIFO pulses: either way its loan is in the state file.
-    { sg_hog_lent || grep -q "\"loan:$(cat /tmp/sg.hog):" /run/isold/state.json /run/isold/state.journal 2>/dev/null; } &&
+    wait_for 10 sg_isold_gone
+    grep -q "\"loan:$(cat /tmp/sg.hog):" /run/isold/state.json /run/isold/state.journal 2>/dev/null &&
         echo "hog_loan_kept_after_kill=yes"
     tail -n 8 /tmp/sg.log | sed 's/^/log2: /'
     isold restore >/tmp/sg.restore 2>&1
     echo "restore_rc=$?"
     grep -i 'lent a slice' /tmp/sg.restore | sed 's/^/restore: /'
+    grep -q "lent a slice: sh (pid $(cat /tmp/sg.hog)): restored" /tmp/sg.restore && echo "hog_restored=yes"
     echo "lent_after_restore=$(lent_threads)"
+    echo "hog_policy_after_restore=$(sched_of "$(cat /tmp/sg.hog)" | sed -n 's/^policy=//p')"
     stall_guard_cleanup
     echo "lent_at_end=$(lent_threads)"
 }
@@ -488,15 +533,11 @@ stall_guard_served() {
     printf 'isolated_cpus = "2-3"\n[metrics]\ntextfile = "/tmp/sg.prom"\ninterval = 1\n' >/tmp/sg.toml
     sg_isold_up && echo isold_up=yes
     echo "sched_rt_runtime_us=$(cat /proc/sys/kernel/sched_rt_runtime_us)"
-    chisol -f 1 -c 3 -- sh -c 'echo $$ >/tmp/sg.loop; while :; do :; done' &
-    wait_for 20 test -s /tmp/sg.loop || { echo loop_started=no; return 1; }
+    loop_on_cpu3 /tmp/sg.loop || { echo loop_started=no; return 1; }
     _loop=$(cat /tmp/sg.loop)
     sleep 1
     _t0=$(now_cs)
-    (
-        echo 1 >/proc/sys/vm/stat_refresh
-        now_cs >/tmp/sg.t1.part && mv /tmp/sg.t1.part /tmp/sg.t1
-    ) &
+    stat_refresh_bg /tmp/sg.t1
     mkfifo /tmp/sg.fifo
     sh -c ': >/tmp/sg.ready; read -r _ </tmp/sg.fifo; read -r u _ </proc/uptime; echo "$u" >/tmp/sg.t2' </dev/null >/dev/null 2>&1 &
     echo $! >/tmp/sg.task
@@ -538,4 +579,84 @@ stall_guard_cleanup() {
     isold restore >/dev/null 2>&1
     [ -s /tmp/sg.fair ] && cat /tmp/sg.fair >/sys/kernel/debug/sched/fair_server/cpu3/runtime
     return 0
+}
+
+# sb_cpu_ns PID: the CPU time of every thread of PID so far, nanoseconds (schedstat).
+sb_cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ n += $1 } END { printf "%.0f\n", n }'; }
+# sb_cost PID SECS: PID's CPU time over SECS s, in ms per s.
+sb_cost() {
+    _a=$(sb_cpu_ns "$1")
+    sleep "$2"
+    echo "$_a $(sb_cpu_ns "$1") $2" | awk '{ printf "%.3f\n", ($2 - $1) / 1e6 / $3 }'
+}
+
+# stall_bench NAME CMD...: one stall guard (isold run, or stalld) over CPUs 2-3 of the ISOL23
+# guest, started as CMD on the housekeeping CPUs, RT throttling off: its CPU time over 20 s
+# with nothing starving; with a SCHED_FIFO loop from `chisol -f 1 -c 3`, the time
+# `echo 1 > /proc/sys/vm/stat_refresh` and a SCHED_OTHER task put on CPU 3 take; then its CPU
+# time over 20 s with the loop on and nothing left to rescue, the loop's share over those
+# 20 s, and idle CPU 2's interrupts (LOC RES CAL IWI) over 5 s. On 6.12+ the fair server's
+# runtime on CPU 3 is 0 meanwhile. Lines NAME_key=value; everything ended at the end.
+stall_bench() {
+    _sbn=$1
+    shift
+    rm -f /tmp/sb.*
+    [ -e /sys/kernel/debug/sched ] || mount -t debugfs none /sys/kernel/debug
+    _fs=/sys/kernel/debug/sched/fair_server/cpu3/runtime
+    [ -e $_fs ] && { cat $_fs >/tmp/sb.fair; echo 0 >$_fs; }
+    cat /proc/sys/kernel/sched_rt_runtime_us >/tmp/sb.rt
+    echo -1 >/proc/sys/kernel/sched_rt_runtime_us
+    setsid taskset -c 0-1 "$@" </dev/null >/tmp/sb.log 2>&1 &
+    _g=$!
+    sleep 5
+    kill -0 $_g 2>/dev/null || { echo "${_sbn}_started=no"; cat /tmp/sb.log; return 1; }
+    echo "${_sbn}_idle_cost_ms_per_s=$(sb_cost $_g 20)"
+    loop_on_cpu3 /tmp/sb.loop
+    _loop=$(cat /tmp/sb.loop)
+    sleep 1
+    _t0=$(now_cs)
+    stat_refresh_bg /tmp/sb.t1
+    sleep 1
+    _t2=$(now_cs)
+    taskset -c 3 sh -c 'now_cs() { _u=$(cut -d" " -f1 /proc/uptime); echo $((${_u%.*} * 100 + 1${_u#*.} - 100)); }; now_cs >/tmp/sb.t2.part; mv /tmp/sb.t2.part /tmp/sb.t2' &
+    wait_for 90 test -s /tmp/sb.t1 -a -s /tmp/sb.t2
+    if [ -s /tmp/sb.t1 ]; then
+        echo "${_sbn}_stat_refresh_s=$(secs $(($(cat /tmp/sb.t1) - _t0)))"
+    else
+        echo "${_sbn}_stat_refresh_s=blocked after $(secs $(($(now_cs) - _t0)))"
+    fi
+    if [ -s /tmp/sb.t2 ]; then
+        echo "${_sbn}_task_s=$(secs $(($(cat /tmp/sb.t2) - _t2)))"
+    else
+        echo "${_sbn}_task_s=not run after $(secs $(($(now_cs) - _t2)))"
+    fi
+    sleep 5
+    sg_clock "$_loop" >/tmp/sb.c0
+    echo "${_sbn}_busy_cost_ms_per_s=$(sb_cost $_g 20)"
+    kill -0 $_g 2>/dev/null && echo "${_sbn}_alive=yes" || tail -n 20 /tmp/sb.log | sed "s/^/${_sbn}_died: /"
+    sg_clock "$_loop" >/tmp/sb.c1
+    echo "${_sbn}_loop_share=$(sg_share /tmp/sb.c0 /tmp/sb.c1)"
+    _i0=$(sg_cpu2_irqs)
+    sleep 5
+    echo "${_sbn}_cpu2_irqs_5s=$(($(sg_cpu2_irqs) - _i0))"
+    kill -9 "$_loop" 2>/dev/null
+    kill -TERM $_g
+    wait_for 10 eval '! kill -0 $_g 2>/dev/null'
+    kill -9 $_g 2>/dev/null
+    grep -ciE 'boost|lent' /tmp/sb.log | sed "s/^/${_sbn}_log_rescue_lines=/"
+    grep -iE 'boost|lent' /tmp/sb.log | head -n 6 | sed "s/^/${_sbn}_log: /"
+    echo "${_sbn}_deadline_left=$(lent_threads)"
+    cat /tmp/sb.rt >/proc/sys/kernel/sched_rt_runtime_us
+    [ -s /tmp/sb.fair ] && cat /tmp/sb.fair >$_fs
+    sleep 1
+    return 0
+}
+
+# stall_bench_idle: idle CPU 2's interrupts over 5 s with no guard running (the baseline of
+# stall_bench's figure).
+stall_bench_idle() {
+    sleep 2
+    _i0=$(sg_cpu2_irqs)
+    sleep 5
+    echo "none_cpu2_irqs_5s=$(($(sg_cpu2_irqs) - _i0))"
 }

@@ -184,9 +184,13 @@ pub fn add(s: &mut Scenario) {
                 other => Err(format!("loans_in_state_after_stop = {other:?}")),
             }
         }),
+        Expect::field("hog_policy_after_stop", "0").when(STARVED, starved),
+        Expect::field("hog_lent_at_kill", "yes").when(STARVED, starved),
         Expect::field("hog_loan_kept_after_kill", "yes").when(STARVED, starved),
         Expect::field("restore_rc", "0").when(STARVED, starved),
+        Expect::field("hog_restored", "yes").when(STARVED, starved),
         Expect::field("lent_after_restore", "").when(STARVED, starved),
+        Expect::field("hog_policy_after_restore", "0").when(STARVED, starved),
         Expect::that(
             &format!("with the guard off stat_refresh is blocked for {HANG_S} s"),
             |o: &StepOutput| match num(o, "guard_off_blocked_after") {
@@ -200,6 +204,8 @@ pub fn add(s: &mut Scenario) {
         )
         .when(STARVED, starved),
         Expect::output_has("stall guard: off ([stalls] enabled = false)").when(STARVED, starved),
+        // isold audit names the kworker starving behind the loop, the guard off.
+        Expect::field("audit_names_starving_kworker", "yes").when(STARVED, starved),
         Expect::field("lent_at_end", ""),
     ];
     s.step_with_timeout(
@@ -249,4 +255,91 @@ pub fn report(outcome: &Outcome) -> String {
             ),
         }
     )
+}
+
+/// The guard's items off: `isold run` with only the stall guard, as stalld is a stall guard
+/// only (RT throttling is turned off by the bench itself).
+const GUARD_ONLY_TOML: &str = "isolated_cpus = \"2-3\"\n[items]\nsysctl = false\nthp = false\nworkqueue = false\nmachinecheck = false\nksm = false\nirq_affinity = false\ntasks = false\nkthread_priority = false\npm_qos = false\ncpufreq = false\nkvm = false\nirqbalance = false\nprintk = false\nsystemd_cpuaffinity = false\n";
+
+/// The guards scripts/bench-stalld compares, each with its command line in the guest:
+/// (name, what it is, command).
+pub const BENCH_GUARDS: [(&str, &str, &str); 3] = [
+    (
+        "isold",
+        "isold run, stall guard only (threshold 2 s, 100 us / 0.5 s, 3 s)",
+        "isold --config /etc/sb-isold.toml run -v",
+    ),
+    (
+        "stalld_t2",
+        "stalld -t 2 (isold's settings but 2 s: stalld wants no more than the threshold)",
+        "stalld -f -v -c 2-3 -a 0-1 -t 2 -r 100000 -p 500000000 -d 2",
+    ),
+    (
+        "stalld_pkg",
+        "stalld as packaged (systemd/stalld.conf: -t 20, 20 us / 1 s, 3 s)",
+        "stalld -f -v -c 2-3 -a 0-1 -t 20 -r 20000 -p 1000000000 -d 3",
+    ),
+];
+
+/// The boot of scripts/bench-stalld: the ISOL23 guest on `role`, stalld (a static binary
+/// built from its public source) at /usr/local/bin/stalld, each guard of [`BENCH_GUARDS`]
+/// measured by `stall_bench` (tests/guest/lib.sh) in turn.
+pub fn bench_scenario(role: super::KernelRole, stalld: &[u8]) -> Scenario {
+    let mut s = Scenario::new(
+        &format!("{}-stall-bench", role.as_str()),
+        role,
+        super::ISOL23,
+    );
+    s.binaries.push("isold".into());
+    s.file("/usr/local/bin/stalld", 0o755, stalld);
+    s.file("/etc/sb-isold.toml", 0o644, GUARD_ONLY_TOML.as_bytes());
+    s.timeout += Duration::from_secs(900);
+    s.step(
+        "no_guard",
+        "taskset -pc 0-1 $$ >/dev/null\nstall_bench_idle",
+        vec![Expect::exit(0)],
+    );
+    for (name, _, cmd) in BENCH_GUARDS {
+        s.step_with_timeout(
+            name,
+            &format!(
+                "taskset -pc 0-1 $$ >/dev/null\nPATH=/usr/local/bin:$PATH stall_bench {name} {cmd}"
+            ),
+            Duration::from_secs(300),
+            vec![Expect::exit(0)],
+        );
+    }
+    s
+}
+
+/// The bench's table (BENCHMARKS.md's form).
+pub fn bench_report(outcome: &Outcome) -> String {
+    let get = |step: &str, key: &str| {
+        outcome
+            .outputs
+            .get(step)
+            .and_then(|o| o.field(&format!("{step}_{key}")).map(str::to_string))
+            .unwrap_or_else(|| "?".into())
+    };
+    let mut t = String::from(
+        "| guard | stat_refresh returned after | task on CPU 3 ran after | CPU, nothing starving | CPU, loop on CPU 3 | loop's share | idle CPU 2 interrupts / 5 s |\n|---|---|---|---|---|---|---|\n",
+    );
+    let none = outcome
+        .outputs
+        .get("no_guard")
+        .and_then(|o| o.field("none_cpu2_irqs_5s").map(str::to_string))
+        .unwrap_or_else(|| "?".into());
+    t.push_str(&format!("| none | | | | | | {none} |\n"));
+    for (name, what, _) in BENCH_GUARDS {
+        t.push_str(&format!(
+            "| {what} | {} s | {} s | {} ms/s | {} ms/s | {} | {} |\n",
+            get(name, "stat_refresh_s"),
+            get(name, "task_s"),
+            get(name, "idle_cost_ms_per_s"),
+            get(name, "busy_cost_ms_per_s"),
+            get(name, "loop_share"),
+            get(name, "cpu2_irqs_5s"),
+        ));
+    }
+    t
 }
