@@ -145,6 +145,9 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs, state_path: &Path) -
     let mut tick_trace = Err(String::new());
     if args.duration > 0.0 {
         tick_trace = tickstop::find(root).and_then(|dir| {
+            if let Some(why) = libtaskisol::tracefs::enabling_would_wait(root, &dir, &scope.cpus) {
+                return Err(format!("not recorded: {why}"));
+            }
             tickstop::Recording::start(root, &dir, &scope.cpus)
                 .map_err(|e| format!("could not record it: {e}"))
         });
@@ -236,7 +239,7 @@ fn contested(state_path: &Path) -> Vec<libtaskisol::audit::Setting> {
 }
 
 /// Wrap `text` at 79 columns, every line after the first indented by `indent` spaces.
-fn wrap(text: &str, first: usize, indent: usize) -> String {
+pub(crate) fn wrap(text: &str, first: usize, indent: usize) -> String {
     let mut out = String::new();
     let mut col = first;
     for word in text.split(' ') {
@@ -254,7 +257,7 @@ fn wrap(text: &str, first: usize, indent: usize) -> String {
     out
 }
 
-fn rate(r: f64) -> String {
+pub(crate) fn rate(r: f64) -> String {
     if r >= 100.0 {
         format!("{r:.0}")
     } else {

@@ -61,6 +61,7 @@ pub mod sysroot;
 pub mod tasks;
 pub mod tickstop;
 pub mod topology;
+pub mod tracefs;
 pub mod workqueue;
 
 pub use cpuset::{CpuSet, CpuSetError};

@@ -1,0 +1,78 @@
+//! What tracing asks of every CPU, shared by the audit's tick_stop recording and the noise
+//! ledger: the first event enabled after boot makes the kernel grow its trace buffer from
+//! the boot's minimal size (top-level `buffer_size_kb` reads `7 (expanded: 1408)` until
+//! then: `tracing_update_buffers`, on 6.1 at least). Growing it queues work on every CPU and
+//! waits for it (`ring_buffer_resize`), so while a real-time workload keeps an isolated
+//! CPU's kworker from running, that first enable waits as long: measured on 6.1 with a
+//! SCHED_FIFO loop on CPU 3, `isold audit` blocked in `event_enable_write` until the stall
+//! guard lent the kworker a slice.
+
+use crate::cpuset::CpuSet;
+use crate::sysroot::SysRoot;
+
+/// Whether the kernel's trace buffer is still at its boot size: the next event enabled
+/// anywhere grows it (`buffer_size_kb` says `(expanded: N)`).
+pub fn unexpanded(root: &SysRoot, tracefs: &str) -> bool {
+    root.read_to_string(format!("{tracefs}/buffer_size_kb"))
+        .is_ok_and(|t| t.contains("expanded"))
+}
+
+/// Why enabling an event now would wait behind a workload: the buffer is unexpanded and a
+/// runnable real-time thread sits on one of `cpus` (the kernel's work queued there would
+/// wait behind it for as long as it runs). `None` when enabling is safe.
+pub fn enabling_would_wait(root: &SysRoot, tracefs: &str, cpus: &CpuSet) -> Option<String> {
+    if !unexpanded(root, tracefs) {
+        return None;
+    }
+    let threads = crate::tasks::threads_on(root, cpus).ok()?;
+    let rt = threads.iter().find(|t| {
+        t.state == 'R' && matches!(t.policy, 1 | 2) && cpus.contains(t.processor as usize)
+    })?;
+    Some(format!(
+        "the kernel's trace buffer is still at its boot size ({tracefs}/buffer_size_kb): the first event enabled grows it with work queued on every CPU, which would wait behind the real-time thread {} (pid {}) on CPU {}; record once before the workload starts (isold run does at its start)",
+        rt.comm, rt.tid, rt.processor
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unexpanded_buffer_with_a_realtime_thread_on_the_cpus_would_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let put = |rel: &str, text: &str| {
+            let p = d.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        let root = SysRoot::new(d);
+        let t = "/sys/kernel/tracing";
+        put("sys/kernel/tracing/buffer_size_kb", "7 (expanded: 1408)\n");
+        let stat = |pid: i32, comm: &str, state: char, cpu: u32, policy: u32| {
+            let mut f: Vec<String> = (3..=52).map(|_| "0".to_string()).collect();
+            f[0] = state.to_string();
+            f[36] = cpu.to_string();
+            f[37] = u32::from(policy != 0).to_string();
+            f[38] = policy.to_string();
+            format!("{pid} ({comm}) {}\n", f.join(" "))
+        };
+        put("proc/40/task/40/stat", &stat(40, "rtloop", 'R', 3, 1));
+        put(
+            "proc/40/task/40/status",
+            "Name:\trtloop\nCpus_allowed_list:\t3\n",
+        );
+        put("proc/40/stat", &stat(40, "rtloop", 'R', 3, 1));
+        let cpus: CpuSet = "2-3".parse().unwrap();
+        let why = enabling_would_wait(&root, t, &cpus).expect("it would wait");
+        assert!(why.contains("rtloop (pid 40) on CPU 3"), "{why}");
+        // Expanded: safe.
+        put("sys/kernel/tracing/buffer_size_kb", "1408\n");
+        assert_eq!(enabling_would_wait(&root, t, &cpus), None);
+        // Unexpanded but the thread is SCHED_OTHER: safe.
+        put("sys/kernel/tracing/buffer_size_kb", "7 (expanded: 1408)\n");
+        put("proc/40/task/40/stat", &stat(40, "rtloop", 'R', 3, 0));
+        assert_eq!(enabling_would_wait(&root, t, &cpus), None);
+    }
+}
