@@ -68,6 +68,8 @@ pub enum Command {
     Check(Output),
     /// Who can and who did disturb each isolated CPU, with the fix for each; change nothing.
     Audit(AuditArgs),
+    /// Every interruption of each isolated CPU over a window, timed and named: the longest, and the sources ranked by the time they took.
+    Noise(NoiseArgs),
     /// The kernel arguments the policy needs and which of them the running kernel lacks.
     Bootargs(BootargsArgs),
     /// Apply the policy and keep it true until SIGTERM or SIGINT (the service); on_stop says whether stopping restores.
@@ -178,6 +180,32 @@ pub struct AuditArgs {
     pub json: bool,
 
     /// List every IRQ, task and kthread that can disturb each CPU.
+    #[arg(short = 'v', long = "verbose")]
+    pub verbose: bool,
+}
+
+/// Options of `isold noise`.
+#[derive(Debug, Args)]
+pub struct NoiseArgs {
+    /// The CPUs to watch [default: the configuration's isolated CPUs when the file exists,
+    /// else the CPUs the kernel isolates].
+    #[arg(long = "cpus", value_name = "LIST")]
+    pub cpus: Option<String>,
+
+    /// Seconds to record the CPUs' interruptions for.
+    #[arg(
+        short = 'd',
+        long = "duration",
+        value_name = "SECS",
+        default_value = "10"
+    )]
+    pub duration: f64,
+
+    /// Print the figures as JSON (documented in isold(8)).
+    #[arg(long = "json")]
+    pub json: bool,
+
+    /// List every source of each CPU.
     #[arg(short = 'v', long = "verbose")]
     pub verbose: bool,
 }

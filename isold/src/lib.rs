@@ -9,6 +9,7 @@ pub mod daemon;
 pub mod exit;
 pub mod lifecycle;
 pub mod metrics;
+pub mod noise;
 pub mod peers;
 pub mod status;
 
@@ -130,6 +131,10 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
         }
         Command::Audit(args) => match scope_of(args.cpus.as_deref()) {
             Ok(scope) => audit::run(&root, &scope, args, &state_path),
+            Err(code) => code,
+        },
+        Command::Noise(args) => match scope_of(args.cpus.as_deref()) {
+            Ok(scope) => noise::run(&root, &scope, args),
             Err(code) => code,
         },
         Command::Bootargs(args) => match scope_of(args.cpus.as_deref()) {

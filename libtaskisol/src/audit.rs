@@ -904,6 +904,27 @@ fn ipi_fix(label: &str, nohz_full: bool, cpus: &CpuSet) -> (&'static str, String
     }
 }
 
+/// The fix of an interruption source as the noise ledger names it (`IRQ 4 ttyS0`, `softirq
+/// TIMER`, `IPI reschedule`, `local timer`, `kernel thread kworker/3:1`, `sh (pid 812)`):
+/// the same advice the audit gives for the matching row.
+pub fn noise_fix(kind: &str, source: &str, nohz_full: bool, cpus: &CpuSet) -> String {
+    let row = |label: &str| ipi_fix(label, nohz_full, cpus).1;
+    match kind {
+        "irq" => "isold item irq_affinity (or [irqs] allow: the workload's own)".into(),
+        "softirq" => softirq_fix(source.strip_prefix("softirq ").unwrap_or(source)).into(),
+        "timer" => row("LOC"),
+        "ipi" if source.contains("reschedule") => row("RES"),
+        "ipi" if source.contains("function call") => row("CAL"),
+        "ipi" if source.contains("irq work") => row("IWI"),
+        "nmi" => row("NMI"),
+        "thread" => match source.strip_prefix("kernel thread ") {
+            Some(comm) => kthread_fix(comm).into(),
+            None => "isold item tasks (a task allowed on this CPU that is not the workload)".into(),
+        },
+        _ => row(""),
+    }
+}
+
 /// Where a disturbance happens: the CPU, whether it is nohz_full, the audited CPUs.
 struct At<'a> {
     cpu: usize,

@@ -127,6 +127,9 @@ pub struct Interruption {
     pub net_ns: u64,
     /// Who.
     pub source: Source,
+    /// Counted as an event of its source: not the run of a PREEMPT_RT IRQ thread, whose
+    /// IRQ was counted at its handler's entry (its time is the IRQ's all the same).
+    pub counted: bool,
 }
 
 /// Whom a thread that comes on the CPU is: the idle task, the workload (not noise), or
@@ -221,6 +224,7 @@ impl Cpu {
                         kind: Kind::Nmi,
                         name: format!("NMI {handler}"),
                     },
+                    counted: true,
                 });
             }
             Event::Switch {
@@ -233,6 +237,7 @@ impl Cpu {
                     out(Interruption {
                         start_ns: r.start,
                         net_ns: gross.saturating_sub(r.nested),
+                        counted: r.source.kind != Kind::Irq,
                         source: r.source,
                     });
                 }
@@ -272,6 +277,7 @@ impl Cpu {
             start_ns: o.start,
             net_ns: gross.saturating_sub(o.nested),
             source: o.source,
+            counted: true,
         });
     }
 
@@ -370,7 +376,7 @@ impl Sums {
     /// Count one interruption.
     pub fn add(&mut self, i: &Interruption) {
         let t = self.by_source.entry(i.source.clone()).or_default();
-        t.events += 1;
+        t.events += u64::from(i.counted);
         t.ns += i.net_ns;
         t.longest_ns = t.longest_ns.max(i.net_ns);
         let b = BUCKETS_NS
@@ -527,6 +533,41 @@ impl Decoder {
             },
         })
     }
+}
+
+/// The tracefs directory with instances and the ledger's tracepoints, or why there is none.
+pub fn find(root: &SysRoot) -> std::result::Result<String, String> {
+    let mut denied = None;
+    for dir in crate::osnoise::TRACEFS {
+        match std::fs::metadata(root.path(format!("{dir}/available_events"))) {
+            Ok(_) => {
+                if !root.exists(format!("{dir}/instances")) {
+                    return Err(format!("tracefs at {dir} has no instances directory"));
+                }
+                if let Some(e) = EVENTS
+                    .iter()
+                    .find(|e| !root.exists(format!("{dir}/events/{e}")))
+                {
+                    return Err(format!(
+                        "the kernel has no {e} tracepoint ({dir}/events/{e})"
+                    ));
+                }
+                return Ok(dir.to_string());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                denied.get_or_insert(dir);
+            }
+            Err(_) => {}
+        }
+    }
+    Err(match denied {
+        Some(d) => format!("{d} is not readable (it takes root)"),
+        None => format!(
+            "tracefs is not mounted (at {} or {})",
+            crate::osnoise::TRACEFS[0],
+            crate::osnoise::TRACEFS[1]
+        ),
+    })
 }
 
 /// The tracefs instance the ledger records in.
@@ -696,6 +737,177 @@ fn remove_instance(root: &SysRoot, dir: &str) -> Result<()> {
     })
 }
 
+/// The threads of the running system (or a tree) as the ledger tells them apart: the idle
+/// task, the workload (as the audit has it: user threads inside the CPUs, or allow-listed),
+/// and the rest by name, each read once (`/proc/<tid>`).
+pub struct ProcThreads<'a> {
+    root: &'a SysRoot,
+    workloads: crate::audit::Workloads<'a>,
+    seen: std::cell::RefCell<std::collections::HashMap<i32, Runner>>,
+    /// Threads left out (the observer's own): neither noise nor workload.
+    pub ignore: std::collections::HashSet<i32>,
+}
+
+impl std::fmt::Debug for ProcThreads<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcThreads")
+            .field("seen", &self.seen.borrow().len())
+            .finish()
+    }
+}
+
+impl<'a> ProcThreads<'a> {
+    /// The threads under `root`, the workloads of `scope`.
+    pub fn new(root: &'a SysRoot, scope: &'a crate::audit::Scope) -> Self {
+        ProcThreads {
+            root,
+            workloads: crate::audit::Workloads::new(root, scope),
+            seen: Default::default(),
+            ignore: Default::default(),
+        }
+    }
+}
+
+impl Threads for ProcThreads<'_> {
+    fn runner(&self, pid: i32, comm: &str) -> Runner {
+        if pid == 0 || self.ignore.contains(&pid) {
+            return Runner::Idle;
+        }
+        if let Some(r) = self.seen.borrow().get(&pid) {
+            return r.clone();
+        }
+        // The event's pid is a thread id: /proc/<tid>/task/<tid> is that thread.
+        let r = match crate::tasks::read_thread(self.root, pid, pid) {
+            Ok(Some(t)) if self.workloads.is(&t) => Runner::Workload,
+            Ok(Some(t)) => Runner::Other(thread_source(t.pid, comm, t.is_kthread())),
+            // Gone already: by its name.
+            _ => Runner::Other(thread_source(pid, comm, false)),
+        };
+        self.seen.borrow_mut().insert(pid, r.clone());
+        r
+    }
+}
+
+/// One source's figures (`isold noise --json`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SourceReport {
+    /// [`Kind::as_str`].
+    pub kind: String,
+    /// Its name.
+    pub source: String,
+    /// Interruptions.
+    pub events: u64,
+    /// Their net time, seconds.
+    pub seconds: f64,
+    /// The longest, seconds.
+    pub longest_seconds: f64,
+    /// What removes it.
+    pub fix: String,
+}
+
+/// One CPU's figures (`isold noise --json`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CpuReport {
+    /// The CPU.
+    pub cpu: usize,
+    /// Interruptions.
+    pub events: u64,
+    /// Their net time, seconds.
+    pub seconds: f64,
+    /// The longest interruption, seconds (0 with none).
+    pub longest_seconds: f64,
+    /// Its source ("" with none).
+    pub longest_source: String,
+    /// Its kind ("" with none).
+    pub longest_kind: String,
+    /// When it began, by the trace clock (seconds since boot, about the uptime).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_at_seconds: Option<f64>,
+    /// The sources, the most time first.
+    pub sources: Vec<SourceReport>,
+    /// The durations' histogram: (upper bound in seconds, interruptions at or under it and
+    /// over the bound before); the last bound is infinite (null in JSON).
+    pub buckets: Vec<(Option<f64>, u64)>,
+}
+
+impl CpuReport {
+    /// The report of one CPU's sums; `fix` names the fix of a source.
+    pub fn of(cpu: usize, sums: &Sums, fix: impl Fn(&Source) -> String) -> CpuReport {
+        let mut sources: Vec<SourceReport> = sums
+            .by_source
+            .iter()
+            .map(|(s, t)| SourceReport {
+                kind: s.kind.as_str().into(),
+                source: s.name.clone(),
+                events: t.events,
+                seconds: t.ns as f64 / 1e9,
+                longest_seconds: t.longest_ns as f64 / 1e9,
+                fix: fix(s),
+            })
+            .collect();
+        sources.sort_by(|a, b| {
+            b.seconds
+                .total_cmp(&a.seconds)
+                .then_with(|| b.events.cmp(&a.events))
+                .then_with(|| a.source.cmp(&b.source))
+        });
+        let mut buckets: Vec<(Option<f64>, u64)> = BUCKETS_NS
+            .iter()
+            .zip(sums.buckets.iter())
+            .map(|(&b, &n)| (Some(b as f64 / 1e9), n))
+            .collect();
+        buckets.push((None, sums.buckets[BUCKETS_NS.len()]));
+        let l = sums.longest.as_ref();
+        CpuReport {
+            cpu,
+            events: sources.iter().map(|s| s.events).sum(),
+            seconds: sums.by_source.values().map(|t| t.ns).sum::<u64>() as f64 / 1e9,
+            longest_seconds: l.map_or(0.0, |l| l.net_ns as f64 / 1e9),
+            longest_source: l.map_or_else(String::new, |l| l.source.name.clone()),
+            longest_kind: l.map_or_else(String::new, |l| l.source.kind.as_str().into()),
+            longest_at_seconds: l.map(|l| l.start_ns as f64 / 1e9),
+            sources,
+            buckets,
+        }
+    }
+}
+
+/// Record the interruptions of `cpus` for `window` (reading every `every`), with the
+/// workloads of `scope`; this process and its threads are left out; `ready` is called once
+/// the recording runs (the window starts then). The sums by CPU and what the recorder lost.
+pub fn measure(
+    root: &SysRoot,
+    tracefs: &str,
+    scope: &crate::audit::Scope,
+    window: std::time::Duration,
+    every: std::time::Duration,
+    ready: impl FnOnce(),
+) -> Result<(BTreeMap<usize, Sums>, Recorder)> {
+    let mut rec = Recorder::start(root, tracefs, &scope.cpus)?;
+    let mut threads = ProcThreads::new(root, scope);
+    if root.is_host() {
+        if let Ok(tids) = crate::procfs::thread_ids(root, std::process::id() as i32) {
+            threads.ignore.extend(tids);
+        }
+    }
+    let mut sums: BTreeMap<usize, Sums> = scope.cpus.iter().map(|c| (c, Sums::default())).collect();
+    // What was recorded before the window (the events' enabling) is dropped.
+    rec.read(&threads, &mut |_, _| {})?;
+    ready();
+    let end = std::time::Instant::now() + window;
+    loop {
+        let now = std::time::Instant::now();
+        if now >= end {
+            break;
+        }
+        std::thread::sleep(every.min(end - now));
+        rec.read(&threads, &mut |cpu, i| {
+            sums.entry(cpu).or_default().add(&i);
+        })?;
+    }
+    Ok((sums, rec))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -818,6 +1030,27 @@ mod tests {
                 ("logger (pid 400)".into(), 50_000, 700),
             ]
         );
+        // The IRQ thread's run is the IRQ's time, not one more IRQ.
+        let mut cpu = Cpu::default();
+        let mut sums = Sums::default();
+        for (ts, e) in [
+            (0, sw(0, 100, "oslat")),
+            (
+                10,
+                Event::IrqEntry {
+                    irq: 4,
+                    name: "ttyS0".into(),
+                },
+            ),
+            (20, Event::IrqExit { irq: 4 }),
+            (40_000, sw(100, 21, "irq/4-ttyS0")),
+            (47_000, sw(21, 100, "oslat")),
+        ] {
+            cpu.event(ts, &e, &T, &mut |i: Interruption| sums.add(&i));
+        }
+        let t = sums.by_source.values().next().unwrap();
+        assert_eq!(sums.by_source.len(), 1);
+        assert_eq!((t.events, t.ns, t.longest_ns), (1, 7_010, 7_000));
     }
 
     /// An exit whose entry was never seen is counted apart; an entry whose exit was lost
@@ -859,6 +1092,7 @@ mod tests {
         let i = |name: &str, ns: u64| Interruption {
             start_ns: ns,
             net_ns: ns,
+            counted: true,
             source: Source {
                 kind: Kind::Irq,
                 name: name.into(),

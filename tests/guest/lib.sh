@@ -373,7 +373,11 @@ sg_frozen_lent() {
     kill -CONT "$(cat /tmp/sg.isold)"
     return 1
 }
-sg_isold_gone() { ! kill -0 "$(cat /tmp/sg.isold)" 2>/dev/null; }
+# sg_isold_gone: isold ended (a zombie until the step's shell reaps it counts as ended).
+sg_isold_gone() {
+    _p=$(cat /tmp/sg.isold)
+    ! kill -0 "$_p" 2>/dev/null || grep -q ') Z' /proc/"$_p"/stat 2>/dev/null
+}
 
 # sg_clock PID: "UPTIME EXEC_NS": the time since boot and the thread's CPU time, read by one
 # process back to back (a fork between the two reads takes milliseconds under TCG).
@@ -418,13 +422,22 @@ stall_guard_case() {
     _t0=$(now_cs)
     sg_clock "$_loop" >/tmp/sg.b0
     stat_refresh_bg /tmp/sg.t1
-    # isold audit meanwhile names the kworker of CPU 3 as starving, behind the loop.
-    isold audit --cpus 2-3 --duration 2 >/tmp/sg.audit 2>&1 &
+    # isold audit meanwhile names the kworker of CPU 3 as starving, behind the loop. On 6.1
+    # it may not return before the kworker runs: its output is read once the guard is on.
+    (
+        isold audit --cpus 2-3 --duration 2 >/tmp/sg.audit 2>&1
+        now_cs >/tmp/sg.audit.done
+    ) &
+    _ta=$(now_cs)
     while [ ! -e /tmp/sg.t1 ] && [ $(($(now_cs) - _t0)) -lt 800 ]; do usleep 200000; done
-    wait $!
-    grep -A1 -e STARVING -e '^starving now' /tmp/sg.audit | sed 's/^/audit: /'
-    tr '\n' ' ' </tmp/sg.audit | tr -s ' ' | grep -q "STARVING: kthread [0-9]* kworker/3:[^ ]*, runnable the whole 2 s window without running behind task $_loop sh" &&
-        echo "audit_names_starving_kworker=yes"
+    if [ ! -e /tmp/sg.audit.done ]; then
+        echo "audit_blocked_with_the_guard_off=yes"
+        # Where it waits (for the next look at why).
+        for _p in $(pidof isold); do
+            [ "$_p" = "$(cat /tmp/sg.isold)" ] && continue
+            sed "s/^/audit_stack: /" /proc/"$_p"/stack 2>/dev/null | head -n 12
+        done
+    fi
     # The loop alone on CPU 3 meanwhile: its share as the guest's clocks measure it (under
     # TCG the scheduler's clock and the uptime drift apart by a few per cent).
     sg_clock "$_loop" >/tmp/sg.b1
@@ -460,6 +473,11 @@ stall_guard_case() {
         _u=$(cat /tmp/sg.t2)
         echo "other_task_seconds=$(secs $((${_u%.*} * 100 + 1${_u#*.} - 100 - _tw)))"
     fi
+    wait_for 60 test -e /tmp/sg.audit.done
+    [ -e /tmp/sg.audit.done ] && echo "audit_seconds=$(secs $(($(cat /tmp/sg.audit.done) - _ta)))"
+    grep -A1 -e STARVING -e '^starving now' /tmp/sg.audit | sed 's/^/audit: /'
+    tr '\n' ' ' </tmp/sg.audit | tr -s ' ' | grep -q "STARVING: kthread [0-9]* kworker/3:[^ ]*, runnable the whole [0-9.]* s window without running behind task $_loop sh" &&
+        echo "audit_names_starving_kworker=yes"
     # The loop's share from the guard's start to WINDOW s after it.
     while [ $(($(now_cs) - _t0)) -lt $(($1 * 100)) ]; do usleep 200000; done
     sg_clock "$_loop" >/tmp/sg.c1
@@ -659,4 +677,57 @@ stall_bench_idle() {
     _i0=$(sg_cpu2_irqs)
     sleep 5
     echo "none_cpu2_irqs_5s=$(($(sg_cpu2_irqs) - _i0))"
+}
+
+# irq_count IRQ CPU: IRQ's count on CPU in /proc/interrupts.
+irq_count() { awk -v irq="$1:" -v col=$(($2 + 2)) '$1 == irq { print $col }' /proc/interrupts; }
+
+# noise_case: isold noise over CPUs 2-3 with a busy loop on CPU 3 (a workload: pinned inside
+# the CPUs watched) and ttyS0's IRQ 4 moved onto CPU 3 and fired from CPU 0 by writes to the
+# serial port, and CPU 3's kworker woken: idle CPU 2's interrupts over 3 s without and with
+# the ledger recording, the kernel's count of IRQ 4 on CPU 3 over the recording, the ledger's
+# JSON between
+# "--- noise json" and "--- end", its human form, and the instance gone after.
+noise_case() {
+    _orig=$(cat /proc/irq/4/smp_affinity_list)
+    echo 3 >/proc/irq/4/smp_affinity_list || echo "irq4_moved=no"
+    echo "irq4_effective=$(cat /proc/irq/4/effective_affinity_list 2>/dev/null)"
+    taskset -c 3 sh -c 'while :; do :; done' &
+    _w=$!
+    # Idle CPU 2's interrupts over 3 s, without the ledger and with it (once it records).
+    sleep 1
+    _i0=$(sg_cpu2_irqs)
+    sleep 3
+    echo "cpu2_irqs_ledger_off=$(($(sg_cpu2_irqs) - _i0))"
+    isold noise --cpus 2-3 --duration 12 --json >/tmp/noise.json 2>/tmp/noise.err &
+    _nz=$!
+    # Once it records (its events enabled: that interrupts every CPU once).
+    wait_for 30 grep -q 'isold noise: recording' /tmp/noise.err
+    _c0=$(irq_count 4 3)
+    sleep 0.5
+    grep '^LOC:\|^RES:\|^CAL:\|^IWI:' /proc/interrupts | awk '{ print $1, $4 }' >/tmp/noise.i0
+    _i0=$(sg_cpu2_irqs)
+    sleep 3
+    echo "cpu2_irqs_ledger_on=$(($(sg_cpu2_irqs) - _i0))"
+    grep '^LOC:\|^RES:\|^CAL:\|^IWI:' /proc/interrupts | awk '{ print $1, $4 }' | paste -d' ' /tmp/noise.i0 - |
+        awk '{ printf "cpu2_%s%d ", $1, $4 - $2 } END { print "" }'
+    # 8 KB through the serial port (QEMU's UART interrupts a few times for it), and CPU 3's
+    # kworker run five times (stat_refresh queues vmstat work on every CPU).
+    dd if=/dev/zero bs=1024 count=8 2>/dev/null | tr '\0' '.' >/dev/ttyS0
+    for _i in 1 2 3 4 5; do
+        echo 1 >/proc/sys/vm/stat_refresh
+        usleep 200000
+    done
+    wait $_nz
+    _c1=$(irq_count 4 3)
+    echo "noise_rc=$?"
+    echo "irq4_cpu3=$((_c1 - _c0))"
+    echo "--- noise json"
+    cat /tmp/noise.json
+    echo "--- end"
+    sed 's/^/noise_err: /' /tmp/noise.err
+    echo "$_orig" >/proc/irq/4/smp_affinity_list
+    isold noise --cpus 3 --duration 1 | sed 's/^/human: /'
+    kill -9 $_w
+    echo "instances_after=$(ls /sys/kernel/tracing/instances | tr '\n' ' ')"
 }

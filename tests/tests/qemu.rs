@@ -7,7 +7,7 @@
 //! --test qemu -- stock61_isol23`; keep the guest's files with TASKISOL_KEEP=dir.
 
 use taskisol_tests::qemu::{
-    hotplug_virtio_blk, hotplug_virtio_net, run, seed, stalls, Expect, Kernel, KernelRole,
+    hotplug_virtio_blk, hotplug_virtio_net, noise, run, seed, stalls, Expect, Kernel, KernelRole,
     Scenario, StepOutput, ISOL23,
 };
 
@@ -474,6 +474,7 @@ fn seed_case(s: &mut Scenario) {
     // The stall guard first: on 6.12-rt the fair server's runtime could no longer be set to 0
     // after the seed's case had turned RT throttling off and on again.
     stalls::add(s);
+    noise::add(s);
     seed::add(s, window).unwrap_or_else(|e| panic!("{e}"));
 }
 

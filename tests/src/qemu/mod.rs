@@ -14,6 +14,7 @@ pub mod daemon_bench;
 pub mod demo;
 pub mod fixture;
 mod kmod;
+pub mod noise;
 pub mod peers;
 mod qmp;
 pub mod seed;
