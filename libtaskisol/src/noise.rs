@@ -537,36 +537,11 @@ impl Decoder {
 
 /// The tracefs directory with instances and the ledger's tracepoints, or why there is none.
 pub fn find(root: &SysRoot) -> std::result::Result<String, String> {
-    let mut denied = None;
-    for dir in crate::osnoise::TRACEFS {
-        match std::fs::metadata(root.path(format!("{dir}/available_events"))) {
-            Ok(_) => {
-                if !root.exists(format!("{dir}/instances")) {
-                    return Err(format!("tracefs at {dir} has no instances directory"));
-                }
-                if let Some(e) = EVENTS
-                    .iter()
-                    .find(|e| !root.exists(format!("{dir}/events/{e}")))
-                {
-                    return Err(format!(
-                        "the kernel has no {e} tracepoint ({dir}/events/{e})"
-                    ));
-                }
-                return Ok(dir.to_string());
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                denied.get_or_insert(dir);
-            }
-            Err(_) => {}
-        }
-    }
-    Err(match denied {
-        Some(d) => format!("{d} is not readable (it takes root)"),
-        None => format!(
-            "tracefs is not mounted (at {} or {})",
-            crate::osnoise::TRACEFS[0],
-            crate::osnoise::TRACEFS[1]
-        ),
+    crate::tracefs::find(root, |dir| {
+        EVENTS
+            .iter()
+            .find(|e| !root.exists(format!("{dir}/events/{e}")))
+            .map(|e| format!("the kernel has no {e} tracepoint ({dir}/events/{e})"))
     })
 }
 
@@ -600,13 +575,9 @@ impl Recorder {
         let dir = format!("{tracefs}/instances/{INSTANCE}");
         if root.exists(&dir) {
             let _ = root.write(format!("{dir}/events/enable"), "0");
-            remove_instance(root, &dir)?;
+            crate::tracefs::remove_instance(root, &dir)?;
         }
-        std::fs::create_dir(root.path(&dir)).map_err(|source| Error::Write {
-            path: root.path(&dir),
-            data: "(mkdir)".into(),
-            source,
-        })?;
+        crate::tracefs::make_instance(root, tracefs, &dir, &[])?;
         let made = (|| -> Result<Recorder> {
             root.write(format!("{dir}/tracing_cpumask"), cpus.to_mask_string())?;
             let layout = match root.read_to_string(format!("{dir}/events/header_page")) {
@@ -667,7 +638,7 @@ impl Recorder {
         })();
         if made.is_err() {
             let _ = root.write(format!("{dir}/events/enable"), "0");
-            let _ = remove_instance(root, &dir);
+            let _ = crate::tracefs::remove_instance(root, &dir);
         }
         made
     }
@@ -717,24 +688,8 @@ impl Recorder {
     pub fn stop(self, root: &SysRoot) -> Result<()> {
         let _ = root.write(format!("{}/events/enable", self.dir), "0");
         drop(self.cpus);
-        remove_instance(root, &self.dir)
+        crate::tracefs::remove_instance(root, &self.dir)
     }
-}
-
-/// Remove an instance: the kernel removes its files with it; a captured tree's are removed
-/// first.
-fn remove_instance(root: &SysRoot, dir: &str) -> Result<()> {
-    let path = root.path(dir);
-    let res = if root.is_host() {
-        std::fs::remove_dir(&path)
-    } else {
-        std::fs::remove_dir_all(&path)
-    };
-    res.map_err(|source| Error::Write {
-        path,
-        data: "(rmdir)".into(),
-        source,
-    })
 }
 
 /// The threads of the running system (or a tree) as the ledger tells them apart: the idle

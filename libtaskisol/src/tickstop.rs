@@ -12,9 +12,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cpuset::CpuSet;
-use crate::error::{Error, Result};
-use crate::osnoise::TRACEFS;
+use crate::error::Result;
 use crate::sysroot::SysRoot;
+use crate::tracefs::{make_instance, remove_instance};
 
 /// The tracepoint's directory below a tracefs instance.
 pub const EVENT: &str = "events/timer/tick_stop";
@@ -150,32 +150,10 @@ pub fn fix(dependency: &str, cpus: &str) -> String {
 
 /// The tracefs directory with the tick_stop tracepoint and instances, or why there is none.
 pub fn find(root: &SysRoot) -> std::result::Result<String, String> {
-    let mut denied = None;
-    for dir in TRACEFS {
-        match std::fs::metadata(root.path(format!("{dir}/available_events"))) {
-            Ok(_) => {
-                if !root.exists(format!("{dir}/{EVENT}")) {
-                    return Err(format!(
-                        "the kernel has no tick_stop tracepoint ({dir}/{EVENT}: CONFIG_NO_HZ_FULL)"
-                    ));
-                }
-                if !root.exists(format!("{dir}/instances")) {
-                    return Err(format!("tracefs at {dir} has no instances directory"));
-                }
-                return Ok(dir.to_string());
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                denied.get_or_insert(dir);
-            }
-            Err(_) => {}
-        }
-    }
-    Err(match denied {
-        Some(d) => format!("{d} is not readable (it takes root)"),
-        None => format!(
-            "tracefs is not mounted (at {} or {})",
-            TRACEFS[0], TRACEFS[1]
-        ),
+    crate::tracefs::find(root, |dir| {
+        (!root.exists(format!("{dir}/{EVENT}"))).then(|| {
+            format!("the kernel has no tick_stop tracepoint ({dir}/{EVENT}: CONFIG_NO_HZ_FULL)")
+        })
     })
 }
 
@@ -196,7 +174,7 @@ impl Recording {
             "{tracefs}/instances/{INSTANCE_PREFIX}{}",
             std::process::id()
         );
-        mkdir(root, tracefs, &dir)?;
+        make_instance(root, tracefs, &dir, &INSTANCE_FILES)?;
         let rec = Recording { dir };
         // The instance keeps the buffers the kernel made it with: resizing them queues work
         // on every CPU (ring_buffer_resize), and on an isolated CPU whose SCHED_FIFO
@@ -214,7 +192,7 @@ impl Recording {
         match setup() {
             Ok(()) => Ok(rec),
             Err(e) => {
-                let _ = rmdir(root, &rec.dir);
+                let _ = remove_instance(root, &rec.dir);
                 Err(e)
             }
         }
@@ -230,7 +208,7 @@ impl Recording {
     pub fn finish(self, root: &SysRoot) -> Result<Trace> {
         let _ = root.write(format!("{}/{EVENT}/enable", self.dir), "0");
         let trace = root.read_parsed(format!("{}/trace", self.dir), parse_trace);
-        let gone = rmdir(root, &self.dir);
+        let gone = remove_instance(root, &self.dir);
         let trace = trace?;
         gone?;
         Ok(trace)
@@ -252,46 +230,9 @@ fn remove_stale(root: &SysRoot, tracefs: &str) {
         if !root.exists(format!("/proc/{pid}")) {
             let dir = format!("{tracefs}/instances/{n}");
             let _ = root.write(format!("{dir}/{EVENT}/enable"), "0");
-            let _ = rmdir(root, &dir);
+            let _ = remove_instance(root, &dir);
         }
     }
-}
-
-fn mkdir(root: &SysRoot, tracefs: &str, dir: &str) -> Result<()> {
-    let err = |source| Error::Write {
-        path: root.path(dir),
-        data: "(mkdir)".into(),
-        source,
-    };
-    std::fs::create_dir(root.path(dir)).map_err(err)?;
-    if !root.is_host() {
-        for f in INSTANCE_FILES {
-            let from = root.path(format!("{tracefs}/{f}"));
-            let to = root.path(format!("{dir}/{f}"));
-            if from.exists() {
-                let copy = std::fs::create_dir_all(to.parent().expect("below the instance"))
-                    .and_then(|()| std::fs::copy(&from, &to));
-                copy.map_err(err)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Remove an instance. The kernel removes an instance's files with it: in a captured tree
-/// they are removed first.
-fn rmdir(root: &SysRoot, dir: &str) -> Result<()> {
-    let path = root.path(dir);
-    let res = if root.is_host() {
-        std::fs::remove_dir(&path)
-    } else {
-        std::fs::remove_dir_all(&path)
-    };
-    res.map_err(|source| Error::Write {
-        path,
-        data: "(rmdir)".into(),
-        source,
-    })
 }
 
 #[cfg(test)]

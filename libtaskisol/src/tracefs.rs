@@ -6,9 +6,86 @@
 //! CPU's kworker from running, that first enable waits as long: measured on 6.1 with a
 //! SCHED_FIFO loop on CPU 3, `isold audit` blocked in `event_enable_write` until the stall
 //! guard lent the kworker a slice.
+//!
+//! And what both do with tracefs: find it, make their own instance, remove it.
 
 use crate::cpuset::CpuSet;
+use crate::error::{Error, Result};
+use crate::osnoise::TRACEFS;
 use crate::sysroot::SysRoot;
+
+/// The tracefs directory (`/sys/kernel/tracing`, else the debugfs one) with instances, or why
+/// there is none; `missing(dir)` names what else a caller needs there and this kernel lacks
+/// (its tracepoints), said before a missing instances directory.
+pub fn find(
+    root: &SysRoot,
+    missing: impl Fn(&str) -> Option<String>,
+) -> std::result::Result<String, String> {
+    let mut denied = None;
+    for dir in TRACEFS {
+        match std::fs::metadata(root.path(format!("{dir}/available_events"))) {
+            Ok(_) => {
+                if let Some(why) = missing(dir) {
+                    return Err(why);
+                }
+                if !root.exists(format!("{dir}/instances")) {
+                    return Err(format!("tracefs at {dir} has no instances directory"));
+                }
+                return Ok(dir.to_string());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                denied.get_or_insert(dir);
+            }
+            Err(_) => {}
+        }
+    }
+    Err(match denied {
+        Some(d) => format!("{d} is not readable (it takes root)"),
+        None => format!(
+            "tracefs is not mounted (at {} or {})",
+            TRACEFS[0], TRACEFS[1]
+        ),
+    })
+}
+
+/// Make the instance `dir` below `tracefs`. A captured tree has no kernel to make its files:
+/// it gets a copy of the top-level instance's `tree_files` that exist.
+pub fn make_instance(root: &SysRoot, tracefs: &str, dir: &str, tree_files: &[&str]) -> Result<()> {
+    let err = |source| Error::Write {
+        path: root.path(dir),
+        data: "(mkdir)".into(),
+        source,
+    };
+    std::fs::create_dir(root.path(dir)).map_err(err)?;
+    if !root.is_host() {
+        for f in tree_files {
+            let from = root.path(format!("{tracefs}/{f}"));
+            let to = root.path(format!("{dir}/{f}"));
+            if from.exists() {
+                let copy = std::fs::create_dir_all(to.parent().expect("below the instance"))
+                    .and_then(|()| std::fs::copy(&from, &to));
+                copy.map_err(err)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Remove an instance. The kernel removes an instance's files with it: in a captured tree
+/// they are removed first.
+pub fn remove_instance(root: &SysRoot, dir: &str) -> Result<()> {
+    let path = root.path(dir);
+    let res = if root.is_host() {
+        std::fs::remove_dir(&path)
+    } else {
+        std::fs::remove_dir_all(&path)
+    };
+    res.map_err(|source| Error::Write {
+        path,
+        data: "(rmdir)".into(),
+        source,
+    })
+}
 
 /// Whether the kernel's trace buffer is still at its boot size: the next event enabled
 /// anywhere grows it (`buffer_size_kb` says `(expanded: N)`).
