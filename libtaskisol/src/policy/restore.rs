@@ -68,10 +68,8 @@ pub(super) fn restore_one(root: &SysRoot, o: &Original) -> Status {
             taken_off,
             ..
         } => {
-            match tasks::is_same_thread(root, *pid, *tid, *starttime) {
-                Ok(false) => return Status::Gone,
-                Err(e) => return failed(e),
-                Ok(true) => {}
+            if let Some(other) = not_the_thread(root, *pid, *tid, *starttime) {
+                return other;
             }
             if let Some(owners) = owners_pin(root, *pid, *tid, taken_off.as_deref()) {
                 return owners;
@@ -80,11 +78,7 @@ pub(super) fn restore_one(root: &SysRoot, o: &Original) -> Status {
                 Ok(s) => s,
                 Err(e) => return failed(e),
             };
-            match set_thread_affinity(root, *pid, *tid, &set) {
-                Ok(()) => Status::Restored { to: cpus.clone() },
-                Err(e) if e.errno() == Some(libc::ESRCH) => Status::Gone,
-                Err(e) => failed(e),
-            }
+            set_status(set_thread_affinity(root, *pid, *tid, &set), cpus.clone())
         }
         Original::Loan {
             pid,
@@ -96,19 +90,11 @@ pub(super) fn restore_one(root: &SysRoot, o: &Original) -> Status {
             reset_on_fork,
             ..
         } => {
-            match tasks::is_same_thread(root, *pid, *tid, *starttime) {
-                Ok(false) => return Status::Gone,
-                Err(e) => return failed(e),
-                Ok(true) => {}
+            if let Some(other) = not_the_thread(root, *pid, *tid, *starttime) {
+                return other;
             }
             let attr = crate::sched::SchedAttr::plain(*policy, *rt_priority, *nice, *reset_on_fork);
-            match set_thread_attr(root, *pid, *tid, &attr) {
-                Ok(()) => Status::Restored {
-                    to: attr.to_string(),
-                },
-                Err(e) if e.errno() == Some(libc::ESRCH) => Status::Gone,
-                Err(e) => failed(e),
-            }
+            set_status(set_thread_attr(root, *pid, *tid, &attr), attr.to_string())
         }
         Original::Sched {
             pid,
@@ -118,20 +104,34 @@ pub(super) fn restore_one(root: &SysRoot, o: &Original) -> Status {
             rt_priority,
             ..
         } => {
-            match tasks::is_same_thread(root, *pid, *tid, *starttime) {
-                Ok(false) => return Status::Gone,
-                Err(e) => return failed(e),
-                Ok(true) => {}
+            if let Some(other) = not_the_thread(root, *pid, *tid, *starttime) {
+                return other;
             }
             let Some(p) = SchedPolicy::from_stat(*policy, *rt_priority) else {
                 return failed(format!("unknown scheduling policy {policy}"));
             };
-            match set_thread_sched(root, *pid, *tid, p) {
-                Ok(()) => Status::Restored { to: p.to_string() },
-                Err(e) if e.errno() == Some(libc::ESRCH) => Status::Gone,
-                Err(e) => failed(e),
-            }
+            set_status(set_thread_sched(root, *pid, *tid, p), p.to_string())
         }
+    }
+}
+
+/// Why a thread's original is not put back: it is gone, or another thread has its id now
+/// (the start time differs), or it could not be told; `None`: it is the thread recorded.
+fn not_the_thread(root: &SysRoot, pid: i32, tid: i32, starttime: u64) -> Option<Status> {
+    match tasks::is_same_thread(root, pid, tid, starttime) {
+        Ok(true) => None,
+        Ok(false) => Some(Status::Gone),
+        Err(e) => Some(failed(e)),
+    }
+}
+
+/// What setting a thread's original back did: restored to `to`, the thread gone meanwhile
+/// (ESRCH), or the error.
+fn set_status(set: crate::Result<()>, to: String) -> Status {
+    match set {
+        Ok(()) => Status::Restored { to },
+        Err(e) if e.errno() == Some(libc::ESRCH) => Status::Gone,
+        Err(e) => failed(e),
     }
 }
 
@@ -592,4 +592,55 @@ pub fn give_back(
         ledger.persist()?;
     }
     Ok(rep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread's original goes back to the thread recorded only: another thread that has
+    /// its id now (another start time) or none is `Gone`, and is left as it is.
+    #[test]
+    fn a_threads_original_goes_back_to_that_thread_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = SysRoot::new(dir.path());
+        let mut f: Vec<String> = (3..=52).map(|_| "0".to_string()).collect();
+        f[0] = "R".into();
+        f[19] = "7".into(); // start time
+        f[38] = "6".into(); // SCHED_DEADLINE: lent
+        let stat = dir.path().join("proc/21/task/21/stat");
+        std::fs::create_dir_all(stat.parent().unwrap()).unwrap();
+        std::fs::write(&stat, format!("21 (kworker/3:1) {}\n", f.join(" "))).unwrap();
+        let loan = |starttime| Original::Loan {
+            pid: 21,
+            tid: 21,
+            starttime,
+            comm: "kworker/3:1".into(),
+            policy: 0,
+            rt_priority: 0,
+            nice: 0,
+            reset_on_fork: false,
+        };
+        let policy_now = || {
+            let s = std::fs::read_to_string(&stat).unwrap();
+            s.rsplit(") ")
+                .next()
+                .unwrap()
+                .split(' ')
+                .nth(38)
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(restore_one(&root, &loan(5)), Status::Gone);
+        assert_eq!(policy_now(), "6");
+        assert_eq!(
+            restore_one(&root, &loan(7)),
+            Status::Restored {
+                to: "SCHED_OTHER".into()
+            }
+        );
+        assert_eq!(policy_now(), "0");
+        std::fs::remove_dir_all(dir.path().join("proc/21")).unwrap();
+        assert_eq!(restore_one(&root, &loan(7)), Status::Gone);
+    }
 }

@@ -691,6 +691,22 @@ impl Entry {
     pub fn check(&self) -> std::result::Result<(), String> {
         use super::paths;
         let (kind, key) = self.id.split_once(':').unwrap_or((self.id.as_str(), ""));
+        // A thread's entry is named by its kind, tid and start time: a pid reused since is
+        // never mistaken for it.
+        let thread = |kind: &str, pid: i32, tid: i32, starttime: u64| {
+            if self.id != format!("{kind}:{tid}:{starttime}") || pid <= 0 || tid <= 0 {
+                return Err(format!(
+                    "thread {pid}/{tid} started at {starttime} is not the thread of {}",
+                    self.id
+                ));
+            }
+            Ok(())
+        };
+        let sched = |policy: u32, rt_priority: u32| {
+            crate::sched::SchedPolicy::from_stat(policy, rt_priority)
+                .map(drop)
+                .ok_or_else(|| format!("policy {policy} priority {rt_priority}"))
+        };
         let item = |want: &str| -> std::result::Result<(), String> {
             if self.item == want {
                 Ok(())
@@ -792,12 +808,7 @@ impl Entry {
                 taken_off,
                 ..
             } => {
-                if self.id != format!("task:{tid}:{starttime}") || *pid <= 0 || *tid <= 0 {
-                    return Err(format!(
-                        "thread {pid}/{tid} started at {starttime} is not the thread of {}",
-                        self.id
-                    ));
-                }
+                thread("task", *pid, *tid, *starttime)?;
                 item("tasks")?;
                 for list in std::iter::once(cpus).chain(taken_off) {
                     crate::cpuset::CpuSet::parse_list(list)
@@ -813,16 +824,9 @@ impl Entry {
                 rt_priority,
                 ..
             } => {
-                if self.id != format!("sched:{tid}:{starttime}") || *pid <= 0 || *tid <= 0 {
-                    return Err(format!(
-                        "thread {pid}/{tid} started at {starttime} is not the thread of {}",
-                        self.id
-                    ));
-                }
+                thread("sched", *pid, *tid, *starttime)?;
                 item("kthread_priority")?;
-                crate::sched::SchedPolicy::from_stat(*policy, *rt_priority)
-                    .map(drop)
-                    .ok_or_else(|| format!("policy {policy} priority {rt_priority}"))
+                sched(*policy, *rt_priority)
             }
             Original::Loan {
                 pid,
@@ -833,19 +837,12 @@ impl Entry {
                 nice,
                 ..
             } => {
-                if self.id != format!("loan:{tid}:{starttime}") || *pid <= 0 || *tid <= 0 {
-                    return Err(format!(
-                        "thread {pid}/{tid} started at {starttime} is not the thread of {}",
-                        self.id
-                    ));
-                }
+                thread("loan", *pid, *tid, *starttime)?;
                 item("stalls")?;
                 if !(-20..=19).contains(nice) {
                     return Err(format!("nice {nice}"));
                 }
-                crate::sched::SchedPolicy::from_stat(*policy, *rt_priority)
-                    .map(drop)
-                    .ok_or_else(|| format!("policy {policy} priority {rt_priority}"))
+                sched(*policy, *rt_priority)
             }
             Original::Partition(p) => {
                 if kind != "cgroup_partition"
@@ -1866,6 +1863,26 @@ mod tests {
         assert_eq!(sched("sched:21:5", 1).check(), Ok(()));
         assert!(sched("task:21:5", 1).check().is_err());
         assert!(sched("sched:21:5", 42).check().is_err());
+        let loan = |id: &str, item: &str, nice: i32| Entry {
+            id: id.into(),
+            item: item.into(),
+            label: "t".into(),
+            original: Original::Loan {
+                pid: 21,
+                tid: 21,
+                starttime: 5,
+                comm: "kworker/3:1".into(),
+                policy: 0,
+                rt_priority: 0,
+                nice,
+                reset_on_fork: false,
+            },
+        };
+        assert_eq!(loan("loan:21:5", "stalls", 0).check(), Ok(()));
+        assert!(loan("sched:21:5", "stalls", 0).check().is_err());
+        assert!(loan("loan:21:6", "stalls", 0).check().is_err());
+        assert!(loan("loan:21:5", "kthread_priority", 0).check().is_err());
+        assert!(loan("loan:21:5", "stalls", 20).check().is_err());
 
         use crate::policy::partition::{Moved, PartitionOriginal};
         let part = |dir: &str, cgroup: &str| Entry {
