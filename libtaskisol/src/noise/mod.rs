@@ -1,0 +1,605 @@
+//! The noise ledger's arithmetic: from one CPU's stream of kernel events (the entries and
+//! exits of device IRQs, softirqs and APIC vectors, NMIs, and context switches), each
+//! interruption of that CPU with its source and its *net* duration: the time it took from
+//! the CPU less the interruptions nested in it (an IRQ during a softirq counts for the IRQ,
+//! not twice), as osnoise accounts it. A thread that runs on the CPU and is not the workload
+//! is an interruption from its switch in to its switch out; on PREEMPT_RT a device's IRQ
+//! thread (`irq/4-ttyS0`) is charged to that IRQ.
+//!
+//! Durations are lower bounds: the kernel's entry and exit code around a handler is not
+//! bracketed by any event.
+//!
+//! This module is the arithmetic; `decode` turns the kernel's records into its events,
+//! `record` records them in a tracefs instance and reads it, `report` ranks the sums.
+
+use std::collections::BTreeMap;
+
+mod decode;
+mod record;
+mod report;
+
+pub use decode::{Decoder, EVENTS, NMI_EVENT, VECTORS};
+pub use record::{find, measure, ProcThreads, Recorder, INSTANCE};
+pub use report::{CpuReport, SourceReport};
+
+/// What an interruption is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// A device IRQ's handler (and, on PREEMPT_RT, its thread).
+    Irq,
+    /// A softirq.
+    Softirq,
+    /// An inter-processor interrupt: function call, reschedule, irq work, TLB shootdown.
+    Ipi,
+    /// The local timer (the tick, hrtimers).
+    Timer,
+    /// Another APIC vector (thermal, threshold, error, spurious, platform).
+    Vector,
+    /// A non-maskable interrupt.
+    Nmi,
+    /// A thread that ran instead of the workload.
+    Thread,
+}
+
+impl Kind {
+    /// Its name in metrics labels and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Irq => "irq",
+            Kind::Softirq => "softirq",
+            Kind::Ipi => "ipi",
+            Kind::Timer => "timer",
+            Kind::Vector => "vector",
+            Kind::Nmi => "nmi",
+            Kind::Thread => "thread",
+        }
+    }
+}
+
+/// Who interrupted: a kind and a name (`IRQ 4 ttyS0`, `softirq TIMER`, `IPI reschedule`,
+/// `local timer`, `kernel thread kworker/3:1`, `sh (pid 812)`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Source {
+    /// Its kind.
+    pub kind: Kind,
+    /// Its name.
+    pub name: String,
+}
+
+/// The softirq vectors' names (include/linux/interrupt.h), by number.
+pub const SOFTIRQ_NAMES: [&str; 10] = [
+    "HI", "TIMER", "NET_TX", "NET_RX", "BLOCK", "IRQ_POLL", "TASKLET", "SCHED", "HRTIMER", "RCU",
+];
+
+/// One event of a CPU's stream, as the ledger needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// `irq:irq_handler_entry`.
+    IrqEntry {
+        /// The IRQ number.
+        irq: i64,
+        /// Its handler's name.
+        name: String,
+    },
+    /// `irq:irq_handler_exit`.
+    IrqExit {
+        /// The IRQ number.
+        irq: i64,
+    },
+    /// `irq:softirq_entry`.
+    SoftirqEntry {
+        /// The vector.
+        vec: u64,
+    },
+    /// `irq:softirq_exit`.
+    SoftirqExit {
+        /// The vector.
+        vec: u64,
+    },
+    /// `irq_vectors:<name>_entry` (`local_timer`, `reschedule`, `call_function`, ...).
+    VectorEntry {
+        /// The tracepoint's name less `_entry`.
+        name: String,
+    },
+    /// `irq_vectors:<name>_exit`.
+    VectorExit {
+        /// The tracepoint's name less `_exit`.
+        name: String,
+    },
+    /// `nmi:nmi_handler`, recorded after the handler ran.
+    Nmi {
+        /// The handler (a symbol, or an address).
+        handler: String,
+        /// How long it ran, ns.
+        delta_ns: u64,
+    },
+    /// `sched:sched_switch`.
+    Switch {
+        /// The thread leaving the CPU.
+        prev_pid: i32,
+        /// The thread coming on.
+        next_pid: i32,
+        /// Its name.
+        next_comm: String,
+    },
+}
+
+/// One interruption.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interruption {
+    /// When it began, ns (the trace clock).
+    pub start_ns: u64,
+    /// The time it took from the CPU, less what was nested in it, ns.
+    pub net_ns: u64,
+    /// Who.
+    pub source: Source,
+    /// Counted as an event of its source: not the run of a PREEMPT_RT IRQ thread, whose
+    /// IRQ was counted at its handler's entry (its time is the IRQ's all the same).
+    pub counted: bool,
+}
+
+/// Whom a thread that comes on the CPU is: the idle task, the workload (not noise), or
+/// another thread (noise, under this name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Runner {
+    /// The idle task (pid 0).
+    Idle,
+    /// The workload: its running is what the CPU is for.
+    Workload,
+    /// Noise, named.
+    Other(Source),
+}
+
+/// Tells threads apart: the caller knows which are the workload's and which kernel threads.
+pub trait Threads {
+    /// Who thread `pid` named `comm` is.
+    fn runner(&self, pid: i32, comm: &str) -> Runner;
+}
+
+#[derive(Debug, Clone)]
+struct Open {
+    source: Source,
+    /// How it is closed: the exit that matches it.
+    key: Key,
+    start: u64,
+    /// Time of interruptions nested in it.
+    nested: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Key {
+    Irq(i64),
+    Softirq(u64),
+    Vector(String),
+}
+
+#[derive(Debug, Clone)]
+struct Running {
+    source: Source,
+    start: u64,
+    nested: u64,
+}
+
+/// One CPU's ledger state between events.
+#[derive(Debug, Clone, Default)]
+pub struct Cpu {
+    stack: Vec<Open>,
+    /// A noise thread on the CPU now.
+    running: Option<Running>,
+    /// Exits without an entry (the stream started inside a handler, or lost events).
+    pub unmatched: u64,
+}
+
+impl Cpu {
+    /// Take one event at `ts` (ns); the interruptions it ends are passed to `out`.
+    pub fn event(
+        &mut self,
+        ts: u64,
+        ev: &Event,
+        threads: &dyn Threads,
+        out: &mut impl FnMut(Interruption),
+    ) {
+        match ev {
+            Event::IrqEntry { irq, name } => self.open(
+                ts,
+                Key::Irq(*irq),
+                Source {
+                    kind: Kind::Irq,
+                    name: irq_name(*irq, name),
+                },
+            ),
+            Event::IrqExit { irq } => self.close(ts, &Key::Irq(*irq), out),
+            Event::SoftirqEntry { vec } => self.open(
+                ts,
+                Key::Softirq(*vec),
+                Source {
+                    kind: Kind::Softirq,
+                    name: format!("softirq {}", softirq_name(*vec)),
+                },
+            ),
+            Event::SoftirqExit { vec } => self.close(ts, &Key::Softirq(*vec), out),
+            Event::VectorEntry { name } => self.open(ts, Key::Vector(name.clone()), vector(name)),
+            Event::VectorExit { name } => self.close(ts, &Key::Vector(name.clone()), out),
+            Event::Nmi { handler, delta_ns } => {
+                let start = ts.saturating_sub(*delta_ns);
+                self.nest(*delta_ns);
+                out(Interruption {
+                    start_ns: start,
+                    net_ns: *delta_ns,
+                    source: Source {
+                        kind: Kind::Nmi,
+                        name: format!("NMI {handler}"),
+                    },
+                    counted: true,
+                });
+            }
+            Event::Switch {
+                next_pid,
+                next_comm,
+                ..
+            } => {
+                if let Some(r) = self.running.take() {
+                    let gross = ts.saturating_sub(r.start);
+                    out(Interruption {
+                        start_ns: r.start,
+                        net_ns: gross.saturating_sub(r.nested),
+                        counted: r.source.kind != Kind::Irq,
+                        source: r.source,
+                    });
+                }
+                // A switch happens in thread context: whatever was open was lost.
+                self.stack.clear();
+                if let Runner::Other(source) = threads.runner(*next_pid, next_comm) {
+                    self.running = Some(Running {
+                        source,
+                        start: ts,
+                        nested: 0,
+                    });
+                }
+            }
+        }
+    }
+
+    fn open(&mut self, ts: u64, key: Key, source: Source) {
+        self.stack.push(Open {
+            source,
+            key,
+            start: ts,
+            nested: 0,
+        });
+    }
+
+    fn close(&mut self, ts: u64, key: &Key, out: &mut impl FnMut(Interruption)) {
+        // The innermost open entry of this key; any opened after it lost their exits.
+        let Some(i) = self.stack.iter().rposition(|o| &o.key == key) else {
+            self.unmatched += 1;
+            return;
+        };
+        self.stack.truncate(i + 1);
+        let o = self.stack.pop().expect("found above");
+        let gross = ts.saturating_sub(o.start);
+        self.nest(gross);
+        out(Interruption {
+            start_ns: o.start,
+            net_ns: gross.saturating_sub(o.nested),
+            source: o.source,
+            counted: true,
+        });
+    }
+
+    /// `gross` ns were taken by an interruption nested in whatever is open below it.
+    fn nest(&mut self, gross: u64) {
+        if let Some(parent) = self.stack.last_mut() {
+            parent.nested += gross;
+        } else if let Some(r) = &mut self.running {
+            r.nested += gross;
+        }
+    }
+}
+
+/// "IRQ 4 ttyS0".
+fn irq_name(irq: i64, name: &str) -> String {
+    if name.is_empty() {
+        format!("IRQ {irq}")
+    } else {
+        format!("IRQ {irq} {name}")
+    }
+}
+
+fn softirq_name(vec: u64) -> String {
+    SOFTIRQ_NAMES
+        .get(vec as usize)
+        .map_or_else(|| vec.to_string(), |n| n.to_string())
+}
+
+/// An APIC vector's source by its tracepoint's name.
+fn vector(name: &str) -> Source {
+    let (kind, text) = match name {
+        "local_timer" => (Kind::Timer, "local timer".to_string()),
+        "reschedule" => (Kind::Ipi, "IPI reschedule".to_string()),
+        "call_function" => (Kind::Ipi, "IPI function call".to_string()),
+        "call_function_single" => (Kind::Ipi, "IPI function call single".to_string()),
+        "irq_work" => (Kind::Ipi, "IPI irq work".to_string()),
+        other => (Kind::Vector, format!("vector {other}")),
+    };
+    Source { kind, name: text }
+}
+
+/// A thread's source: the IRQ its name says for a PREEMPT_RT IRQ thread (`irq/4-ttyS0`),
+/// else `kernel thread NAME` or `NAME (pid N)`.
+pub fn thread_source(pid: i32, comm: &str, kthread: bool) -> Source {
+    if kthread {
+        if let Some((n, dev)) = comm
+            .strip_prefix("irq/")
+            .and_then(|r| r.split_once('-'))
+            .and_then(|(n, d)| n.parse::<i64>().ok().map(|n| (n, d)))
+        {
+            return Source {
+                kind: Kind::Irq,
+                name: irq_name(n, dev),
+            };
+        }
+        return Source {
+            kind: Kind::Thread,
+            name: format!("kernel thread {comm}"),
+        };
+    }
+    Source {
+        kind: Kind::Thread,
+        name: format!("{comm} (pid {pid})"),
+    }
+}
+
+/// What the ledger keeps of one source on one CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Interruptions.
+    pub events: u64,
+    /// Their net time, ns.
+    pub ns: u64,
+    /// The longest, ns.
+    pub longest_ns: u64,
+}
+
+/// The histogram's upper bounds, ns: 1 us to 10 ms, 20 us among them.
+pub const BUCKETS_NS: [u64; 13] = [
+    1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000, 2_000_000,
+    5_000_000, 10_000_000,
+];
+
+/// One CPU's sums: by source, the durations' histogram, the longest interruption.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sums {
+    /// By source.
+    pub by_source: BTreeMap<Source, Tally>,
+    /// Interruptions at or under each of [`BUCKETS_NS`] (not cumulative), and over the last.
+    pub buckets: [u64; BUCKETS_NS.len() + 1],
+    /// The longest so far.
+    pub longest: Option<Interruption>,
+}
+
+impl Sums {
+    /// Count one interruption.
+    pub fn add(&mut self, i: &Interruption) {
+        let t = self.by_source.entry(i.source.clone()).or_default();
+        t.events += u64::from(i.counted);
+        t.ns += i.net_ns;
+        t.longest_ns = t.longest_ns.max(i.net_ns);
+        let b = BUCKETS_NS
+            .iter()
+            .position(|&b| i.net_ns <= b)
+            .unwrap_or(BUCKETS_NS.len());
+        self.buckets[b] += 1;
+        if self.longest.as_ref().map_or(true, |l| l.net_ns < i.net_ns) {
+            self.longest = Some(i.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pid 100 is the workload, 0 idle, kthreads are below 50.
+    struct T;
+    impl Threads for T {
+        fn runner(&self, pid: i32, comm: &str) -> Runner {
+            match pid {
+                0 => Runner::Idle,
+                100 => Runner::Workload,
+                p => Runner::Other(thread_source(p, comm, p < 50)),
+            }
+        }
+    }
+
+    fn run(events: &[(u64, Event)]) -> (Vec<(String, u64, u64)>, Cpu) {
+        let mut cpu = Cpu::default();
+        let mut got = Vec::new();
+        for (ts, e) in events {
+            cpu.event(*ts, e, &T, &mut |i: Interruption| {
+                got.push((i.source.name, i.start_ns, i.net_ns))
+            });
+        }
+        (got, cpu)
+    }
+
+    fn sw(prev: i32, next: i32, comm: &str) -> Event {
+        Event::Switch {
+            prev_pid: prev,
+            next_pid: next,
+            next_comm: comm.into(),
+        }
+    }
+
+    /// The timer's softirq runs on the timer interrupt's exit and a device IRQ lands in it:
+    /// each is charged its own time, the softirq less the IRQ's.
+    #[test]
+    fn nested_interruptions_are_charged_net() {
+        let (got, cpu) = run(&[
+            (
+                1_000,
+                Event::VectorEntry {
+                    name: "local_timer".into(),
+                },
+            ),
+            (
+                1_000,
+                Event::VectorExit {
+                    name: "local_timer".into(),
+                },
+            ),
+            (
+                2_000,
+                Event::VectorEntry {
+                    name: "local_timer".into(),
+                },
+            ),
+            (3_500, Event::SoftirqEntry { vec: 1 }),
+            (
+                4_000,
+                Event::IrqEntry {
+                    irq: 4,
+                    name: "ttyS0".into(),
+                },
+            ),
+            (9_000, Event::IrqExit { irq: 4 }),
+            (10_000, Event::SoftirqExit { vec: 1 }),
+            (
+                10_500,
+                Event::VectorExit {
+                    name: "local_timer".into(),
+                },
+            ),
+        ]);
+        assert_eq!(
+            got,
+            [
+                ("local timer".into(), 1_000, 0),
+                ("IRQ 4 ttyS0".into(), 4_000, 5_000),
+                ("softirq TIMER".into(), 3_500, 1_500),
+                ("local timer".into(), 2_000, 2_000),
+            ]
+        );
+        assert_eq!(cpu.unmatched, 0);
+    }
+
+    /// A kworker switched in for the workload is an interruption until the workload is back,
+    /// less the IPI that came meanwhile; the idle task and the workload are none; an IRQ
+    /// thread of PREEMPT_RT counts for its IRQ.
+    #[test]
+    fn threads_that_ran_instead_of_the_workload() {
+        let (got, _) = run(&[
+            (0, sw(0, 100, "oslat")),
+            (1_000, sw(100, 20, "kworker/3:1")),
+            (
+                2_000,
+                Event::VectorEntry {
+                    name: "reschedule".into(),
+                },
+            ),
+            (
+                2_500,
+                Event::VectorExit {
+                    name: "reschedule".into(),
+                },
+            ),
+            (31_000, sw(20, 100, "oslat")),
+            (40_000, sw(100, 21, "irq/4-ttyS0")),
+            (47_000, sw(21, 0, "swapper/3")),
+            (50_000, sw(0, 400, "logger")),
+            (50_700, sw(400, 100, "oslat")),
+        ]);
+        assert_eq!(
+            got,
+            [
+                ("IPI reschedule".into(), 2_000, 500),
+                ("kernel thread kworker/3:1".into(), 1_000, 29_500),
+                ("IRQ 4 ttyS0".into(), 40_000, 7_000),
+                ("logger (pid 400)".into(), 50_000, 700),
+            ]
+        );
+        // The IRQ thread's run is the IRQ's time, not one more IRQ.
+        let mut cpu = Cpu::default();
+        let mut sums = Sums::default();
+        for (ts, e) in [
+            (0, sw(0, 100, "oslat")),
+            (
+                10,
+                Event::IrqEntry {
+                    irq: 4,
+                    name: "ttyS0".into(),
+                },
+            ),
+            (20, Event::IrqExit { irq: 4 }),
+            (40_000, sw(100, 21, "irq/4-ttyS0")),
+            (47_000, sw(21, 100, "oslat")),
+        ] {
+            cpu.event(ts, &e, &T, &mut |i: Interruption| sums.add(&i));
+        }
+        let t = sums.by_source.values().next().unwrap();
+        assert_eq!(sums.by_source.len(), 1);
+        assert_eq!((t.events, t.ns, t.longest_ns), (1, 7_010, 7_000));
+    }
+
+    /// An exit whose entry was never seen is counted apart; an entry whose exit was lost
+    /// is dropped when an outer one closes; an NMI comes with its own length.
+    #[test]
+    fn lost_and_unmatched_events_and_nmis() {
+        let (got, cpu) = run(&[
+            (500, Event::IrqExit { irq: 9 }),
+            (1_000, Event::SoftirqEntry { vec: 9 }),
+            (
+                1_100,
+                Event::IrqEntry {
+                    irq: 11,
+                    name: String::new(),
+                },
+            ),
+            (5_000, Event::SoftirqExit { vec: 9 }),
+            (
+                9_000,
+                Event::Nmi {
+                    handler: "perf_event_nmi_handler".into(),
+                    delta_ns: 3_000,
+                },
+            ),
+        ]);
+        assert_eq!(
+            got,
+            [
+                ("softirq RCU".into(), 1_000, 4_000),
+                ("NMI perf_event_nmi_handler".into(), 6_000, 3_000),
+            ]
+        );
+        assert_eq!(cpu.unmatched, 1);
+    }
+
+    #[test]
+    fn sums_rank_bucket_and_keep_the_longest() {
+        let mut s = Sums::default();
+        let i = |name: &str, ns: u64| Interruption {
+            start_ns: ns,
+            net_ns: ns,
+            counted: true,
+            source: Source {
+                kind: Kind::Irq,
+                name: name.into(),
+            },
+        };
+        for x in [
+            i("a", 500),
+            i("a", 1_000),
+            i("b", 25_000),
+            i("a", 20_000_000),
+        ] {
+            s.add(&x);
+        }
+        assert_eq!(s.buckets[0], 2, "500 ns and 1 us: at or under 1 us");
+        assert_eq!(s.buckets[5], 1, "25 us: under 50 us");
+        assert_eq!(s.buckets[BUCKETS_NS.len()], 1, "20 ms: over 10 ms");
+        assert_eq!(s.longest.as_ref().unwrap().net_ns, 20_000_000);
+        let a = s.by_source.iter().find(|(k, _)| k.name == "a").unwrap().1;
+        assert_eq!((a.events, a.ns, a.longest_ns), (3, 20_001_500, 20_000_000));
+        assert!(BUCKETS_NS.contains(&20_000));
+    }
+}

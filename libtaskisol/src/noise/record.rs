@@ -1,0 +1,358 @@
+//! Recording in a tracefs instance of the ledger's own, and reading it without blocking.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::OpenOptionsExt;
+
+use super::{
+    thread_source, Cpu, Decoder, Interruption, Runner, Sums, Threads, EVENTS, NMI_EVENT, VECTORS,
+};
+use crate::cpuset::CpuSet;
+use crate::error::{Error, Result};
+use crate::sysroot::SysRoot;
+
+/// The tracefs directory with instances and the ledger's tracepoints, or why there is none.
+pub fn find(root: &SysRoot) -> std::result::Result<String, String> {
+    crate::tracefs::find(root, |dir| {
+        EVENTS
+            .iter()
+            .find(|e| !root.exists(format!("{dir}/events/{e}")))
+            .map(|e| format!("the kernel has no {e} tracepoint ({dir}/events/{e})"))
+    })
+}
+
+/// The tracefs instance the ledger records in.
+pub const INSTANCE: &str = "isold-noise";
+
+/// A recording of the isolated CPUs' interruptions in the tracefs instance
+/// [`INSTANCE`], read without a blocking reader: each CPU's `trace_pipe_raw` opened
+/// O_NONBLOCK and read on the caller's timer from a housekeeping CPU, so the CPUs recorded
+/// never wake a reader (the ring buffer's wake-up is an irq_work on the writing CPU).
+/// Everything that interrupts every CPU (making the instance, enabling its events: static
+/// keys patched on each) happens in [`Recorder::start`], before the workload should start.
+#[derive(Debug)]
+pub struct Recorder {
+    dir: String,
+    layout: crate::rawtrace::PageLayout,
+    decoder: Decoder,
+    cpus: Vec<(usize, std::fs::File, Cpu)>,
+    /// Events the recorder did not know how to read (a page that did not parse).
+    pub bad_pages: u64,
+    /// Pages whose writer had overrun the reader (events lost before them).
+    pub lost_pages: u64,
+}
+
+impl Recorder {
+    /// Make the instance below `tracefs` (removing one a killed daemon left), record on
+    /// `cpus` only, enable the ledger's events that this kernel has, and open each CPU's
+    /// raw pipe. The instance keeps the buffers the kernel made (a resize queues work on
+    /// every CPU).
+    pub fn start(root: &SysRoot, tracefs: &str, cpus: &CpuSet) -> Result<Recorder> {
+        let dir = format!("{tracefs}/instances/{INSTANCE}");
+        if root.exists(&dir) {
+            let _ = root.write(format!("{dir}/events/enable"), "0");
+            crate::tracefs::remove_instance(root, &dir)?;
+        }
+        crate::tracefs::make_instance(root, tracefs, &dir, &[])?;
+        let made = (|| -> Result<Recorder> {
+            root.write(format!("{dir}/tracing_cpumask"), cpus.to_mask_string())?;
+            let layout = match root.read_to_string(format!("{dir}/events/header_page")) {
+                Ok(t) => crate::rawtrace::PageLayout::parse(&t).map_err(|reason| Error::Parse {
+                    path: root.path(format!("{dir}/events/header_page")),
+                    input: t.lines().next().unwrap_or_default().into(),
+                    reason,
+                })?,
+                Err(_) => crate::rawtrace::PageLayout::default(),
+            };
+            let mut names: Vec<String> = EVENTS.iter().map(|e| e.to_string()).collect();
+            names.push(NMI_EVENT.to_string());
+            for v in VECTORS {
+                names.push(format!("irq_vectors/{v}_entry"));
+                names.push(format!("irq_vectors/{v}_exit"));
+            }
+            let mut decoder = Decoder::default();
+            for e in &names {
+                if !root.exists(format!("{dir}/events/{e}")) {
+                    if EVENTS.contains(&e.as_str()) {
+                        return Err(Error::Parse {
+                            path: root.path(format!("{dir}/events/{e}")),
+                            input: String::new(),
+                            reason: "the kernel has no such tracepoint".into(),
+                        });
+                    }
+                    continue;
+                }
+                let format = crate::rawtrace::Format::read(root, &dir, e)?;
+                decoder.learn(e, &format).map_err(|reason| Error::Parse {
+                    path: root.path(format!("{dir}/events/{e}/format")),
+                    input: format.name.clone(),
+                    reason,
+                })?;
+                root.write(format!("{dir}/events/{e}/enable"), "1")?;
+            }
+            let mut open = Vec::new();
+            for cpu in cpus.iter() {
+                let path = root.path(format!("{dir}/per_cpu/cpu{cpu}/trace_pipe_raw"));
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(&path)
+                    .map_err(|source| Error::Read {
+                        path: path.clone(),
+                        source,
+                    })?;
+                open.push((cpu, f, Cpu::default()));
+            }
+            Ok(Recorder {
+                dir: dir.clone(),
+                layout,
+                decoder,
+                cpus: open,
+                bad_pages: 0,
+                lost_pages: 0,
+            })
+        })();
+        if made.is_err() {
+            let _ = root.write(format!("{dir}/events/enable"), "0");
+            let _ = crate::tracefs::remove_instance(root, &dir);
+        }
+        made
+    }
+
+    /// Read what each CPU recorded since the last call, to the end of what is there (never
+    /// waiting), and pass each interruption with its CPU to `out`.
+    pub fn read(
+        &mut self,
+        threads: &dyn Threads,
+        out: &mut impl FnMut(usize, Interruption),
+    ) -> Result<usize> {
+        use std::io::Read;
+        let mut page = vec![0u8; 4096];
+        let mut n = 0;
+        for (cpu, file, state) in &mut self.cpus {
+            loop {
+                let got = match file.read(&mut page) {
+                    Ok(0) => break,
+                    Ok(got) => got,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(source) => {
+                        return Err(Error::Read {
+                            path: format!("{}/per_cpu/cpu{cpu}/trace_pipe_raw", self.dir).into(),
+                            source,
+                        })
+                    }
+                };
+                let decoder = &self.decoder;
+                let parsed = crate::rawtrace::parse_page(&page[..got], &self.layout, |ts, rec| {
+                    if let Some(ev) = decoder.decode(rec) {
+                        state.event(ts, &ev, threads, &mut |i| out(*cpu, i));
+                        n += 1;
+                    }
+                });
+                match parsed {
+                    Ok(info) if info.missed => self.lost_pages += 1,
+                    Ok(_) => {}
+                    Err(_) => self.bad_pages += 1,
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Stop recording and remove the instance.
+    pub fn stop(self, root: &SysRoot) -> Result<()> {
+        let _ = root.write(format!("{}/events/enable", self.dir), "0");
+        drop(self.cpus);
+        crate::tracefs::remove_instance(root, &self.dir)
+    }
+}
+
+/// The threads of the running system (or a tree) as the ledger tells them apart: the idle
+/// task, the workload (as the audit has it: user threads inside the CPUs, or allow-listed),
+/// and the rest by name, each read once (`/proc/<tid>`).
+pub struct ProcThreads<'a> {
+    root: &'a SysRoot,
+    workloads: crate::audit::Workloads<'a>,
+    seen: std::cell::RefCell<std::collections::HashMap<i32, Runner>>,
+    /// Threads left out (the observer's own): neither noise nor workload.
+    pub ignore: std::collections::HashSet<i32>,
+}
+
+impl std::fmt::Debug for ProcThreads<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcThreads")
+            .field("seen", &self.seen.borrow().len())
+            .finish()
+    }
+}
+
+impl<'a> ProcThreads<'a> {
+    /// The threads under `root`, the workloads of `scope`.
+    pub fn new(root: &'a SysRoot, scope: &'a crate::audit::Scope) -> Self {
+        ProcThreads {
+            root,
+            workloads: crate::audit::Workloads::new(root, scope),
+            seen: Default::default(),
+            ignore: Default::default(),
+        }
+    }
+}
+
+impl Threads for ProcThreads<'_> {
+    fn runner(&self, pid: i32, comm: &str) -> Runner {
+        if pid == 0 || self.ignore.contains(&pid) {
+            return Runner::Idle;
+        }
+        if let Some(r) = self.seen.borrow().get(&pid) {
+            return r.clone();
+        }
+        // The event's pid is a thread id: /proc/<tid>/task/<tid> is that thread.
+        let r = match crate::tasks::read_thread(self.root, pid, pid) {
+            Ok(Some(t)) if self.workloads.is(&t) => Runner::Workload,
+            Ok(Some(t)) => Runner::Other(thread_source(t.pid, comm, t.is_kthread())),
+            // Gone already: by its name.
+            _ => Runner::Other(thread_source(pid, comm, false)),
+        };
+        self.seen.borrow_mut().insert(pid, r.clone());
+        r
+    }
+}
+
+/// Record the interruptions of `cpus` for `window` (reading every `every`), with the
+/// workloads of `scope`; this process and its threads are left out; `ready` is called once
+/// the recording runs (the window starts then). The sums by CPU and what the recorder lost.
+pub fn measure(
+    root: &SysRoot,
+    tracefs: &str,
+    scope: &crate::audit::Scope,
+    window: std::time::Duration,
+    every: std::time::Duration,
+    ready: impl FnOnce(),
+) -> Result<(BTreeMap<usize, Sums>, Recorder)> {
+    let mut rec = Recorder::start(root, tracefs, &scope.cpus)?;
+    let mut threads = ProcThreads::new(root, scope);
+    if root.is_host() {
+        if let Ok(tids) = crate::procfs::thread_ids(root, std::process::id() as i32) {
+            threads.ignore.extend(tids);
+        }
+    }
+    let mut sums: BTreeMap<usize, Sums> = scope.cpus.iter().map(|c| (c, Sums::default())).collect();
+    // What was recorded before the window (the events' enabling) is dropped.
+    rec.read(&threads, &mut |_, _| {})?;
+    ready();
+    let end = std::time::Instant::now() + window;
+    loop {
+        let now = std::time::Instant::now();
+        if now >= end {
+            break;
+        }
+        std::thread::sleep(every.min(end - now));
+        rec.read(&threads, &mut |cpu, i| {
+            sums.entry(cpu).or_default().add(&i);
+        })?;
+    }
+    Ok((sums, rec))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pid 100 is the workload, 0 idle, kthreads are below 50.
+    struct T;
+    impl Threads for T {
+        fn runner(&self, pid: i32, comm: &str) -> Runner {
+            match pid {
+                0 => Runner::Idle,
+                100 => Runner::Workload,
+                p => Runner::Other(thread_source(p, comm, p < 50)),
+            }
+        }
+    }
+
+    /// A CPU's raw pipe read to its end: the pages' records decoded and made interruptions,
+    /// a page the writer overran counted.
+    #[test]
+    fn a_recorder_reads_each_cpus_pages_to_the_end() {
+        let fmt = |name: &str, id: u16, fields: &str| {
+            crate::rawtrace::Format::parse(&format!(
+                "name: {name}\nID: {id}\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n{fields}"
+            ))
+            .unwrap()
+        };
+        let mut decoder = Decoder::default();
+        decoder
+            .learn(
+                "irq/irq_handler_entry",
+                &fmt(
+                    "irq_handler_entry",
+                    10,
+                    "\tfield:int irq;\toffset:8;\tsize:4;\tsigned:1;\n\tfield:__data_loc char[] name;\toffset:12;\tsize:4;\tsigned:1;\n",
+                ),
+            )
+            .unwrap();
+        decoder
+            .learn(
+                "irq/irq_handler_exit",
+                &fmt(
+                    "irq_handler_exit",
+                    11,
+                    "\tfield:int irq;\toffset:8;\tsize:4;\tsigned:1;\n",
+                ),
+            )
+            .unwrap();
+        let rec = |id: u16, irq: i32| {
+            let mut r = vec![0u8; 24];
+            r[0..2].copy_from_slice(&id.to_le_bytes());
+            r[8..12].copy_from_slice(&irq.to_le_bytes());
+            r[12..16].copy_from_slice(&(16u32 | (6 << 16)).to_le_bytes());
+            r[16..22].copy_from_slice(b"ttyS0\0");
+            r
+        };
+        let page = |ts: u64, flags: u64, recs: &[(u32, Vec<u8>)]| {
+            let mut data = Vec::new();
+            for (delta, r) in recs {
+                data.extend_from_slice(&((r.len() as u32 / 4) | (delta << 5)).to_le_bytes());
+                data.extend_from_slice(r);
+            }
+            let mut p = ts.to_le_bytes().to_vec();
+            p.extend_from_slice(&(data.len() as u64 | flags).to_le_bytes());
+            p.extend_from_slice(&data);
+            p.resize(4096, 0);
+            p
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let pipe = dir.path().join("trace_pipe_raw");
+        let mut bytes = page(1_000, 0, &[(0, rec(10, 4)), (7_000, rec(11, 4))]);
+        bytes.extend(page(
+            50_000,
+            1 << 31,
+            &[(0, rec(10, 4)), (25_000, rec(11, 4))],
+        ));
+        std::fs::write(&pipe, bytes).unwrap();
+        let mut r = Recorder {
+            dir: "/sys/kernel/tracing/instances/isold-noise".into(),
+            layout: crate::rawtrace::PageLayout::default(),
+            decoder,
+            cpus: vec![(3, std::fs::File::open(&pipe).unwrap(), Cpu::default())],
+            bad_pages: 0,
+            lost_pages: 0,
+        };
+        let mut got = Vec::new();
+        let n = r
+            .read(&T, &mut |cpu, i| {
+                got.push((cpu, i.source.name, i.start_ns, i.net_ns))
+            })
+            .unwrap();
+        assert_eq!(n, 4);
+        assert_eq!(
+            got,
+            [
+                (3, "IRQ 4 ttyS0".to_string(), 1_000, 7_000),
+                (3, "IRQ 4 ttyS0".to_string(), 50_000, 25_000)
+            ]
+        );
+        assert_eq!((r.lost_pages, r.bad_pages), (1, 0));
+        assert_eq!(r.read(&T, &mut |_, _| {}).unwrap(), 0, "read to the end");
+    }
+}
