@@ -21,8 +21,8 @@ use libtaskisol::policy::Policy;
 use libtaskisol::SysRoot;
 use prometheus::core::Collector;
 use prometheus::{
-    CounterVec, Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec,
-    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    CounterVec, Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter,
+    IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Every metric name isold publishes (man/isold.8 lists the same; a test keeps them equal).
@@ -47,6 +47,9 @@ pub const NAMES: &[&str] = &[
     "isold_stall_wait_seconds",
     "isold_stall_loans",
     "isold_stall_guard_cpu_seconds",
+    "isold_cpu_noise_seconds_total",
+    "isold_cpu_noise_events_total",
+    "isold_cpu_noise_duration_seconds",
 ];
 
 /// The reasons of `isold_claims_refused_total` (libtaskisol's `ClaimError::reason`, and
@@ -84,6 +87,11 @@ pub struct Metrics {
     stall_wait: Histogram,
     stall_lent: IntGauge,
     stall_cpu: Gauge,
+    noise_seconds: CounterVec,
+    noise_events: IntCounterVec,
+    noise_duration: HistogramVec,
+    /// What the noise counters have counted so far, for the differences.
+    noise_counted: Mutex<NoiseCounted>,
     /// The last health sample, for the differences.
     last: Mutex<Option<Last>>,
 }
@@ -93,6 +101,20 @@ impl std::fmt::Debug for Metrics {
         f.debug_struct("Metrics").finish_non_exhaustive()
     }
 }
+
+/// What the noise counters were given so far: each source's totals, and the sources that
+/// have a label of their own (at most twice `[noise] sources` per CPU; the rest count as
+/// `other`).
+#[derive(Default)]
+struct NoiseCounted {
+    totals: HashMap<(usize, libtaskisol::noise::Source), (u64, u64)>,
+    named: HashMap<usize, std::collections::HashSet<libtaskisol::noise::Source>>,
+}
+
+/// The noise histogram's bounds, seconds: 1 us to 10 ms, 20 us among them.
+pub const NOISE_BUCKETS: [f64; 13] = [
+    1e-6, 2e-6, 5e-6, 10e-6, 20e-6, 50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3,
+];
 
 /// What the next health sample is compared with.
 struct Last {
@@ -240,6 +262,28 @@ impl Metrics {
             "isold_stall_guard_cpu_seconds",
             "CPU time the stall guard's thread used since the start (on a housekeeping CPU)",
         ));
+        let noise_seconds = must(CounterVec::new(
+            Opts::new(
+                "isold_cpu_noise_seconds_total",
+                "Time interruptions took from an isolated CPU, net of the ones nested in them (the noise ledger), by CPU, kind (irq, softirq, ipi, timer, vector, nmi, thread) and source; sources past [noise] sources are summed as other",
+            ),
+            &["cpu", "kind", "source"],
+        ));
+        let noise_events = must(IntCounterVec::new(
+            Opts::new(
+                "isold_cpu_noise_events_total",
+                "Interruptions of an isolated CPU (the noise ledger), by CPU, kind and source",
+            ),
+            &["cpu", "kind", "source"],
+        ));
+        let noise_duration = must(HistogramVec::new(
+            HistogramOpts::new(
+                "isold_cpu_noise_duration_seconds",
+                "How long each interruption of an isolated CPU took (net), by CPU",
+            )
+            .buckets(NOISE_BUCKETS.to_vec()),
+            &["cpu"],
+        ));
         reg(Box::new(info.clone()));
         reg(Box::new(corrections.clone()));
         reg(Box::new(task_reaction.clone()));
@@ -263,6 +307,9 @@ impl Metrics {
         reg(Box::new(stall_wait.clone()));
         reg(Box::new(stall_lent.clone()));
         reg(Box::new(stall_cpu.clone()));
+        reg(Box::new(noise_seconds.clone()));
+        reg(Box::new(noise_events.clone()));
+        reg(Box::new(noise_duration.clone()));
         Metrics {
             registry,
             info,
@@ -285,6 +332,10 @@ impl Metrics {
             stall_wait,
             stall_lent,
             stall_cpu,
+            noise_seconds,
+            noise_events,
+            noise_duration,
+            noise_counted: Mutex::new(NoiseCounted::default()),
             last: Mutex::new(None),
         }
     }
@@ -354,6 +405,55 @@ impl Metrics {
     pub fn stall_figures(&self, lent: usize, cpu_s: f64) {
         self.stall_lent.set(lent as i64);
         self.stall_cpu.set(cpu_s);
+    }
+
+    /// One interruption of `cpu`, `seconds` long.
+    pub fn noise_observe(&self, cpu: usize, seconds: f64) {
+        self.noise_duration
+            .with_label_values(&[&cpu.to_string()])
+            .observe(seconds);
+    }
+
+    /// The noise ledger's sums now: what grew since the last call is counted. The `top`
+    /// sources of each CPU by time get a label of their own (and keep it, up to twice
+    /// `top`); the others are summed as `other` of their kind.
+    pub fn noise_sums(
+        &self,
+        sums: &std::collections::BTreeMap<usize, libtaskisol::noise::Sums>,
+        top: usize,
+    ) {
+        let mut counted = self.noise_counted.lock().unwrap_or_else(|e| e.into_inner());
+        let counted = &mut *counted;
+        for (&cpu, s) in sums {
+            let mut ranked: Vec<(&libtaskisol::noise::Source, &libtaskisol::noise::Tally)> =
+                s.by_source.iter().collect();
+            ranked.sort_by(|a, b| b.1.ns.cmp(&a.1.ns).then_with(|| a.0.cmp(b.0)));
+            let named = counted.named.entry(cpu).or_default();
+            for (src, _) in ranked.iter().take(top) {
+                if named.len() < 2 * top {
+                    named.insert((*src).clone());
+                }
+            }
+            let c = cpu.to_string();
+            for (src, t) in ranked {
+                let last = counted.totals.entry((cpu, src.clone())).or_insert((0, 0));
+                let (events, ns) = (t.events - last.0.min(t.events), t.ns - last.1.min(t.ns));
+                *last = (t.events, t.ns);
+                if events == 0 && ns == 0 {
+                    continue;
+                }
+                let label = if named.contains(src) {
+                    src.name.as_str()
+                } else {
+                    "other"
+                };
+                let l = [c.as_str(), src.kind.as_str(), label];
+                self.noise_events.with_label_values(&l).inc_by(events);
+                self.noise_seconds
+                    .with_label_values(&l)
+                    .inc_by(ns as f64 / 1e9);
+            }
+        }
     }
 
     /// Whether the policy holds now.
@@ -617,6 +717,71 @@ pub fn sandbox_hint(e: &std::io::Error) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The ledger's sums counted by difference: the top sources named, the rest summed as
+    /// `other` of their kind, a named source keeping its label, and each interruption in
+    /// the histogram.
+    #[test]
+    fn noise_counters_name_the_top_sources_and_fold_the_rest() {
+        use libtaskisol::noise::{Interruption, Kind, Source, Sums};
+        let iso: CpuSet = "2-3".parse().unwrap();
+        let policy = Policy {
+            config: libtaskisol::policy::config::Config::defaults(
+                libtaskisol::policy::preset::Preset::RealtimeVirtualHost,
+                libtaskisol::policy::config::CpuSpec::List(iso.clone()),
+            ),
+            online: "0-3".parse().unwrap(),
+            isolated: iso,
+            housekeeping: "0-1".parse().unwrap(),
+            claimed: CpuSet::new(),
+            claimed_power: Default::default(),
+        };
+        let m = Metrics::new(&policy);
+        let mut sums = std::collections::BTreeMap::new();
+        let s: &mut Sums = sums.entry(3).or_default();
+        let i = |kind, name: &str, ns| Interruption {
+            start_ns: 0,
+            net_ns: ns,
+            source: Source {
+                kind,
+                name: name.into(),
+            },
+            counted: true,
+        };
+        for x in [
+            i(Kind::Irq, "IRQ 4 ttyS0", 30_000),
+            i(Kind::Irq, "IRQ 4 ttyS0", 10_000),
+            i(Kind::Thread, "kernel thread kworker/3:1", 25_000),
+            i(Kind::Irq, "IRQ 9 acpi", 1_000),
+        ] {
+            s.add(&x);
+            m.noise_observe(3, x.net_ns as f64 / 1e9);
+        }
+        m.noise_sums(&sums, 2);
+        // Once more with nothing new: nothing counted twice.
+        m.noise_sums(&sums, 2);
+        let text = String::from_utf8(m.encode()).unwrap();
+        let has = |l: &str| text.lines().any(|x| x == l);
+        assert!(
+            has("isold_cpu_noise_events_total{cpu=\"3\",kind=\"irq\",source=\"IRQ 4 ttyS0\"} 2"),
+            "{text}"
+        );
+        assert!(has("isold_cpu_noise_seconds_total{cpu=\"3\",kind=\"irq\",source=\"IRQ 4 ttyS0\"} 0.00004"), "{text}");
+        assert!(has("isold_cpu_noise_events_total{cpu=\"3\",kind=\"thread\",source=\"kernel thread kworker/3:1\"} 1"), "{text}");
+        assert!(
+            has("isold_cpu_noise_events_total{cpu=\"3\",kind=\"irq\",source=\"other\"} 1"),
+            "{text}"
+        );
+        assert!(!text.contains("IRQ 9 acpi"), "{text}");
+        assert!(
+            has("isold_cpu_noise_duration_seconds_bucket{cpu=\"3\",le=\"0.00002\"} 2"),
+            "{text}"
+        );
+        assert!(
+            has("isold_cpu_noise_duration_seconds_count{cpu=\"3\"} 4"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn a_sandboxs_refusal_names_the_drop_in() {

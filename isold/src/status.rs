@@ -72,6 +72,24 @@ pub struct DaemonStatus {
     /// The stall guard (`[stalls]`): what it watches and what it lent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stalls: Option<Stalls>,
+    /// The noise ledger (`[noise]`): what it records and each CPU's longest interruption.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<NoiseStatus>,
+}
+
+/// The noise ledger's part of the status (see [`DaemonStatus::noise`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NoiseStatus {
+    /// "recording CPUs 2-3", or why not.
+    pub state: String,
+    /// Each CPU's longest interruption since the start: (CPU, seconds, source).
+    pub longest: Vec<(usize, f64, String)>,
+    /// Interruptions counted since the start, all CPUs.
+    pub events: u64,
+    /// Pages of the kernel's buffers that followed lost events.
+    pub lost_pages: u64,
+    /// The ledger thread's CPU time so far, seconds.
+    pub cpu_s: f64,
 }
 
 /// The stall guard's part of the status (see [`DaemonStatus::stalls`]).
@@ -381,6 +399,27 @@ pub fn human_status(s: &DaemonStatus) -> String {
             ));
         }
     }
+    if let Some(n) = &s.noise {
+        out.push_str(&format!("  noise ledger: {}\n", n.state));
+        if n.events > 0 || n.cpu_s > 0.0 {
+            out.push_str(&format!(
+                "    interruptions recorded: {}; ledger: {:.2} s of CPU time{}\n",
+                n.events,
+                n.cpu_s,
+                if n.lost_pages > 0 {
+                    format!("; events lost before {} pages", n.lost_pages)
+                } else {
+                    String::new()
+                }
+            ));
+        }
+        for (cpu, secs, source) in &n.longest {
+            out.push_str(&format!(
+                "    CPU {cpu}: longest interruption {:.1} us: {source}\n",
+                secs * 1e6
+            ));
+        }
+    }
     if s.reloads > 0 {
         out.push_str(&format!("  reloads: {}\n", s.reloads));
     }
@@ -447,6 +486,34 @@ mod tests {
         let text = human_status(&s);
         assert!(
             text.contains("  wide tasks narrowed 0.31 ms after their event (median; p99 1.20 ms, max 4.57 ms, last 1000 of 1500)\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn status_names_each_cpus_longest_interruption() {
+        let s = DaemonStatus {
+            state: "running".into(),
+            noise: Some(NoiseStatus {
+                state: "recording CPUs 2-3".into(),
+                longest: vec![(3, 83.2e-6, "kernel thread kworker/3:1".into())],
+                events: 412,
+                lost_pages: 0,
+                cpu_s: 0.25,
+            }),
+            ..DaemonStatus::default()
+        };
+        let text = human_status(&s);
+        assert!(
+            text.contains("  noise ledger: recording CPUs 2-3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("    interruptions recorded: 412; ledger: 0.25 s of CPU time\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("    CPU 3: longest interruption 83.2 us: kernel thread kworker/3:1\n"),
             "{text}"
         );
     }

@@ -128,8 +128,12 @@ fn man_page_lists_every_metric_and_no_other() {
     let code_registered: BTreeSet<String> = encoded.intersection(&code).cloned().collect();
     // Vectors without a series yet are not encoded: those of the health samples.
     // And the NRI plugin's, registered with `[containers] nri` only; and the stall guard's
-    // rescues, a vector with a series per CPU and kind once a thread was rescued there.
+    // rescues, a vector with a series per CPU and kind once a thread was rescued there; and
+    // the noise ledger's, a series per CPU (and source) once an interruption was recorded.
     let sampled = [
+        "isold_cpu_noise_seconds_total",
+        "isold_cpu_noise_events_total",
+        "isold_cpu_noise_duration_seconds",
         "isold_stall_rescues_total",
         "isold_stall_lent_seconds_total",
         "isold_cpu_interrupts_total",

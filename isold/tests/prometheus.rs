@@ -72,7 +72,7 @@ fn promtool_accepts_the_example_alert_rules() {
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains("SUCCESS: 6 rules found"), "{text}");
+    assert!(text.contains("SUCCESS: 7 rules found"), "{text}");
 }
 
 #[test]

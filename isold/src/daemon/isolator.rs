@@ -73,6 +73,8 @@ pub(super) struct Daemon {
     pub(super) nri: Option<super::nri::Plugin>,
     /// The stall guard's thread (`[stalls]`, on unless turned off).
     pub(super) stalls: Option<stalls::StallGuard>,
+    /// The noise ledger's thread (`[noise]`, on unless turned off).
+    pub(super) noise: Option<super::noise::NoiseLedger>,
 }
 
 /// An event source, or `None` with the status text and the one log line that say what
@@ -130,6 +132,7 @@ impl Daemon {
             server: None,
             nri: None,
             stalls: None,
+            noise: None,
             env,
         }
     }
@@ -559,6 +562,7 @@ impl Daemon {
         // Loans are never left behind, whatever on_stop says: a lent thread's policy is
         // isold's only while isold watches it.
         self.stop_stall_guard();
+        self.stop_noise_ledger();
         let kind = match self.policy.config.on_stop {
             OnStop::Keep => None,
             OnStop::Restore => Some(lifecycle::stop_kind()),
@@ -688,6 +692,7 @@ impl Daemon {
             }
             (None, false) => {}
         }
+        self.follow_noise();
     }
 
     /// What the guard's thread reported: logged and counted.
@@ -703,6 +708,101 @@ impl Daemon {
             self.books.stall(e);
         }
         self.books.stall_figures(&f);
+    }
+
+    /// The CPUs the noise ledger records under the policy: every isolated one but
+    /// `[noise] ignore_cpus`.
+    fn noise_cpus(&self) -> libtaskisol::CpuSet {
+        self.policy
+            .isolated
+            .difference(&self.policy.config.noise.ignore_cpus)
+    }
+
+    /// The noise ledger started for the policy in force, when `[noise]` has it on. It
+    /// enables its events now, at the daemon's start, before the workload should run
+    /// (enabling interrupts every CPU once).
+    pub(super) fn start_noise_ledger(&mut self) {
+        let cfg = self.policy.config.noise.clone();
+        let state = if !cfg.enabled {
+            "off ([noise] enabled = false)".to_string()
+        } else {
+            let metrics = self.books.metrics.as_ref().map(|(m, _)| m.clone());
+            match super::noise::NoiseLedger::start(
+                self.env.root.clone(),
+                self.noise_cpus(),
+                crate::metrics::scope_of(&self.policy),
+                cfg,
+                metrics,
+            ) {
+                Ok(n) => {
+                    self.noise = Some(n);
+                    "starting".to_string()
+                }
+                Err(e) => format!("off (its thread could not start: {e})"),
+            }
+        };
+        self.env.log.info(&format!("noise ledger: {state}"));
+        self.books.status.noise = Some(crate::status::NoiseStatus {
+            state,
+            ..Default::default()
+        });
+        self.books.dirty = true;
+    }
+
+    /// The instance removed and the ledger's thread ended.
+    pub(super) fn stop_noise_ledger(&mut self) {
+        if let Some(n) = self.noise.take() {
+            n.stop();
+        }
+    }
+
+    /// A new policy in force: the ledger records its CPUs (started or stopped when
+    /// `[noise] enabled` changed).
+    fn follow_noise(&mut self) {
+        match (&self.noise, self.policy.config.noise.enabled) {
+            (Some(n), true) => n.send(super::noise::Ctl::Watch(
+                self.noise_cpus(),
+                Box::new(crate::metrics::scope_of(&self.policy)),
+                self.policy.config.noise.clone(),
+            )),
+            (Some(_), false) | (None, true) => {
+                self.stop_noise_ledger();
+                self.start_noise_ledger();
+            }
+            (None, false) => {}
+        }
+    }
+
+    /// The ledger's figures now, for the status.
+    pub(super) fn noise_figures(&mut self) {
+        let Some(n) = self.noise.as_ref() else {
+            return;
+        };
+        let sh = n.shared.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let st = self.books.status.noise.get_or_insert_with(Default::default);
+        let longest: Vec<(usize, f64, String)> = sh
+            .per_cpu
+            .iter()
+            .filter_map(|(&cpu, s)| {
+                s.longest
+                    .as_ref()
+                    .map(|l| (cpu, l.net_ns as f64 / 1e9, l.source.name.clone()))
+            })
+            .collect();
+        let events = sh
+            .per_cpu
+            .values()
+            .flat_map(|s| s.by_source.values())
+            .map(|t| t.events)
+            .sum();
+        if st.state != sh.state || st.longest != longest || st.events != events {
+            st.state = sh.state;
+            st.longest = longest;
+            st.events = events;
+            st.lost_pages = sh.lost_pages;
+            st.cpu_s = sh.cpu_s;
+            self.books.dirty = true;
+        }
     }
 
     /// The guard's figures now (the status file and the metrics follow them).

@@ -36,6 +36,7 @@ mod books;
 mod claims;
 mod hook_socket;
 mod isolator;
+mod noise;
 mod nri;
 mod os;
 mod partition;
@@ -137,6 +138,7 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
     d.books.metrics = publish::start(&d.env, &d.policy, d.books.status.contested.is_empty());
     d.start_nri();
     d.start_stall_guard();
+    d.start_noise_ledger();
     serve::serve(d, &signals, args)
 }
 

@@ -90,6 +90,7 @@ impl Timers {
             tasks.forget_gone(&mut cx, now);
             d.books.refresh_waiting(&d.env.root, &d.policy);
             d.stall_figures();
+            d.noise_figures();
             self.next_sweep = Instant::now() + self.task_interval;
         }
         if !d.tasks.new_kthreads.is_empty() {

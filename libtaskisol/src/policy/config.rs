@@ -97,6 +97,7 @@ const TOP_KEYS: &[&str] = &[
     "metrics",
     "containers",
     "stalls",
+    "noise",
 ];
 const TASK_KEYS: &[&str] = &["allow_comm", "allow_cgroup"];
 const IRQ_KEYS: &[&str] = &["allow"];
@@ -224,6 +225,8 @@ pub struct Config {
     pub containers: Option<ContainersConfig>,
     /// `[stalls]`: the stall guard of `isold run` (on unless turned off).
     pub stalls: StallsConfig,
+    /// `[noise]`: the noise ledger of `isold run` (on unless turned off).
+    pub noise: NoiseConfig,
 }
 
 /// `[stalls]` of the configuration: how `isold run` finds threads starved on the isolated
@@ -370,6 +373,74 @@ impl StallsConfig {
                 TICK_US,
                 slice * 100
             ));
+        }
+        Ok(())
+    }
+}
+
+/// `[noise]` of the configuration: the noise ledger of `isold run`, which times and names
+/// every interruption of the isolated CPUs (libtaskisol::noise).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoiseConfig {
+    /// `enabled`: the ledger records (default true).
+    pub enabled: bool,
+    /// `interval`: how often the kernel's buffers are read.
+    pub interval: std::time::Duration,
+    /// `sources`: the sources per CPU the metrics name, by time taken; the rest are
+    /// summed as `other`.
+    pub sources: usize,
+    /// `ignore_cpus`: CPUs the ledger does not record.
+    pub ignore_cpus: CpuSet,
+}
+
+impl Default for NoiseConfig {
+    fn default() -> NoiseConfig {
+        NoiseConfig {
+            enabled: true,
+            interval: std::time::Duration::from_secs(1),
+            sources: 12,
+            ignore_cpus: CpuSet::new(),
+        }
+    }
+}
+
+const NOISE_KEYS: &[&str] = &["enabled", "interval", "sources", "ignore_cpus"];
+
+impl NoiseConfig {
+    /// One `key = value` of the table.
+    fn set(&mut self, key: &str, v: &Value) -> Result<(), String> {
+        match key {
+            "enabled" => match v {
+                Value::Boolean(b) => self.enabled = *b.value(),
+                _ => return Err("noise.enabled takes true or false".into()),
+            },
+            "interval" => {
+                let s = match v {
+                    Value::Integer(n) => *n.value() as f64,
+                    Value::Float(f) => *f.value(),
+                    _ => return Err("noise.interval must be a number of seconds".into()),
+                };
+                if !(0.05..=60.0).contains(&s) {
+                    return Err(format!(
+                        "noise.interval: {s} is not a number of seconds from 0.05 to 60"
+                    ));
+                }
+                self.interval = std::time::Duration::from_secs_f64(s);
+            }
+            "sources" => match v {
+                Value::Integer(n) if (1..=100).contains(n.value()) => {
+                    self.sources = *n.value() as usize
+                }
+                _ => return Err("noise.sources must be a whole number from 1 to 100".into()),
+            },
+            "ignore_cpus" => {
+                let Value::String(s) = v else {
+                    return Err("noise.ignore_cpus must be a string (a CPU list, \"3\")".into());
+                };
+                self.ignore_cpus = CpuSet::parse_list(s.value().trim())
+                    .map_err(|e| format!("noise.ignore_cpus: {e}"))?;
+            }
+            _ => return Err(unknown("key", key, NOISE_KEYS)),
         }
         Ok(())
     }
@@ -581,6 +652,7 @@ impl Config {
             metrics: None,
             containers: None,
             stalls: StallsConfig::default(),
+            noise: NoiseConfig::default(),
         };
         for s in preset::settings(preset) {
             let r = match s.key.split_once(':') {
@@ -1059,6 +1131,11 @@ impl Config {
             }
             c.stalls = st;
         }
+        if let Some(t) = table("noise")? {
+            let mut n = NoiseConfig::default();
+            walk(t, "noise", &mut |k, v| n.set(k, v))?;
+            c.noise = n;
+        }
         Ok(c)
     }
 
@@ -1431,6 +1508,30 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(why) && e.contains(":3: "), "{line}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_noise_ledger_is_on_by_default_and_tuned_or_turned_off_by_the_table() {
+        let c = parse("isolated_cpus = \"2-3\"\n").unwrap();
+        assert_eq!(c.noise, NoiseConfig::default());
+        assert!(c.noise.enabled);
+        let c = parse(
+            "isolated_cpus = \"2-3\"\n[noise]\nenabled = false\ninterval = 0.5\nsources = 4\nignore_cpus = \"2\"\n",
+        )
+        .unwrap();
+        assert!(!c.noise.enabled);
+        assert_eq!(c.noise.interval, std::time::Duration::from_millis(500));
+        assert_eq!(c.noise.sources, 4);
+        assert_eq!(c.noise.ignore_cpus, "2".parse().unwrap());
+        for (bad, says) in [
+            ("interval = 0", "noise.interval"),
+            ("sources = 0", "noise.sources"),
+            ("enabled = 1", "noise.enabled"),
+            ("buffer = 1", "buffer"),
+        ] {
+            let e = parse(&format!("isolated_cpus = \"2-3\"\n[noise]\n{bad}\n")).unwrap_err();
+            assert!(e.to_string().contains(says), "{bad}: {e}");
         }
     }
 

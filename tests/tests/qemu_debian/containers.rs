@@ -308,6 +308,7 @@ fn prometheus_expects() -> Vec<Expect> {
                         "ContainerClaimRefused",
                         "IsolationPolicyBroken",
                         "IsolatedCpuStalls",
+                        "IsolatedCpuInterruptionOver20us",
                     ]
                     || rules.iter().any(|(_, h)| h != "ok")
                 {

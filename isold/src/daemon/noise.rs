@@ -1,0 +1,212 @@
+//! The noise ledger's thread (`[noise]`, on by default): it records every interruption of
+//! the isolated CPUs in a tracefs instance of its own (libtaskisol::noise) and reads it every
+//! `interval` from a housekeeping CPU, without ever blocking on the kernel's buffers (a
+//! blocking reader makes the writer wake it with an irq_work on the CPU recorded). Its sums
+//! feed the metrics (`isold_cpu_noise_*`) and the status.
+
+use std::collections::BTreeMap;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use libtaskisol::audit::Scope;
+use libtaskisol::noise::{self, ProcThreads, Recorder, Sums};
+use libtaskisol::policy::config::NoiseConfig;
+use libtaskisol::{CpuSet, SysRoot};
+
+use crate::metrics::Metrics;
+
+/// How often a ledger that could not start tries again (tracefs mounted late, or the first
+/// event would have waited behind a workload).
+const RETRY: Duration = Duration::from_secs(10);
+
+/// How long the names of threads are trusted before they are read again (a pid reused).
+const NAMES_FOR: Duration = Duration::from_secs(60);
+
+/// What the main thread tells the ledger.
+pub enum Ctl {
+    /// Record these CPUs, with this scope's workloads and these settings, from now on.
+    Watch(CpuSet, Box<Scope>, NoiseConfig),
+    /// Remove the instance and end.
+    Stop,
+}
+
+/// What the ledger shares with the main thread.
+#[derive(Debug, Clone, Default)]
+pub struct Shared {
+    /// What it does: "recording CPUs 2-3", or why not.
+    pub state: String,
+    /// Each CPU's sums since the start.
+    pub per_cpu: BTreeMap<usize, Sums>,
+    /// Pages that followed lost events.
+    pub lost_pages: u64,
+    /// The thread's CPU time so far, seconds.
+    pub cpu_s: f64,
+}
+
+/// The ledger's thread, seen from the main thread.
+pub struct NoiseLedger {
+    ctl: Sender<Ctl>,
+    /// What it shares.
+    pub shared: Arc<Mutex<Shared>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for NoiseLedger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NoiseLedger")
+    }
+}
+
+impl NoiseLedger {
+    /// Start recording `cpus` (`scope` tells the workload apart) as `cfg` says; the metrics
+    /// get each interruption when published.
+    pub fn start(
+        root: SysRoot,
+        cpus: CpuSet,
+        scope: Scope,
+        cfg: NoiseConfig,
+        metrics: Option<Arc<Metrics>>,
+    ) -> std::io::Result<NoiseLedger> {
+        let (ctl, rx) = std::sync::mpsc::channel::<Ctl>();
+        let shared = Arc::new(Mutex::new(Shared {
+            state: "starting".into(),
+            ..Shared::default()
+        }));
+        let sh = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("isold-noise".into())
+            .spawn(move || run(&root, cpus, scope, cfg, metrics.as_deref(), &rx, &sh))?;
+        Ok(NoiseLedger {
+            ctl,
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn send(&self, c: Ctl) {
+        let _ = self.ctl.send(c);
+    }
+
+    /// The instance removed and the thread ended (waiting for it at most 2 s).
+    pub fn stop(mut self) {
+        self.send(Ctl::Stop);
+        if let Some(t) = self.thread.take() {
+            let until = Instant::now() + Duration::from_secs(2);
+            while !t.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+/// The recorder for `cpus`, or why there is none.
+fn recorder(root: &SysRoot, cpus: &CpuSet) -> Result<Recorder, String> {
+    if cpus.is_empty() {
+        return Err("off (no isolated CPU to record)".into());
+    }
+    let tracefs = noise::find(root)?;
+    if let Some(why) = libtaskisol::tracefs::enabling_would_wait(root, &tracefs, cpus) {
+        return Err(format!("waiting: {why}"));
+    }
+    Recorder::start(root, &tracefs, cpus).map_err(|e| format!("cannot record: {e}"))
+}
+
+fn run(
+    root: &SysRoot,
+    mut cpus: CpuSet,
+    mut scope: Scope,
+    mut cfg: NoiseConfig,
+    metrics: Option<&Metrics>,
+    ctl: &Receiver<Ctl>,
+    shared: &Mutex<Shared>,
+) {
+    let say = |state: String| shared.lock().unwrap_or_else(|e| e.into_inner()).state = state;
+    let mut rec: Option<Recorder> = None;
+    let mut retry_at = Instant::now();
+    let mut names_at = Instant::now() + NAMES_FOR;
+    let me: std::collections::HashSet<i32> = if root.is_host() {
+        libtaskisol::procfs::thread_ids(root, std::process::id() as i32)
+            .unwrap_or_default()
+            .into_iter()
+            .collect()
+    } else {
+        Default::default()
+    };
+    let mut threads = ProcThreads::new(root, &scope);
+    threads.ignore = me.clone();
+    loop {
+        if rec.is_none() && Instant::now() >= retry_at {
+            match recorder(root, &cpus) {
+                Ok(r) => {
+                    say(format!("recording CPUs {cpus}"));
+                    rec = Some(r);
+                }
+                Err(why) => {
+                    say(why);
+                    retry_at = Instant::now() + RETRY;
+                }
+            }
+        }
+        match ctl.recv_timeout(cfg.interval) {
+            Ok(Ctl::Watch(c, s, n)) => {
+                let moved = c != cpus;
+                cpus = c;
+                cfg = n;
+                // The new scope's workloads from the next names on.
+                drop(threads);
+                scope = *s;
+                threads = ProcThreads::new(root, &scope);
+                threads.ignore = me.clone();
+                if moved {
+                    if let Some(r) = rec.take() {
+                        let _ = r.stop(root);
+                    }
+                    retry_at = Instant::now();
+                }
+                continue;
+            }
+            Ok(Ctl::Stop) | Err(RecvTimeoutError::Disconnected) => {
+                if let Some(r) = rec.take() {
+                    let _ = r.stop(root);
+                }
+                say("stopped".into());
+                return;
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        if Instant::now() >= names_at {
+            drop(threads);
+            threads = ProcThreads::new(root, &scope);
+            threads.ignore = me.clone();
+            names_at = Instant::now() + NAMES_FOR;
+        }
+        let Some(r) = rec.as_mut() else { continue };
+        let mut got: Vec<(usize, noise::Interruption)> = Vec::new();
+        let read = r.read(&threads, &mut |cpu, i| got.push((cpu, i)));
+        let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = read {
+            sh.state = format!("stopped: {e}");
+            drop(sh);
+            if let Some(r) = rec.take() {
+                let _ = r.stop(root);
+            }
+            retry_at = Instant::now() + RETRY;
+            continue;
+        }
+        for (cpu, i) in &got {
+            sh.per_cpu.entry(*cpu).or_default().add(i);
+            if let Some(m) = metrics {
+                m.noise_observe(*cpu, i.net_ns as f64 / 1e9);
+            }
+        }
+        sh.lost_pages = r.lost_pages;
+        sh.cpu_s = super::os::thread_cpu_ns() as f64 / 1e9;
+        if let Some(m) = metrics {
+            m.noise_sums(&sh.per_cpu, cfg.sources);
+        }
+    }
+}
