@@ -192,14 +192,15 @@ pub struct NoiseArgs {
     #[arg(long = "cpus", value_name = "LIST")]
     pub cpus: Option<String>,
 
-    /// Seconds to record the CPUs' interruptions for.
-    #[arg(
-        short = 'd',
-        long = "duration",
-        value_name = "SECS",
-        default_value = "10"
-    )]
-    pub duration: f64,
+    /// Record the CPUs' interruptions for SECS seconds, once, instead of reading the ledger of
+    /// the running `isold run`.
+    #[arg(short = 'd', long = "duration", value_name = "SECS")]
+    pub duration: Option<f64>,
+
+    /// From the running daemon's ledger, the interruptions of the last DURATION only (90s,
+    /// 10m, 2h, 1d; whole minutes, whole hours past the last hour) [default: since its start].
+    #[arg(long = "since", value_name = "DURATION", conflicts_with = "duration")]
+    pub since: Option<String>,
 
     /// Print the figures as JSON (documented in isold(8)).
     #[arg(long = "json")]

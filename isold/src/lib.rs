@@ -133,6 +133,9 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
             Ok(scope) => audit::run(&root, &scope, args, &state_path),
             Err(code) => code,
         },
+        Command::Noise(args) if args.duration.is_none() => {
+            noise::from_daemon(&root, &state_path, args)
+        }
         Command::Noise(args) => match scope_of(args.cpus.as_deref()) {
             Ok(scope) => noise::run(&root, &scope, args),
             Err(code) => code,

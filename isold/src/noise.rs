@@ -32,6 +32,9 @@ pub struct NoiseReport {
     pub source: String,
     /// The window, seconds.
     pub window_s: f64,
+    /// Unix time of the window's start (the daemon's ledger; none for a measure of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_unix: Option<u64>,
     /// One entry per CPU, ascending.
     pub per_cpu: Vec<CpuReport>,
     /// Pages of the kernel's buffers that came after lost events (the reader fell behind).
@@ -41,12 +44,12 @@ pub struct NoiseReport {
     pub notes: Vec<String>,
 }
 
-/// `isold noise`.
+/// `isold noise --duration SECS`: one recording of its own.
 pub fn run(root: &SysRoot, scope: &Scope, args: &NoiseArgs) -> i32 {
-    if !(args.duration > 0.0 && args.duration <= 3600.0) {
+    let duration = args.duration.unwrap_or(10.0);
+    if !(duration > 0.0 && duration <= 3600.0) {
         return fail(format!(
-            "--duration {}: give seconds from more than 0 to 3600",
-            args.duration
+            "--duration {duration}: give seconds from more than 0 to 3600"
         ));
     }
     if root.is_host() {
@@ -62,13 +65,14 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &NoiseArgs) -> i32 {
     if let Some(why) = libtaskisol::tracefs::enabling_would_wait(root, &tracefs, &scope.cpus) {
         return fail(format!("noise: {why}"));
     }
-    let window = Duration::from_secs_f64(args.duration);
+    let window = Duration::from_secs_f64(duration);
+    let offset = noise::unix_offset();
     // Said on standard error once the events are enabled (that interrupts every CPU once):
     // the window starts then.
     let ready = || {
         eprintln!(
             "isold noise: recording CPUs {} for {} s",
-            scope.cpus, args.duration
+            scope.cpus, duration
         )
     };
     let (sums, rec) = match noise::measure(root, &tracefs, scope, window, READ_EVERY, ready) {
@@ -76,6 +80,7 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &NoiseArgs) -> i32 {
         Err(e) => return fail(format!("noise: {e}")),
     };
     let lost = rec.lost_pages;
+    let mono = rec.clock == "mono";
     let mut notes = Vec::new();
     if rec.bad_pages > 0 {
         notes.push(format!(
@@ -92,38 +97,230 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &NoiseArgs) -> i32 {
     let per_cpu = sums
         .iter()
         .map(|(&cpu, s)| {
-            CpuReport::of(cpu, s, |src| {
-                noise_fix(
-                    src.kind.as_str(),
-                    &src.name,
-                    nohz.contains(cpu),
-                    &scope.cpus,
-                )
-            })
+            let mut c = report_of(cpu, s, &nohz, &scope.cpus);
+            if mono {
+                c.longest_at_unix = c.longest_at_seconds.map(|t| t + offset);
+            }
+            c
         })
         .collect();
     let report = NoiseReport {
-        kernel: root
-            .read_value_opt("/proc/sys/kernel/osrelease")
-            .ok()
-            .flatten()
-            .unwrap_or_default(),
+        kernel: kernel(root),
         cpus: scope.cpus.to_string(),
         source: scope.source.clone(),
-        window_s: args.duration,
+        window_s: duration,
+        from_unix: None,
         per_cpu,
         lost_pages: lost,
         notes,
     };
+    print(&report, args)
+}
+
+fn kernel(root: &SysRoot) -> String {
+    root.read_value_opt("/proc/sys/kernel/osrelease")
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+/// A CPU's report, each source with its fix.
+fn report_of(
+    cpu: usize,
+    s: &noise::Sums,
+    nohz: &libtaskisol::CpuSet,
+    cpus: &libtaskisol::CpuSet,
+) -> CpuReport {
+    CpuReport::of(cpu, s, |src| {
+        noise_fix(src.kind.as_str(), &src.name, nohz.contains(cpu), cpus)
+    })
+}
+
+/// A `--since` duration: seconds, or a number with s, m, h or d.
+pub fn parse_since(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (num, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let mult = match unit {
+        "s" | "sec" => 1,
+        "m" | "min" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => 0,
+    };
+    match num.parse::<u64>() {
+        Ok(n) if n > 0 && mult > 0 => Ok(n.saturating_mul(mult)),
+        _ => Err(format!(
+            "--since {text}: give a duration such as 90s, 10m, 2h or 1d"
+        )),
+    }
+}
+
+/// `isold noise` without --duration: the running daemon's ledger (`noise.json` next to its
+/// status), since its start or over `--since`.
+pub fn from_daemon(root: &SysRoot, state_path: &std::path::Path, args: &NoiseArgs) -> i32 {
+    let since = match args.since.as_deref().map(parse_since).transpose() {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let only: Option<libtaskisol::CpuSet> = match args.cpus.as_deref().map(str::parse).transpose() {
+        Ok(c) => c,
+        Err(e) => return fail(format!("--cpus: {e}")),
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    match daemon_report(root, state_path, since, only.as_ref(), now) {
+        // The ledger of a daemon that is gone is shown, and said so by the exit status too.
+        Ok(r) => match print(&r, args) {
+            EXIT_OK if crate::lifecycle::running(state_path).is_none() => {
+                crate::exit::EXIT_NOT_RUNNING
+            }
+            code => code,
+        },
+        Err(code) => code,
+    }
+}
+
+/// The report of the daemon's ledger over the last `since` seconds (None: since its start)
+/// at Unix time `now`, for the CPUs `only` (None: every one recorded); Err: the exit code,
+/// the reason said on standard error.
+pub fn daemon_report(
+    root: &SysRoot,
+    state_path: &std::path::Path,
+    since: Option<u64>,
+    only: Option<&libtaskisol::CpuSet>,
+    now: u64,
+) -> Result<NoiseReport, i32> {
+    let path = crate::status::noise_path(state_path);
+    let running = crate::lifecycle::running(state_path);
+    let file = match std::fs::read_to_string(&path) {
+        Ok(t) => match serde_json::from_str::<noise::LedgerFile>(&t) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!("isold: {}: not a noise ledger: {e}", path.display());
+                return Err(crate::exit::EXIT_STATUS_UNKNOWN);
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            eprintln!(
+                "isold: {}: {} (measure once with --duration SECS)",
+                path.display(),
+                if running.is_some() {
+                    "isold run keeps no noise ledger ([noise] enabled = false, or it has not started yet)"
+                } else {
+                    "isold run is not running"
+                }
+            );
+            return Err(crate::exit::EXIT_NOT_RUNNING);
+        }
+        Err(e) => {
+            eprintln!(
+                "isold: cannot read {}: {}",
+                path.display(),
+                libtaskisol::error::io_strerror(&e)
+            );
+            return Err(crate::exit::EXIT_STATUS_UNKNOWN);
+        }
+    };
+    let (from, per) = file.window(since.map(|s| now.saturating_sub(s)));
+    let recorded: libtaskisol::CpuSet = file.cpus.parse().unwrap_or_default();
+    let cpus = match only {
+        Some(o) => o.intersection(&recorded),
+        None => recorded.clone(),
+    };
+    let nohz = IsolatedCpus::discover(root)
+        .map(|i| i.nohz_full)
+        .unwrap_or_default();
+    let mut notes = Vec::new();
+    if running.is_none() || file.state == "stopped" {
+        notes.push(format!(
+            "isold run (pid {}) is not running: its ledger as it was at {}",
+            file.pid,
+            utc(file.updated_unix as f64)
+        ));
+    } else if !file.state.starts_with("recording") {
+        notes.push(format!("the ledger is not recording: {}", file.state));
+    }
+    if let Some(o) = only {
+        let missing = o.difference(&recorded);
+        if !missing.is_empty() {
+            notes.push(format!("CPUs {missing} are not recorded by isold run"));
+        }
+    }
+    if let Some(s) = since {
+        if file.started_unix > now.saturating_sub(s) {
+            notes.push(format!(
+                "the ledger starts at {} (isold run's start)",
+                utc(file.started_unix as f64)
+            ));
+        } else if from > now.saturating_sub(s) + 60 {
+            notes.push(format!(
+                "past the last hour the ledger is kept by the hour: from {}",
+                utc(from as f64)
+            ));
+        }
+    }
+    let per_cpu = cpus
+        .iter()
+        .map(|cpu| match per.get(&cpu) {
+            Some((s, at)) => {
+                let mut c = report_of(cpu, s, &nohz, &recorded);
+                // 0: a recording clock that is not CLOCK_MONOTONIC, with no Unix time.
+                c.longest_at_unix = at.filter(|t| *t > 0.0);
+                c
+            }
+            None => report_of(cpu, &noise::Sums::default(), &nohz, &recorded),
+        })
+        .collect();
+    let end = file.updated_unix.max(from);
+    Ok(NoiseReport {
+        kernel: kernel(root),
+        cpus: cpus.to_string(),
+        source: format!("the ledger of isold run, pid {}", file.pid),
+        window_s: (end - from) as f64,
+        from_unix: Some(from),
+        per_cpu,
+        lost_pages: file.lost_pages,
+        notes,
+    })
+}
+
+fn print(report: &NoiseReport, args: &NoiseArgs) -> i32 {
     if args.json {
-        match serde_json::to_string_pretty(&report) {
+        match serde_json::to_string_pretty(report) {
             Ok(j) => print_out(&format!("{j}\n")),
             Err(e) => fail(e),
         }
     } else {
-        print_out(&human(&report, args.verbose));
+        print_out(&human(report, args.verbose));
         EXIT_OK
     }
+}
+
+/// Unix time `t` as UTC, to the millisecond: `2026-12-04 03:12:05.123 UTC`.
+pub fn utc(t: f64) -> String {
+    let ms = (t * 1000.0).round() as i64;
+    let (secs, ms) = (ms.div_euclid(1000), ms.rem_euclid(1000));
+    let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Days to a civil date (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{ms:03} UTC",
+        sod / 3600,
+        sod % 3600 / 60,
+        sod % 60
+    )
 }
 
 /// A duration for a human: ns, us or ms with three digits.
@@ -143,10 +340,20 @@ fn dur(s: f64) -> String {
 /// The human form: a block per CPU, fitting 80 columns.
 pub fn human(r: &NoiseReport, verbose: bool) -> String {
     let mut s = String::new();
-    let head = format!(
-        "isold noise: CPUs {} ({}), Linux {}, window {} s",
-        r.cpus, r.source, r.kernel, r.window_s
-    );
+    let head = match r.from_unix {
+        Some(f) => format!(
+            "isold noise: CPUs {} ({}), Linux {}, {} s since {}",
+            r.cpus,
+            r.source,
+            r.kernel,
+            r.window_s,
+            utc(f as f64)
+        ),
+        None => format!(
+            "isold noise: CPUs {} ({}), Linux {}, window {} s",
+            r.cpus, r.source, r.kernel, r.window_s
+        ),
+    };
     let _ = writeln!(s, "{}", wrap(&head, 0, 2));
     for c in &r.per_cpu {
         if c.events == 0 {
@@ -157,13 +364,16 @@ pub fn human(r: &NoiseReport, verbose: bool) -> String {
             "CPU {}: {} interruptions ({}/s), {} in all ({:.4} %); longest {}: {}{}",
             c.cpu,
             c.events,
-            rate(c.events as f64 / r.window_s),
+            rate(c.events as f64 / r.window_s.max(1.0)),
             dur(c.seconds),
-            c.seconds / r.window_s * 100.0,
+            c.seconds / r.window_s.max(1.0) * 100.0,
             dur(c.longest_seconds),
             c.longest_source,
-            c.longest_at_seconds
-                .map_or_else(String::new, |t| format!(" at {t:.6} s"))
+            match (c.longest_at_unix, c.longest_at_seconds) {
+                (Some(u), _) => format!(" at {}", utc(u)),
+                (None, Some(t)) => format!(" at {t:.6} s"),
+                (None, None) => String::new(),
+            }
         );
         let _ = writeln!(s, "{}", wrap(&line, 0, 2));
         let _ = writeln!(s, "    events      total    longest  source");
@@ -257,6 +467,7 @@ mod tests {
             cpus: "2-3".into(),
             source: "--cpus".into(),
             window_s: 10.0,
+            from_unix: None,
             per_cpu: vec![CpuReport::of(2, &Sums::default(), |_| String::new()), c],
             lost_pages: 0,
             notes: Vec::new(),
@@ -285,5 +496,68 @@ mod tests {
             "kernel thread kworker/3:1"
         );
         assert_eq!(j["per_cpu"][1]["sources"][0]["source"], "IRQ 4 ttyS0");
+    }
+
+    /// `isold noise` reads the daemon's file: since its start, over the last minutes, each
+    /// CPU's longest with its Unix time; a stopped daemon's ledger is shown as of its end.
+    #[test]
+    fn the_daemons_ledger_is_read_whole_and_by_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state.json");
+        let t0 = 1_796_000_400u64; // a whole hour
+        let mut l = noise::Ledger::new(t0, 24);
+        let irq = |ns| Interruption {
+            start_ns: 5_000_000_000,
+            net_ns: ns,
+            counted: true,
+            source: Source {
+                kind: Kind::Irq,
+                name: "IRQ 4 ttyS0".into(),
+            },
+        };
+        l.add(t0 + 10, 3, &irq(50_000));
+        l.add(t0 + 600, 3, &irq(4_000));
+        l.add(t0 + 610, 3, &irq(3_000));
+        let f = noise::LedgerFile::of(&l, 1, "stopped", "2-3", 0, t0 + 620, &|ns| {
+            t0 as f64 + ns as f64 / 1e9
+        });
+        std::fs::write(
+            crate::status::noise_path(&state),
+            serde_json::to_string(&f).unwrap(),
+        )
+        .unwrap();
+        let root = SysRoot::new(dir.path());
+        let all = daemon_report(&root, &state, None, None, t0 + 625).unwrap();
+        assert_eq!(all.cpus, "2-3");
+        assert_eq!(all.per_cpu[0].events, 0);
+        let c = &all.per_cpu[1];
+        assert_eq!((c.cpu, c.events, c.longest_seconds), (3, 3, 50e-6));
+        assert_eq!(c.longest_at_unix, Some(t0 as f64 + 5.0));
+        assert!(all.notes[0].contains("is not running"), "{:?}", all.notes);
+        // The last 5 minutes: the two small ones.
+        let w = daemon_report(&root, &state, Some(300), None, t0 + 625).unwrap();
+        let c = &w.per_cpu[1];
+        assert_eq!((c.events, c.longest_seconds), (2, 4e-6));
+        assert_eq!(w.from_unix, Some(t0 + 300));
+        let text = human(&w, false);
+        assert!(
+            text.contains("320 s since\n  2026-11-30 01:05:00.000 UTC"),
+            "{text}"
+        );
+        // CPU 3 alone.
+        let only: libtaskisol::CpuSet = "3".parse().unwrap();
+        let o = daemon_report(&root, &state, None, Some(&only), t0 + 625).unwrap();
+        assert_eq!(o.per_cpu.len(), 1);
+        // No file: not running.
+        std::fs::remove_file(crate::status::noise_path(&state)).unwrap();
+        assert_eq!(
+            daemon_report(&root, &state, None, None, t0).unwrap_err(),
+            crate::exit::EXIT_NOT_RUNNING
+        );
+        assert_eq!(parse_since("10m"), Ok(600));
+        assert_eq!(parse_since("90"), Ok(90));
+        assert!(parse_since("10 parsecs").is_err() && parse_since("0s").is_err());
+        assert_eq!(utc(0.0), "1970-01-01 00:00:00.000 UTC");
+        assert_eq!(utc(951_782_400.5), "2000-02-29 00:00:00.500 UTC");
     }
 }

@@ -190,6 +190,14 @@ pub fn status_path(state_path: &Path) -> PathBuf {
         .join("status.json")
 }
 
+/// Where the noise ledger's file goes: next to the state file.
+pub fn noise_path(state_path: &Path) -> PathBuf {
+    state_path
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("noise.json")
+}
+
 fn now_s() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

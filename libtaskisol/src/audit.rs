@@ -914,12 +914,13 @@ pub fn noise_fix(kind: &str, source: &str, nohz_full: bool, cpus: &CpuSet) -> St
         "softirq" => softirq_fix(source.strip_prefix("softirq ").unwrap_or(source)).into(),
         "timer" => row("LOC"),
         "ipi" if source.contains("reschedule") => row("RES"),
+        "ipi" if source.contains("TLB shootdown") => "the workload's memory map changed on another CPU (a sibling thread's munmap, mprotect, madvise; KSM, THP): map and mlock its memory before it runs; isold items ksm and thp".into(),
         "ipi" if source.contains("function call") => row("CAL"),
         "ipi" if source.contains("irq work") => row("IWI"),
         "nmi" => row("NMI"),
         "thread" => match source.strip_prefix("kernel thread ") {
             Some(comm) => kthread_fix(comm).into(),
-            None => "isold item tasks (a task allowed on this CPU that is not the workload)".into(),
+            None => "a task that is not the workload: isold item tasks moves the ones allowed elsewhere; one pinned here (a second program) must be moved by its owner".into(),
         },
         _ => row(""),
     }

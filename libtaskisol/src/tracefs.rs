@@ -94,20 +94,59 @@ pub fn unexpanded(root: &SysRoot, tracefs: &str) -> bool {
         .is_ok_and(|t| t.contains("expanded"))
 }
 
-/// Why enabling an event now would wait behind a workload: the buffer is unexpanded and a
-/// runnable real-time thread sits on one of `cpus` (the kernel's work queued there would
-/// wait behind it for as long as it runs). `None` when enabling is safe.
+/// Why making an instance or enabling an event now would wait behind a workload, `None`
+/// when it is safe:
+/// - the buffer is unexpanded and a runnable real-time thread sits on one of `cpus`: the
+///   first event enabled grows the buffer with work queued on every CPU, which waits behind
+///   that thread for as long as it runs;
+/// - a thread starves now on one of `cpus` behind a runnable real-time thread (both runnable
+///   on the same CPU), with RT throttling off and no fair server serving it (before 6.12, or
+///   its runtime 0): work the kernel queues there meanwhile waits too, and making an instance
+///   (megabytes of buffers, memory reclaim draining every CPU's lists) was seen to wait on
+///   6.1.
 pub fn enabling_would_wait(root: &SysRoot, tracefs: &str, cpus: &CpuSet) -> Option<String> {
-    if !unexpanded(root, tracefs) {
-        return None;
-    }
     let threads = crate::tasks::threads_on(root, cpus).ok()?;
+    let rt_on = |cpu: u32| {
+        threads
+            .iter()
+            .find(|t| t.state == 'R' && matches!(t.policy, 1 | 2) && t.processor == cpu)
+    };
     let rt = threads.iter().find(|t| {
         t.state == 'R' && matches!(t.policy, 1 | 2) && cpus.contains(t.processor as usize)
     })?;
+    if unexpanded(root, tracefs) {
+        return Some(format!(
+            "the kernel's trace buffer is still at its boot size ({tracefs}/buffer_size_kb): the first event enabled grows it with work queued on every CPU, which would wait behind the real-time thread {} (pid {}) on CPU {}; record once before the workload starts (isold run does at its start)",
+            rt.comm, rt.tid, rt.processor
+        ));
+    }
+    // A starving thread waits only a while where RT throttling leaves the CPU to it now and
+    // then, or the kernel's fair server (6.12+) serves it.
+    if root
+        .read_value("/proc/sys/kernel/sched_rt_runtime_us")
+        .is_ok_and(|v| v != "-1")
+    {
+        return None;
+    }
+    let fair_server = crate::topology::KernelVersion::read(root).is_ok_and(|v| v.at_least(6, 12));
+    let served = |cpu: u32| match root.read_value(format!(
+        "/sys/kernel/debug/sched/fair_server/cpu{cpu}/runtime"
+    )) {
+        Ok(v) => v != "0",
+        Err(_) => fair_server,
+    };
+    let (starving, behind) = threads.iter().find_map(|t| {
+        if t.state != 'R' || matches!(t.policy, 1 | 2) || !cpus.contains(t.processor as usize) {
+            return None;
+        }
+        if served(t.processor) {
+            return None;
+        }
+        rt_on(t.processor).map(|r| (t, r))
+    })?;
     Some(format!(
-        "the kernel's trace buffer is still at its boot size ({tracefs}/buffer_size_kb): the first event enabled grows it with work queued on every CPU, which would wait behind the real-time thread {} (pid {}) on CPU {}; record once before the workload starts (isold run does at its start)",
-        rt.comm, rt.tid, rt.processor
+        "{} (pid {}) is runnable on CPU {} behind the real-time thread {} (pid {}): the kernel's work for that CPU would wait as it does, and tracing would wait for it; isold run's stall guard lends such threads a slice",
+        starving.comm, starving.tid, starving.processor, behind.comm, behind.tid
     ))
 }
 
@@ -127,6 +166,8 @@ mod tests {
         let root = SysRoot::new(d);
         let t = "/sys/kernel/tracing";
         put("sys/kernel/tracing/buffer_size_kb", "7 (expanded: 1408)\n");
+        put("proc/sys/kernel/sched_rt_runtime_us", "-1\n");
+        put("proc/sys/kernel/osrelease", "6.1.0-57-amd64\n");
         let stat = |pid: i32, comm: &str, state: char, cpu: u32, policy: u32| {
             let mut f: Vec<String> = (3..=52).map(|_| "0".to_string()).collect();
             f[0] = state.to_string();
@@ -146,6 +187,31 @@ mod tests {
         assert!(why.contains("rtloop (pid 40) on CPU 3"), "{why}");
         // Expanded: safe.
         put("sys/kernel/tracing/buffer_size_kb", "1408\n");
+        assert_eq!(enabling_would_wait(&root, t, &cpus), None);
+        // Expanded, but a kworker runnable behind the loop on CPU 3: it starves, and tracing
+        // would wait for it.
+        put("proc/37/task/37/stat", &stat(37, "kworker/3:1", 'R', 3, 0));
+        put(
+            "proc/37/task/37/status",
+            "Name:\tkworker/3:1\nCpus_allowed_list:\t3\n",
+        );
+        put("proc/37/stat", &stat(37, "kworker/3:1", 'R', 3, 0));
+        let why = enabling_would_wait(&root, t, &cpus).expect("it would wait");
+        assert!(
+            why.contains("kworker/3:1 (pid 37) is runnable on CPU 3 behind the real-time thread rtloop (pid 40)"),
+            "{why}"
+        );
+        // RT throttling on, or a fair server: it waits a while only.
+        put("proc/sys/kernel/sched_rt_runtime_us", "950000\n");
+        assert_eq!(enabling_would_wait(&root, t, &cpus), None);
+        put("proc/sys/kernel/sched_rt_runtime_us", "-1\n");
+        put("proc/sys/kernel/osrelease", "6.12.57+deb13-rt-amd64\n");
+        assert_eq!(enabling_would_wait(&root, t, &cpus), None);
+        // Its runtime set to 0: no server.
+        put("sys/kernel/debug/sched/fair_server/cpu3/runtime", "0\n");
+        assert!(enabling_would_wait(&root, t, &cpus).is_some());
+        // The same kworker asleep: safe.
+        put("proc/37/task/37/stat", &stat(37, "kworker/3:1", 'S', 3, 0));
         assert_eq!(enabling_would_wait(&root, t, &cpus), None);
         // Unexpanded but the thread is SCHED_OTHER: safe.
         put("sys/kernel/tracing/buffer_size_kb", "7 (expanded: 1408)\n");

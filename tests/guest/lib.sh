@@ -422,8 +422,10 @@ stall_guard_case() {
     _t0=$(now_cs)
     sg_clock "$_loop" >/tmp/sg.b0
     stat_refresh_bg /tmp/sg.t1
-    # isold audit meanwhile names the kworker of CPU 3 as starving, behind the loop. On 6.1
-    # it may not return before the kworker runs: its output is read once the guard is on.
+    # isold audit meanwhile names the kworker of CPU 3 as starving, behind the loop (once it
+    # is: the write queues its work). On 6.1 it may not return before the kworker runs: its
+    # output is read once the guard is on.
+    sleep 1
     (
         isold audit --cpus 2-3 --duration 2 >/tmp/sg.audit 2>&1
         now_cs >/tmp/sg.audit.done
@@ -436,6 +438,12 @@ stall_guard_case() {
         for _p in $(pidof isold); do
             [ "$_p" = "$(cat /tmp/sg.isold)" ] && continue
             sed "s/^/audit_stack: /" /proc/"$_p"/stack 2>/dev/null | head -n 12
+        done
+        # And whatever else waits in the kernel (who holds what the audit waits for).
+        for _t in /proc/[0-9]*/task/*; do
+            grep -q '^State:[[:space:]]*D' $_t/status 2>/dev/null || continue
+            echo "waiting_task: ${_t#/proc/} $(cat $_t/comm)"
+            sed "s/^/waiting_stack: /" $_t/stack 2>/dev/null | head -n 10
         done
     fi
     # The loop alone on CPU 3 meanwhile: its share as the guest's clocks measure it (under
@@ -682,52 +690,154 @@ stall_bench_idle() {
 # irq_count IRQ CPU: IRQ's count on CPU in /proc/interrupts.
 irq_count() { awk -v irq="$1:" -v col=$(($2 + 2)) '$1 == irq { print $col }' /proc/interrupts; }
 
-# noise_case: isold noise over CPUs 2-3 with a busy loop on CPU 3 (a workload: pinned inside
-# the CPUs watched) and ttyS0's IRQ 4 moved onto CPU 3 and fired from CPU 0 by writes to the
-# serial port, and CPU 3's kworker woken: idle CPU 2's interrupts over 3 s without and with
-# the ledger recording, the kernel's count of IRQ 4 on CPU 3 over the recording, the ledger's
-# JSON between
-# "--- noise json" and "--- end", its human form, and the instance gone after.
+# noise_case: the noise ledger as a user meets it, with oslat (rt-tests) as the workload on
+# isolated CPU 3. `isold run` records CPUs 2-3 (its ledger on by default; irq_affinity off so
+# that an IRQ may be let onto CPU 3). Idle CPU 2's interrupts over 3 s before isold and with
+# its ledger recording. Then, while oslat runs, the culprits: ttyS0's IRQ 4 let onto CPU 3 and
+# fired from CPU 0 by writes to the serial port; a shell pinned to CPU 3 waking every 300 ms;
+# CPU 3's kworker run five times (stat_refresh); on CPU 2 a workload whose sibling thread on
+# CPU 0 unmaps pages (TLB shootdowns). What the kernel counted (IRQ 4 on CPU 3, TLB on CPU 2),
+# the daemon's ledger before and after (`isold noise --json`), a one-time `isold noise
+# --duration` inside the same stretch, oslat's maximum, the metrics, the human forms; isold
+# stopped and restored, and no instance left.
 noise_case() {
     _orig=$(cat /proc/irq/4/smp_affinity_list)
-    echo 3 >/proc/irq/4/smp_affinity_list || echo "irq4_moved=no"
-    echo "irq4_effective=$(cat /proc/irq/4/effective_affinity_list 2>/dev/null)"
-    taskset -c 3 sh -c 'while :; do :; done' &
-    _w=$!
-    # Idle CPU 2's interrupts over 3 s, without the ledger and with it (once it records).
+    rm -f /tmp/nz.* /tmp/noise.*
+    printf 'isolated_cpus = "2-3"\n[items]\nirq_affinity = false\n[stalls]\nenabled = false\n[metrics]\ntextfile = "/tmp/nz.prom"\ninterval = 1\n' >/tmp/nz.toml
+    # Idle CPU 2's interrupts over 3 s, no ledger.
     sleep 1
     _i0=$(sg_cpu2_irqs)
     sleep 3
     echo "cpu2_irqs_ledger_off=$(($(sg_cpu2_irqs) - _i0))"
-    isold noise --cpus 2-3 --duration 12 --json >/tmp/noise.json 2>/tmp/noise.err &
-    _nz=$!
-    # Once it records (its events enabled: that interrupts every CPU once).
-    wait_for 30 grep -q 'isold noise: recording' /tmp/noise.err
-    _c0=$(irq_count 4 3)
-    sleep 0.5
-    grep '^LOC:\|^RES:\|^CAL:\|^IWI:' /proc/interrupts | awk '{ print $1, $4 }' >/tmp/noise.i0
+    setsid isold --config /tmp/nz.toml run </dev/null >/tmp/nz.log 2>&1 &
+    echo $! >/tmp/nz.isold
+    wait_for 60 grep -q '"state": "recording CPUs 2-3"' /run/isold/status.json && echo "ledger_recording=yes"
+    sleep 1
     _i0=$(sg_cpu2_irqs)
     sleep 3
     echo "cpu2_irqs_ledger_on=$(($(sg_cpu2_irqs) - _i0))"
-    grep '^LOC:\|^RES:\|^CAL:\|^IWI:' /proc/interrupts | awk '{ print $1, $4 }' | paste -d' ' /tmp/noise.i0 - |
-        awk '{ printf "cpu2_%s%d ", $1, $4 - $2 } END { print "" }'
-    # 8 KB through the serial port (QEMU's UART interrupts a few times for it), and CPU 3's
-    # kworker run five times (stat_refresh queues vmstat work on every CPU).
-    dd if=/dev/zero bs=1024 count=8 2>/dev/null | tr '\0' '.' >/dev/ttyS0
-    for _i in 1 2 3 4 5; do
-        echo 1 >/proc/sys/vm/stat_refresh
+    # oslat on CPU 3 (its main thread on CPU 0), for longer than everything below.
+    oslat -c 3 -C 0 -D 24 >/tmp/nz.oslat 2>&1 &
+    _os=$!
+    sleep 3
+    # Its measuring thread: the one allowed on CPU 3 only.
+    for _t in /proc/$_os/task/*; do
+        grep -q '^Cpus_allowed_list:[[:space:]]*3$' $_t/status && echo "oslat_worker=${_t##*/}"
+    done
+    isold noise --cpus 2-3 --duration 10 --json >/tmp/noise.json 2>/tmp/noise.err &
+    _nz=$!
+    wait_for 30 grep -q 'isold noise: recording' /tmp/noise.err
+    sleep 1.5
+    isold noise --json >/tmp/nz.before
+    _c0=$(irq_count 4 3)
+    _t0=$(awk '$1 == "TLB:" { print $4 }' /proc/interrupts)
+    isol-tlb 2 0 200 4 >/tmp/nz.tlb &
+    _tlb=$!
+    echo 3 >/proc/irq/4/smp_affinity_list || echo "irq4_moved=no" >>/tmp/nz.out
+    taskset -c 3 sh -c 'i=0; while [ $i -lt 10 ]; do usleep 300000; i=$((i + 1)); done' &
+    _sh=$!
+    # 8 bursts of 1 KB through the serial port (QEMU's UART interrupts a few times for each)
+    # and CPU 3's kworker run five times (stat_refresh queues vmstat work on every CPU).
+    for _i in 1 2 3 4 5 6 7 8; do
+        dd if=/dev/zero bs=1024 count=1 2>/dev/null | tr '\0' '.' >/dev/ttyS0
+        [ $_i -le 5 ] && echo 1 >/proc/sys/vm/stat_refresh
         usleep 200000
     done
-    wait $_nz
-    _c1=$(irq_count 4 3)
-    echo "noise_rc=$?"
-    echo "irq4_cpu3=$((_c1 - _c0))"
-    echo "--- noise json"
-    cat /tmp/noise.json
-    echo "--- end"
-    sed 's/^/noise_err: /' /tmp/noise.err
+    wait $_sh
+    wait $_tlb
+    usleep 500000
     echo "$_orig" >/proc/irq/4/smp_affinity_list
-    isold noise --cpus 3 --duration 1 | sed 's/^/human: /'
-    kill -9 $_w
+    _c1=$(irq_count 4 3)
+    _t1=$(awk '$1 == "TLB:" { print $4 }' /proc/interrupts)
+    wait $_nz
+    echo "noise_rc=$?"
+    cat /tmp/nz.out 2>/dev/null
+    echo "pinned_sh=$_sh"
+    echo "irq4_cpu3=$((_c1 - _c0))"
+    echo "tlb_cpu2=$((_t1 - _t0))"
+    cat /tmp/nz.tlb
+    # The daemon's file follows within its interval (1 s).
+    sleep 2.5
+    isold noise --json >/tmp/nz.after
+    echo "daemon_noise_rc=$?"
+    wait $_os
+    echo "oslat_max_us=$(sed -n "s/^ *Maximum:[^0-9]*\([0-9]*\).*/\1/p" /tmp/nz.oslat | head -n 1)"
+    grep -i 'maximum\|error' /tmp/nz.oslat | sed 's/^/oslat: /'
+    for _f in noise.json nz.before nz.after; do
+        echo "--- $_f"
+        cat /tmp/$_f
+        echo "--- end"
+    done
+    sed 's/^/noise_err: /' /tmp/noise.err
+    isold noise --since 1m --json >/tmp/nz.since
+    echo "since_rc=$?"
+    grep -q '"from_unix"' /tmp/nz.since && echo "since_window=yes"
+    isold noise | sed 's/^/human: /'
+    isold status | grep -i 'noise\|longest' | sed 's/^/status: /'
+    grep '^isold_cpu_noise' /tmp/nz.prom | grep -v '_bucket' | sed 's/^/metric: /'
+    grep '^isold_cpu_noise_duration_seconds_bucket{cpu="3",le="2e-05"}\|^isold_cpu_noise_duration_seconds_bucket{cpu="3",le="0.00002"}' /tmp/nz.prom | sed 's/^/metric: /'
+    kill -TERM "$(cat /tmp/nz.isold)"
+    wait_for 20 sg_gone "$(cat /tmp/nz.isold)"
+    isold noise >/tmp/nz.stopped 2>&1
+    echo "stopped_rc=$?"
+    head -n 2 /tmp/nz.stopped | sed 's/^/stopped: /'
+    grep -A1 '^note' /tmp/nz.stopped | sed 's/^/stopped: /'
+    isold restore >/dev/null 2>&1
+    echo "restore_rc=$?"
     echo "instances_after=$(ls /sys/kernel/tracing/instances | tr '\n' ' ')"
+}
+# sg_gone PID: PID ended (a zombie counts as ended).
+sg_gone() { ! kill -0 "$1" 2>/dev/null || grep -q ') Z' /proc/"$1"/stat 2>/dev/null; }
+
+# nb_cpu3_irqs: every interrupt CPU 3 took so far (its column of /proc/interrupts).
+nb_cpu3_irqs() { awk 'NR > 1 && $5 ~ /^[0-9]+$/ { n += $5 } END { print n }' /proc/interrupts; }
+# nb_events: the interruptions isold's ledger counted so far (its status).
+nb_events() { sed -n 's/^ *"events": \([0-9]*\),*$/\1/p' /run/isold/status.json | tail -n 1; }
+# nb_measure NAME SECS PID TID: over SECS s, the ledger thread TID's and isold PID's CPU time
+# (ms per s), CPU 3's interrupts and the ledger's interruptions (per s). Lines NAME_key=value.
+nb_measure() {
+    _a=$(cut -d' ' -f1 /proc/"$3"/task/"$4"/schedstat)
+    _b=$(sb_cpu_ns "$3")
+    _i=$(nb_cpu3_irqs)
+    _e=$(nb_events)
+    sleep "$2"
+    echo "$1_ledger_ms_per_s=$(echo "$_a $(cut -d' ' -f1 /proc/"$3"/task/"$4"/schedstat) $2" | awk '{ printf "%.3f", ($2 - $1) / 1e6 / $3 }')"
+    echo "$1_isold_ms_per_s=$(echo "$_b $(sb_cpu_ns "$3") $2" | awk '{ printf "%.3f", ($2 - $1) / 1e6 / $3 }')"
+    echo "$1_cpu3_irqs_per_s=$(( ($(nb_cpu3_irqs) - _i) / $2 ))"
+    sleep 1.5
+    echo "$1_ledger_events_per_s=$(( ($(nb_events) - _e) / $2 ))"
+}
+# noise_bench RATE...: the noise ledger's cost in `isold run` (ledger on, metrics on, the
+# stall guard and irq_affinity off) with CPU 3 idle, then with a workload on CPU 3 whose
+# sibling thread on CPU 0 unmaps a page RATE times a second (a TLB shootdown IPI to CPU 3
+# each), each over 20 s; lost pages at the end.
+noise_bench() {
+    rm -f /tmp/nb.*
+    printf 'isolated_cpus = "2-3"\n[items]\nirq_affinity = false\n[stalls]\nenabled = false\n[metrics]\ntextfile = "/tmp/nb.prom"\ninterval = 1\n' >/tmp/nb.toml
+    setsid taskset -c 0-1 isold --config /tmp/nb.toml run </dev/null >/tmp/nb.log 2>&1 &
+    _p=$!
+    wait_for 60 grep -q '"state": "recording CPUs 2-3"' /run/isold/status.json || {
+        echo "started=no"
+        cat /tmp/nb.log
+        return 1
+    }
+    _tid=$(grep -l '^isold-noise$' /proc/"$_p"/task/*/comm | sed 's,/comm$,,; s,.*/,,')
+    echo "noise_tid=$_tid"
+    sleep 3
+    nb_measure idle 20 "$_p" "$_tid"
+    for _r in "$@"; do
+        isol-tlb 3 0 "$_r" 26 >/tmp/nb.tlb &
+        _w=$!
+        sleep 3
+        nb_measure "rate$_r" 20 "$_p" "$_tid"
+        wait $_w
+        sed "s/^/rate${_r}_/" /tmp/nb.tlb
+        sleep 2
+    done
+    grep '"lost_pages"' /run/isold/status.json | sed 's/^ */status: /'
+    isold noise --cpus 3 | head -n 8 | sed 's/^/human: /'
+    kill -TERM "$_p"
+    wait_for 20 sg_gone "$_p"
+    isold restore >/dev/null 2>&1
+    echo "restore_rc=$?"
 }

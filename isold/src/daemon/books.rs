@@ -78,6 +78,11 @@ impl Books {
         }
     }
 
+    /// Where the noise ledger's file goes: next to the status file.
+    pub fn noise_file(&self) -> PathBuf {
+        crate::status::noise_path(&self.state_file)
+    }
+
     /// The status file removed (the daemon stops).
     pub fn remove_status(&self) {
         let _ = std::fs::remove_file(&self.status_file);

@@ -733,10 +733,21 @@ impl Daemon {
                 crate::metrics::scope_of(&self.policy),
                 cfg,
                 metrics,
+                self.books.noise_file(),
             ) {
                 Ok(n) => {
+                    // Its events enabled before the daemon says it is ready (at most 10 s).
+                    let state = if n.wait_started(std::time::Duration::from_secs(10)) {
+                        n.shared
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .state
+                            .clone()
+                    } else {
+                        "starting".to_string()
+                    };
                     self.noise = Some(n);
-                    "starting".to_string()
+                    state
                 }
                 Err(e) => format!("off (its thread could not start: {e})"),
             }

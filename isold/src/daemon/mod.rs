@@ -134,11 +134,13 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
     }
     d.release_dead_claims();
     d.reconcile(&claimable);
-    d.ready();
     d.books.metrics = publish::start(&d.env, &d.policy, d.books.status.contested.is_empty());
-    d.start_nri();
     d.start_stall_guard();
+    // Ready once the ledger has enabled its events (or said why not): a workload started
+    // after isold is ready never has that work queued behind it.
     d.start_noise_ledger();
+    d.ready();
+    d.start_nri();
     serve::serve(d, &signals, args)
 }
 

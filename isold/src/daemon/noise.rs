@@ -2,15 +2,18 @@
 //! the isolated CPUs in a tracefs instance of its own (libtaskisol::noise) and reads it every
 //! `interval` from a housekeeping CPU, without ever blocking on the kernel's buffers (a
 //! blocking reader makes the writer wake it with an irq_work on the CPU recorded). Its sums
-//! feed the metrics (`isold_cpu_noise_*`) and the status.
+//! feed the metrics (`isold_cpu_noise_*`) and the status, and its ledger by minute and
+//! hour goes to `noise.json` next to the status (written whole when it changed, at most once
+//! an interval), which `isold noise` reads.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use libtaskisol::audit::Scope;
-use libtaskisol::noise::{self, ProcThreads, Recorder, Sums};
+use libtaskisol::noise::{self, Ledger, LedgerFile, ProcThreads, Recorder, Sums};
 use libtaskisol::policy::config::NoiseConfig;
 use libtaskisol::{CpuSet, SysRoot};
 
@@ -67,6 +70,7 @@ impl NoiseLedger {
         scope: Scope,
         cfg: NoiseConfig,
         metrics: Option<Arc<Metrics>>,
+        file: PathBuf,
     ) -> std::io::Result<NoiseLedger> {
         let (ctl, rx) = std::sync::mpsc::channel::<Ctl>();
         let shared = Arc::new(Mutex::new(Shared {
@@ -76,12 +80,45 @@ impl NoiseLedger {
         let sh = shared.clone();
         let thread = std::thread::Builder::new()
             .name("isold-noise".into())
-            .spawn(move || run(&root, cpus, scope, cfg, metrics.as_deref(), &rx, &sh))?;
+            .spawn(move || {
+                let mut out = Out {
+                    file,
+                    ledger: Ledger::new(now_s(), cfg.sources.saturating_mul(2)),
+                    lost_pages: 0,
+                    mono: false,
+                    written: None,
+                };
+                run(
+                    &root,
+                    cpus,
+                    scope,
+                    cfg,
+                    metrics.as_deref(),
+                    &rx,
+                    &sh,
+                    &mut out,
+                )
+            })?;
         Ok(NoiseLedger {
             ctl,
             shared,
             thread: Some(thread),
         })
+    }
+
+    /// Wait at most `timeout` for the first attempt to record to end (recording, or why
+    /// not); false when it did not end in time.
+    pub fn wait_started(&self, timeout: Duration) -> bool {
+        let until = Instant::now() + timeout;
+        loop {
+            if self.shared.lock().unwrap_or_else(|e| e.into_inner()).state != "starting" {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     pub fn send(&self, c: Ctl) {
@@ -103,6 +140,70 @@ impl NoiseLedger {
     }
 }
 
+fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The ledger over time and its file.
+struct Out {
+    file: PathBuf,
+    ledger: Ledger,
+    lost_pages: u64,
+    /// The recording's clock is CLOCK_MONOTONIC (its times can be told as Unix time).
+    mono: bool,
+    /// What the file says: its state and CPUs, and its ledger's events and minute.
+    written: Option<(String, String, u64, u64)>,
+}
+
+impl Out {
+    /// The file written again when its figures, its state or its minute changed.
+    fn write(&mut self, state: &str, cpus: &CpuSet) {
+        let clock_mono = self.mono;
+        let now = now_s();
+        self.ledger.tick(now);
+        let events: u64 = self
+            .ledger
+            .since_start
+            .values()
+            .flat_map(|s| s.by_source.values())
+            .map(|t| t.events + t.ns)
+            .sum();
+        let key = (
+            state.to_string(),
+            cpus.to_string(),
+            events,
+            self.ledger.current.from,
+        );
+        if self.written.as_ref() == Some(&key) {
+            return;
+        }
+        let off = noise::unix_offset();
+        let unix_of = |ns: u64| {
+            if clock_mono {
+                ns as f64 / 1e9 + off
+            } else {
+                0.0
+            }
+        };
+        let f = LedgerFile::of(
+            &self.ledger,
+            std::process::id() as i32,
+            state,
+            &cpus.to_string(),
+            self.lost_pages,
+            now,
+            &unix_of,
+        );
+        let text = serde_json::to_string(&f).expect("the ledger serializes") + "\n";
+        // As the status: readable by whoever may enter the directory.
+        if libtaskisol::policy::files::replace(&self.file, text.as_bytes(), Some(0o644)).is_ok() {
+            self.written = Some(key);
+        }
+    }
+}
+
 /// The recorder for `cpus`, or why there is none.
 fn recorder(root: &SysRoot, cpus: &CpuSet) -> Result<Recorder, String> {
     if cpus.is_empty() {
@@ -112,9 +213,11 @@ fn recorder(root: &SysRoot, cpus: &CpuSet) -> Result<Recorder, String> {
     if let Some(why) = libtaskisol::tracefs::enabling_would_wait(root, &tracefs, cpus) {
         return Err(format!("waiting: {why}"));
     }
-    Recorder::start(root, &tracefs, cpus).map_err(|e| format!("cannot record: {e}"))
+    Recorder::start(root, &tracefs, cpus, noise::INSTANCE)
+        .map_err(|e| format!("cannot record: {e}"))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run(
     root: &SysRoot,
     mut cpus: CpuSet,
@@ -123,6 +226,7 @@ fn run(
     metrics: Option<&Metrics>,
     ctl: &Receiver<Ctl>,
     shared: &Mutex<Shared>,
+    out: &mut Out,
 ) {
     let say = |state: String| shared.lock().unwrap_or_else(|e| e.into_inner()).state = state;
     let mut rec: Option<Recorder> = None;
@@ -174,6 +278,8 @@ fn run(
                     let _ = r.stop(root);
                 }
                 say("stopped".into());
+                // The ledger stays for `isold noise`, which says the daemon is gone.
+                out.write("stopped", &cpus);
                 return;
             }
             Err(RecvTimeoutError::Timeout) => {}
@@ -184,7 +290,15 @@ fn run(
             threads.ignore = me.clone();
             names_at = Instant::now() + NAMES_FOR;
         }
-        let Some(r) = rec.as_mut() else { continue };
+        let Some(r) = rec.as_mut() else {
+            let state = shared
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .state
+                .clone();
+            out.write(&state, &cpus);
+            continue;
+        };
         let mut got: Vec<(usize, noise::Interruption)> = Vec::new();
         let read = r.read(&threads, &mut |cpu, i| got.push((cpu, i)));
         let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
@@ -197,16 +311,25 @@ fn run(
             retry_at = Instant::now() + RETRY;
             continue;
         }
+        let now = now_s();
         for (cpu, i) in &got {
-            sh.per_cpu.entry(*cpu).or_default().add(i);
+            out.ledger.add(now, *cpu, i);
             if let Some(m) = metrics {
                 m.noise_observe(*cpu, i.net_ns as f64 / 1e9);
             }
         }
+        if !got.is_empty() {
+            sh.per_cpu = out.ledger.since_start.clone();
+        }
         sh.lost_pages = r.lost_pages;
+        out.lost_pages = r.lost_pages;
+        let state = sh.state.clone();
+        out.mono = r.clock == "mono";
         sh.cpu_s = super::os::thread_cpu_ns() as f64 / 1e9;
         if let Some(m) = metrics {
             m.noise_sums(&sh.per_cpu, cfg.sources);
         }
+        drop(sh);
+        out.write(&state, &cpus);
     }
 }

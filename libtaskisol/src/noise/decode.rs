@@ -15,6 +15,14 @@ pub const EVENTS: [&str; 5] = [
 /// The NMI tracepoint (after the handler ran, with its length).
 pub const NMI_EVENT: &str = "nmi/nmi_handler";
 
+/// The TLB flush tracepoint (x86): inside a function call IPI, a flush for another CPU's
+/// change of the memory map (a sibling thread's munmap or mprotect) tells a TLB shootdown.
+pub const TLB_EVENT: &str = "tlb/tlb_flush";
+
+/// `tlb_flush`'s reason for a flush asked by another CPU (TLB_REMOTE_SHOOTDOWN,
+/// include/linux/mm_types.h).
+pub const TLB_REMOTE_SHOOTDOWN: i64 = 1;
+
 /// The APIC vectors' tracepoints (`irq_vectors/<name>_entry` and `_exit`, x86).
 pub const VECTORS: [&str; 11] = [
     "local_timer",
@@ -53,8 +61,12 @@ enum Decode {
     },
     Switch {
         prev_pid: crate::rawtrace::Field,
+        prev_state: crate::rawtrace::Field,
         next_pid: crate::rawtrace::Field,
         next_comm: crate::rawtrace::Field,
+    },
+    Tlb {
+        reason: crate::rawtrace::Field,
     },
 }
 
@@ -92,8 +104,12 @@ impl Decoder {
             },
             "sched/sched_switch" => Decode::Switch {
                 prev_pid: f("prev_pid")?,
+                prev_state: f("prev_state")?,
                 next_pid: f("next_pid")?,
                 next_comm: f("next_comm")?,
+            },
+            "tlb/tlb_flush" => Decode::Tlb {
+                reason: f("reason")?,
             },
             other => match other.strip_prefix("irq_vectors/").and_then(|v| {
                 v.strip_suffix("_entry")
@@ -136,12 +152,19 @@ impl Decoder {
             },
             Decode::Switch {
                 prev_pid,
+                prev_state,
                 next_pid,
                 next_comm,
             } => Event::Switch {
                 prev_pid: prev_pid.i64_of(rec)? as i32,
+                // The task state's report bits (TASK_REPORT, 0x7f) and TASK_REPORT_IDLE
+                // (0x80): none set is a thread still runnable (preempted, or yielding).
+                prev_runnable: prev_state.i64_of(rec)? & 0xff == 0,
                 next_pid: next_pid.i64_of(rec)? as i32,
                 next_comm: next_comm.str_of(rec).unwrap_or_default().to_string(),
+            },
+            Decode::Tlb { reason } => Event::TlbFlush {
+                reason: reason.i64_of(rec)?,
             },
         })
     }
@@ -181,12 +204,15 @@ mod tests {
         let mut sw = vec![0u8; 64];
         sw[0..2].copy_from_slice(&316u16.to_le_bytes());
         sw[24..28].copy_from_slice(&812i32.to_le_bytes());
+        // Preempted: TASK_REPORT_MAX.
+        sw[32..40].copy_from_slice(&0x100i64.to_le_bytes());
         sw[40..51].copy_from_slice(b"kworker/3:1");
         sw[56..60].copy_from_slice(&33i32.to_le_bytes());
         assert_eq!(
             d.decode(&sw),
             Some(Event::Switch {
                 prev_pid: 812,
+                prev_runnable: true,
                 next_pid: 33,
                 next_comm: "kworker/3:1".into()
             })

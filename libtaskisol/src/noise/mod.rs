@@ -15,11 +15,16 @@
 use std::collections::BTreeMap;
 
 mod decode;
+mod ledger;
 mod record;
 mod report;
 
-pub use decode::{Decoder, EVENTS, NMI_EVENT, VECTORS};
-pub use record::{find, measure, ProcThreads, Recorder, INSTANCE};
+pub use decode::{Decoder, EVENTS, NMI_EVENT, TLB_EVENT, TLB_REMOTE_SHOOTDOWN, VECTORS};
+pub use ledger::{
+    sums_of, FileLongest, FileSource, FileSpan, FileSums, Ledger, LedgerFile, Span, HOURS, MINUTES,
+    OTHER,
+};
+pub use record::{find, instance_of, measure, unix_offset, ProcThreads, Recorder, INSTANCE};
 pub use report::{CpuReport, SourceReport};
 
 /// What an interruption is.
@@ -117,10 +122,17 @@ pub enum Event {
     Switch {
         /// The thread leaving the CPU.
         prev_pid: i32,
+        /// It leaves runnable (preempted): it waits for the CPU.
+        prev_runnable: bool,
         /// The thread coming on.
         next_pid: i32,
         /// Its name.
         next_comm: String,
+    },
+    /// `tlb:tlb_flush`.
+    TlbFlush {
+        /// Why (TLB_REMOTE_SHOOTDOWN: for another CPU's change of the memory map).
+        reason: i64,
     },
 }
 
@@ -186,6 +198,19 @@ pub struct Cpu {
     stack: Vec<Open>,
     /// A noise thread on the CPU now.
     running: Option<Running>,
+    /// The CPU's main workload thread, preempted and waiting for the CPU: any other thread
+    /// that runs meanwhile is noise, a workload's too (a second program pinned to the CPU).
+    waiting: Option<i32>,
+    /// The workload thread on the CPU now, since when.
+    on: Option<(i32, u64)>,
+    /// The time each workload thread ran on the CPU: the one that ran the most is its main
+    /// workload (oslat's thread, not the shell someone pinned beside it).
+    workload_ns: BTreeMap<i32, u64>,
+    /// The first event's time, before any switch was seen: the thread that leaves at the
+    /// first switch ran since (a recording started while the workload ran).
+    first: Option<u64>,
+    /// A switch was seen.
+    switched: bool,
     /// Exits without an entry (the stream started inside a handler, or lost events).
     pub unmatched: u64,
 }
@@ -199,6 +224,7 @@ impl Cpu {
         threads: &dyn Threads,
         out: &mut impl FnMut(Interruption),
     ) {
+        self.first.get_or_insert(ts);
         match ev {
             Event::IrqEntry { irq, name } => self.open(
                 ts,
@@ -233,11 +259,52 @@ impl Cpu {
                     counted: true,
                 });
             }
+            Event::TlbFlush { reason } => {
+                if *reason == decode::TLB_REMOTE_SHOOTDOWN {
+                    if let Some(o) = self.stack.last_mut() {
+                        if matches!(&o.key, Key::Vector(v) if v.starts_with("call_function")) {
+                            o.source = Source {
+                                kind: Kind::Ipi,
+                                name: "IPI TLB shootdown".into(),
+                            };
+                        }
+                    }
+                }
+            }
             Event::Switch {
+                prev_pid,
+                prev_runnable,
                 next_pid,
                 next_comm,
-                ..
             } => {
+                if !self.switched {
+                    self.switched = true;
+                    if *prev_pid != 0 && threads.runner(*prev_pid, "") == Runner::Workload {
+                        self.on = Some((*prev_pid, self.first.unwrap_or(ts)));
+                    }
+                }
+                if let Some((pid, since)) = self.on.take() {
+                    *self.workload_ns.entry(pid).or_default() += ts.saturating_sub(since);
+                    if self.workload_ns.len() > 64 {
+                        // Threads come and go: the least run are forgotten.
+                        let least = self
+                            .workload_ns
+                            .iter()
+                            .min_by_key(|(_, &n)| n)
+                            .map(|(&p, _)| p);
+                        if let Some(p) = least {
+                            self.workload_ns.remove(&p);
+                        }
+                    }
+                }
+                let main = self
+                    .workload_ns
+                    .iter()
+                    .max_by_key(|(_, &n)| n)
+                    .map(|(&p, _)| p);
+                if *prev_runnable && self.waiting.is_none() && main == Some(*prev_pid) {
+                    self.waiting = Some(*prev_pid);
+                }
                 if let Some(r) = self.running.take() {
                     let gross = ts.saturating_sub(r.start);
                     out(Interruption {
@@ -249,7 +316,27 @@ impl Cpu {
                 }
                 // A switch happens in thread context: whatever was open was lost.
                 self.stack.clear();
-                if let Runner::Other(source) = threads.runner(*next_pid, next_comm) {
+                if self.waiting == Some(*next_pid) {
+                    self.waiting = None;
+                }
+                let runner = threads.runner(*next_pid, next_comm);
+                // Run time that was no interruption of another.
+                if runner == Runner::Workload && self.waiting.is_none() {
+                    self.on = Some((*next_pid, ts));
+                }
+                let source = match runner {
+                    Runner::Other(source) => Some(source),
+                    Runner::Workload if self.waiting.is_some() => {
+                        Some(thread_source(*next_pid, next_comm, false))
+                    }
+                    Runner::Workload => None,
+                    // Nobody waits on an idle CPU.
+                    Runner::Idle => {
+                        self.waiting = None;
+                        None
+                    }
+                };
+                if let Some(source) = source {
                     self.running = Some(Running {
                         source,
                         start: ts,
@@ -400,13 +487,13 @@ impl Sums {
 mod tests {
     use super::*;
 
-    /// Pid 100 is the workload, 0 idle, kthreads are below 50.
+    /// Pids 100 and 101 are workloads, 0 idle, kthreads are below 50.
     struct T;
     impl Threads for T {
         fn runner(&self, pid: i32, comm: &str) -> Runner {
             match pid {
                 0 => Runner::Idle,
-                100 => Runner::Workload,
+                100 | 101 => Runner::Workload,
                 p => Runner::Other(thread_source(p, comm, p < 50)),
             }
         }
@@ -426,9 +513,92 @@ mod tests {
     fn sw(prev: i32, next: i32, comm: &str) -> Event {
         Event::Switch {
             prev_pid: prev,
+            prev_runnable: false,
             next_pid: next,
             next_comm: comm.into(),
         }
+    }
+
+    /// A switch away from a thread that stays runnable (preempted).
+    fn preempt(prev: i32, next: i32, comm: &str) -> Event {
+        Event::Switch {
+            prev_pid: prev,
+            prev_runnable: true,
+            next_pid: next,
+            next_comm: comm.into(),
+        }
+    }
+
+    /// A second program pinned to the CPU (a workload by the rule) that preempts the main
+    /// workload (the one that ran the most) is noise for the time the workload waited; the
+    /// same program running while the workload sleeps is not, nor is the main workload
+    /// when it preempts the other.
+    #[test]
+    fn a_workload_that_preempts_another_is_noise() {
+        let (got, _) = run(&[
+            (0, sw(0, 100, "oslat")),
+            (1_000, preempt(100, 101, "sh")),
+            (31_000, preempt(101, 100, "oslat")),
+            // The workload sleeps: the other runs on a CPU nobody waits for.
+            (40_000, sw(100, 101, "sh")),
+            (50_000, sw(101, 0, "swapper/3")),
+            (60_000, sw(0, 100, "oslat")),
+            // The shell, preempted in its turn by the main workload: oslat is no noise.
+            (70_000, sw(100, 101, "sh")),
+            (71_000, preempt(101, 100, "oslat")),
+            (90_000, sw(100, 0, "swapper/3")),
+        ]);
+        assert_eq!(got, vec![("sh (pid 101)".to_string(), 1_000, 30_000)]);
+        // A recording that starts while the workload runs: it ran since the first event.
+        let (got, _) = run(&[
+            (
+                0,
+                Event::VectorEntry {
+                    name: "local_timer".into(),
+                },
+            ),
+            (
+                500,
+                Event::VectorExit {
+                    name: "local_timer".into(),
+                },
+            ),
+            (100_000, preempt(100, 101, "sh")),
+            (103_000, sw(101, 100, "oslat")),
+            (110_000, preempt(100, 101, "sh")),
+            (112_000, sw(101, 100, "oslat")),
+        ]);
+        let shell: Vec<_> = got.iter().filter(|g| g.0 == "sh (pid 101)").collect();
+        assert_eq!(shell.len(), 2, "{got:?}");
+    }
+
+    /// A flush asked by another CPU inside a function call IPI makes that IPI a TLB
+    /// shootdown; a flush of a context switch leaves a function call as it is.
+    #[test]
+    fn a_remote_flush_names_a_tlb_shootdown() {
+        let call = |entry: bool| {
+            let name = "call_function_single".to_string();
+            if entry {
+                Event::VectorEntry { name }
+            } else {
+                Event::VectorExit { name }
+            }
+        };
+        let (got, _) = run(&[
+            (1_000, call(true)),
+            (1_500, Event::TlbFlush { reason: 1 }),
+            (3_000, call(false)),
+            (5_000, call(true)),
+            (5_500, Event::TlbFlush { reason: 0 }),
+            (6_000, call(false)),
+        ]);
+        assert_eq!(
+            got,
+            vec![
+                ("IPI TLB shootdown".to_string(), 1_000, 2_000),
+                ("IPI function call single".to_string(), 5_000, 1_000)
+            ]
+        );
     }
 
     /// The timer's softirq runs on the timer interrupt's exit and a device IRQ lands in it:

@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::OpenOptionsExt;
 
 use super::{
-    thread_source, Cpu, Decoder, Interruption, Runner, Sums, Threads, EVENTS, NMI_EVENT, VECTORS,
+    thread_source, Cpu, Decoder, Interruption, Runner, Sums, Threads, EVENTS, NMI_EVENT, TLB_EVENT,
+    VECTORS,
 };
 use crate::cpuset::CpuSet;
 use crate::error::{Error, Result};
@@ -20,11 +21,32 @@ pub fn find(root: &SysRoot) -> std::result::Result<String, String> {
     })
 }
 
-/// The tracefs instance the ledger records in.
+/// The tracefs instance the daemon's ledger records in; a one-time measure records in
+/// `isold-noise-<pid>` (see [`instance_of`]), so that it never takes the daemon's.
 pub const INSTANCE: &str = "isold-noise";
 
-/// A recording of the isolated CPUs' interruptions in the tracefs instance
-/// [`INSTANCE`], read without a blocking reader: each CPU's `trace_pipe_raw` opened
+/// The instance of a one-time measure by process `pid`.
+pub fn instance_of(pid: u32) -> String {
+    format!("{INSTANCE}-{pid}")
+}
+
+/// Unix time less CLOCK_MONOTONIC now, seconds: what turns a time of the recording's
+/// clock (`mono`) into Unix time.
+pub fn unix_offset() -> f64 {
+    let get = |c| {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: t is a valid timespec for the call to fill.
+        unsafe { libc::clock_gettime(c, &mut t) };
+        t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+    };
+    get(libc::CLOCK_REALTIME) - get(libc::CLOCK_MONOTONIC)
+}
+
+/// A recording of the isolated CPUs' interruptions in a tracefs instance of its own
+/// ([`INSTANCE`] for the daemon), read without a blocking reader: each CPU's `trace_pipe_raw` opened
 /// O_NONBLOCK and read on the caller's timer from a housekeeping CPU, so the CPUs recorded
 /// never wake a reader (the ring buffer's wake-up is an irq_work on the writing CPU).
 /// Everything that interrupts every CPU (making the instance, enabling its events: static
@@ -39,15 +61,18 @@ pub struct Recorder {
     pub bad_pages: u64,
     /// Pages whose writer had overrun the reader (events lost before them).
     pub lost_pages: u64,
+    /// The clock of the events' times: `mono` (CLOCK_MONOTONIC, which [`unix_offset`] turns
+    /// into Unix time) where the kernel has it, else the kernel's default (`local`).
+    pub clock: String,
 }
 
 impl Recorder {
     /// Make the instance below `tracefs` (removing one a killed daemon left), record on
     /// `cpus` only, enable the ledger's events that this kernel has, and open each CPU's
     /// raw pipe. The instance keeps the buffers the kernel made (a resize queues work on
-    /// every CPU).
-    pub fn start(root: &SysRoot, tracefs: &str, cpus: &CpuSet) -> Result<Recorder> {
-        let dir = format!("{tracefs}/instances/{INSTANCE}");
+    /// every CPU). `name` is the instance's name.
+    pub fn start(root: &SysRoot, tracefs: &str, cpus: &CpuSet, name: &str) -> Result<Recorder> {
+        let dir = format!("{tracefs}/instances/{name}");
         if root.exists(&dir) {
             let _ = root.write(format!("{dir}/events/enable"), "0");
             crate::tracefs::remove_instance(root, &dir)?;
@@ -55,6 +80,20 @@ impl Recorder {
         crate::tracefs::make_instance(root, tracefs, &dir, &[])?;
         let made = (|| -> Result<Recorder> {
             root.write(format!("{dir}/tracing_cpumask"), cpus.to_mask_string())?;
+            // Times that can be told as Unix time ("when was the longest"), set while the
+            // buffer is empty (setting the clock empties it).
+            let clocks = root
+                .read_to_string(format!("{dir}/trace_clock"))
+                .unwrap_or_default();
+            let clock = if clocks
+                .split_whitespace()
+                .any(|c| c.trim_matches(['[', ']']) == "mono")
+            {
+                root.write(format!("{dir}/trace_clock"), "mono")?;
+                "mono".to_string()
+            } else {
+                "local".to_string()
+            };
             let layout = match root.read_to_string(format!("{dir}/events/header_page")) {
                 Ok(t) => crate::rawtrace::PageLayout::parse(&t).map_err(|reason| Error::Parse {
                     path: root.path(format!("{dir}/events/header_page")),
@@ -65,6 +104,7 @@ impl Recorder {
             };
             let mut names: Vec<String> = EVENTS.iter().map(|e| e.to_string()).collect();
             names.push(NMI_EVENT.to_string());
+            names.push(TLB_EVENT.to_string());
             for v in VECTORS {
                 names.push(format!("irq_vectors/{v}_entry"));
                 names.push(format!("irq_vectors/{v}_exit"));
@@ -109,6 +149,7 @@ impl Recorder {
                 cpus: open,
                 bad_pages: 0,
                 lost_pages: 0,
+                clock,
             })
         })();
         if made.is_err() {
@@ -209,7 +250,15 @@ impl Threads for ProcThreads<'_> {
         // The event's pid is a thread id: /proc/<tid>/task/<tid> is that thread.
         let r = match crate::tasks::read_thread(self.root, pid, pid) {
             Ok(Some(t)) if self.workloads.is(&t) => Runner::Workload,
-            Ok(Some(t)) => Runner::Other(thread_source(t.pid, comm, t.is_kthread())),
+            Ok(Some(t)) => {
+                // Asked about a thread leaving the CPU, the event has no name for it.
+                let comm = if comm.is_empty() {
+                    t.comm.as_str()
+                } else {
+                    comm
+                };
+                Runner::Other(thread_source(t.pid, comm, t.is_kthread()))
+            }
             // Gone already: by its name.
             _ => Runner::Other(thread_source(pid, comm, false)),
         };
@@ -229,7 +278,7 @@ pub fn measure(
     every: std::time::Duration,
     ready: impl FnOnce(),
 ) -> Result<(BTreeMap<usize, Sums>, Recorder)> {
-    let mut rec = Recorder::start(root, tracefs, &scope.cpus)?;
+    let mut rec = Recorder::start(root, tracefs, &scope.cpus, &instance_of(std::process::id()))?;
     let mut threads = ProcThreads::new(root, scope);
     if root.is_host() {
         if let Ok(tids) = crate::procfs::thread_ids(root, std::process::id() as i32) {
@@ -337,6 +386,7 @@ mod tests {
             cpus: vec![(3, std::fs::File::open(&pipe).unwrap(), Cpu::default())],
             bad_pages: 0,
             lost_pages: 0,
+            clock: "mono".into(),
         };
         let mut got = Vec::new();
         let n = r

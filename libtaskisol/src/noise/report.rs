@@ -37,6 +37,9 @@ pub struct CpuReport {
     /// When it began, by the trace clock (seconds since boot, about the uptime).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub longest_at_seconds: Option<f64>,
+    /// The same as Unix time, where the recording's clock can be told as such.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub longest_at_unix: Option<f64>,
     /// The sources, the most time first.
     pub sources: Vec<SourceReport>,
     /// The durations' histogram: (upper bound in seconds, interruptions at or under it and
@@ -80,6 +83,7 @@ impl CpuReport {
             longest_source: l.map_or_else(String::new, |l| l.source.name.clone()),
             longest_kind: l.map_or_else(String::new, |l| l.source.kind.as_str().into()),
             longest_at_seconds: l.map(|l| l.start_ns as f64 / 1e9),
+            longest_at_unix: None,
             sources,
             buckets,
         }

@@ -1,135 +1,260 @@
-//! The noise ledger on real kernels (`isold noise`): what it records and names on an isolated
-//! CPU against what the kernel counted. The guest side is `noise_case` in tests/guest/lib.sh.
+//! The noise ledger on real kernels: `isold run`'s ledger and a one-time `isold noise
+//! --duration`, with oslat as the workload on isolated CPU 3 and known culprits let onto the
+//! CPUs, against what the kernel counted and what oslat measured. The guest side is
+//! `noise_case` in tests/guest/lib.sh.
+
+use std::time::Duration;
 
 use serde_json::Value;
 
 use super::{Expect, Scenario, StepOutput};
 
 /// The step.
-pub const STEP: &str = "isold_noise_names_a_serial_irq_on_cpu3";
+pub const STEP: &str = "isold_noise_names_each_culprit_beside_oslat";
 
-/// The ledger's JSON printed by the step.
-pub fn json(out: &StepOutput) -> Option<Value> {
-    let (_, rest) = out.stdout.split_once("--- noise json\n")?;
+/// The time the step may take (TCG: oslat's 24 s, isold's start and stop, the reads).
+pub const STEP_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// The JSON printed by the step between "--- NAME" and "--- end".
+pub fn json(out: &StepOutput, name: &str) -> Option<Value> {
+    let (_, rest) = out.stdout.split_once(&format!("--- {name}\n"))?;
     let (j, _) = rest.split_once("--- end\n")?;
     serde_json::from_str(j).ok()
 }
 
-fn cpu3(out: &StepOutput) -> Option<Value> {
-    json(out)?["per_cpu"]
+fn cpu(j: &Value, n: u64) -> Option<Value> {
+    j["per_cpu"]
         .as_array()?
         .iter()
-        .find(|c| c["cpu"] == 3)
+        .find(|c| c["cpu"] == n)
         .cloned()
 }
 
-fn cpu3_source(out: &StepOutput, name: &str) -> Option<Value> {
-    cpu3(out)?["sources"]
-        .as_array()?
-        .iter()
-        .find(|s| s["source"].as_str() == Some(name))
-        .cloned()
+/// A CPU's sources whose name satisfies `pick`: (events, seconds) summed.
+fn sum(j: &Value, n: u64, pick: &dyn Fn(&str) -> bool) -> (f64, f64) {
+    let Some(c) = cpu(j, n) else {
+        return (0.0, 0.0);
+    };
+    c["sources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["source"].as_str().is_some_and(pick))
+        .fold((0.0, 0.0), |(e, t), s| {
+            (
+                e + s["events"].as_f64().unwrap_or(0.0),
+                t + s["seconds"].as_f64().unwrap_or(0.0),
+            )
+        })
+}
+
+/// What the daemon's ledger counted between the step's two reads: (events, seconds).
+fn daemon_delta(o: &StepOutput, n: u64, pick: &dyn Fn(&str) -> bool) -> Result<(f64, f64), String> {
+    let before = json(o, "nz.before").ok_or("no daemon ledger before")?;
+    let after = json(o, "nz.after").ok_or("no daemon ledger after")?;
+    let (b, a) = (sum(&before, n, pick), sum(&after, n, pick));
+    Ok((a.0 - b.0, a.1 - b.1))
+}
+
+fn num(o: &StepOutput, k: &str) -> Result<f64, String> {
+    o.field(k)
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("no {k}"))
+}
+
+/// A thread of a program pinned to CPU 3 that is not oslat (the shell, its usleep).
+fn pinned_shell(name: &str) -> bool {
+    name.starts_with("sh (pid ") || name.starts_with("usleep (pid ")
+}
+
+fn within_10_percent(
+    what: &str,
+    kernel: f64,
+    ledger: (f64, f64),
+    at_least: f64,
+) -> Result<(), String> {
+    let (events, secs) = ledger;
+    if kernel >= at_least && (events - kernel).abs() <= 0.1 * kernel && secs > 0.0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what}: kernel {kernel}, ledger {events} events, {secs} s"
+        ))
+    }
+}
+
+/// A metric's value from the step's `metric: ` lines.
+fn metric(o: &StepOutput, name_and_labels: &str) -> Option<f64> {
+    o.stdout.lines().find_map(|l| {
+        let rest = l.strip_prefix("metric: ")?.strip_prefix(name_and_labels)?;
+        rest.trim().parse().ok()
+    })
 }
 
 /// Adds the case to a scenario booted with [`super::ISOL23`].
 pub fn add(s: &mut Scenario) {
-    if !s.binaries.iter().any(|b| b == "isold") {
-        s.binaries.push("isold".into());
+    for b in ["isold", "isol-tlb", "/usr/bin/oslat"] {
+        if !s.binaries.iter().any(|x| x == b) {
+            s.binaries.push(b.into());
+        }
     }
-    s.step(
+    s.timeout += STEP_TIMEOUT;
+    s.step_with_timeout(
         STEP,
         "taskset -pc 0-1 $$ >/dev/null\nnoise_case",
+        STEP_TIMEOUT,
         vec![
+            Expect::field("ledger_recording", "yes"),
             Expect::field("noise_rc", "0"),
-            Expect::that("the ledger's JSON has CPUs 2 and 3", |o: &StepOutput| {
-                match json(o) {
-                    Some(j) if j["per_cpu"][0]["cpu"] == 2 && j["per_cpu"][1]["cpu"] == 3 => {
-                        Ok(())
-                    }
-                    other => Err(format!("json = {other:?}")),
-                }
-            }),
+            Expect::field("daemon_noise_rc", "0"),
+            Expect::field("since_rc", "0"),
+            Expect::field("since_window", "yes"),
+            Expect::field("stopped_rc", "3"),
+            Expect::field("restore_rc", "0"),
             // Watching does not disturb: the reader polls from CPUs 0-1.
             Expect::that(
-                "idle CPU 2 takes no more interrupts while the ledger records",
-                |o: &StepOutput| {
-                    let n = |k: &str| o.field(k).and_then(|v| v.parse::<i64>().ok());
-                    match (n("cpu2_irqs_ledger_on"), n("cpu2_irqs_ledger_off")) {
-                        (Some(on), Some(off)) if on <= off + 2 => Ok(()),
-                        other => Err(format!("on, off = {other:?}")),
-                    }
+                "idle CPU 2 takes no more interrupts while isold's ledger records",
+                |o: &StepOutput| match (num(o, "cpu2_irqs_ledger_on"), num(o, "cpu2_irqs_ledger_off")) {
+                    (Ok(on), Ok(off)) if on <= off + 2.0 => Ok(()),
+                    other => Err(format!("on, off = {other:?}")),
                 },
             ),
             Expect::that(
-                "the ledger counts IRQ 4 ttyS0 on CPU 3 as the kernel does, within 10 %, with a duration",
+                "the daemon's ledger counts IRQ 4 ttyS0 on CPU 3 as the kernel does, within 10 %, with a duration",
                 |o: &StepOutput| {
-                    let kernel: f64 = o
-                        .field("irq4_cpu3")
-                        .and_then(|v| v.parse().ok())
-                        .ok_or("no irq4_cpu3")?;
-                    let src = cpu3_source(o, "IRQ 4 ttyS0").ok_or("no IRQ 4 ttyS0 source")?;
-                    let events = src["events"].as_f64().unwrap_or(-1.0);
-                    let secs = src["seconds"].as_f64().unwrap_or(0.0);
-                    // QEMU's UART interrupts a few times for 8 KB (measured 3-4).
-                    if kernel >= 2.0 && (events - kernel).abs() <= 0.1 * kernel && secs > 0.0 {
+                    let d = daemon_delta(o, 3, &|n| n == "IRQ 4 ttyS0")?;
+                    within_10_percent("IRQ 4 on CPU 3", num(o, "irq4_cpu3")?, d, 8.0)
+                },
+            ),
+            Expect::that(
+                "the daemon's ledger names the sibling thread's TLB shootdowns on CPU 2 as the kernel counts them, within 10 %",
+                |o: &StepOutput| {
+                    let d = daemon_delta(o, 2, &|n| n == "IPI TLB shootdown")?;
+                    within_10_percent("TLB on CPU 2", num(o, "tlb_cpu2")?, d, 100.0)
+                },
+            ),
+            Expect::that(
+                "the daemon's ledger names the shell pinned to CPU 3 and CPU 3's kworker, with their time",
+                |o: &StepOutput| {
+                    let sh = daemon_delta(o, 3, &pinned_shell)?;
+                    let kw = daemon_delta(o, 3, &|n| n.starts_with("kernel thread kworker/3:"))?;
+                    if sh.0 >= 10.0 && sh.1 > 0.0 && kw.0 >= 5.0 && kw.1 > 0.0 {
                         Ok(())
                     } else {
-                        Err(format!("kernel {kernel}, ledger {events} events, {secs} s"))
+                        Err(format!("pinned shell {sh:?}, kworker/3 {kw:?}"))
                     }
                 },
             ),
+            Expect::that("oslat's measuring thread, the workload, is no noise", |o: &StepOutput| {
+                let j = json(o, "nz.after").ok_or("no daemon ledger")?;
+                let worker = format!("oslat (pid {})", o.field("oslat_worker").ok_or("no oslat_worker")?);
+                let oslat = sum(&j, 3, &|n| n == worker);
+                let spinner = sum(&j, 2, &|n| n.starts_with("isol-tlb"));
+                if oslat.0 == 0.0 && spinner.0 == 0.0 {
+                    Ok(())
+                } else {
+                    Err(format!("oslat {oslat:?}, isol-tlb {spinner:?}"))
+                }
+            }),
             Expect::that(
-                "the busy loop (the workload) is no noise",
+                "the one-time isold noise names the same culprits, and its longest interruption of CPU 3 is no longer than oslat's maximum",
                 |o: &StepOutput| {
-                    let c = cpu3(o).ok_or("no CPU 3")?;
-                    let loud = c["sources"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .any(|s| s["source"].as_str().is_some_and(|n| n.starts_with("sh (pid")));
-                    if loud {
-                        Err("the loop is listed".into())
-                    } else {
-                        Ok(())
-                    }
-                },
-            ),
-            Expect::that(
-                "CPU 3's kworker is named, with its time",
-                |o: &StepOutput| {
-                    let c = cpu3(o).ok_or("no CPU 3")?;
-                    let kw = c["sources"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .find(|s| {
-                            s["source"]
-                                .as_str()
-                                .is_some_and(|n| n.starts_with("kernel thread kworker/3:"))
-                        })
-                        .ok_or("no kworker/3 source")?;
-                    match (kw["events"].as_u64(), kw["seconds"].as_f64(), kw["kind"].as_str()) {
-                        (Some(n), Some(t), Some("thread")) if n >= 5 && t > 0.0 => Ok(()),
-                        other => Err(format!("kworker/3: {other:?}")),
-                    }
-                },
-            ),
-            Expect::that(
-                "the longest interruption is one of the sources, and no longer than their time",
-                |o: &StepOutput| {
-                    let c = cpu3(o).ok_or("no CPU 3")?;
-                    let longest = c["longest_seconds"].as_f64().unwrap_or(-1.0);
+                    let j = json(o, "noise.json").ok_or("no one-time ledger")?;
+                    let c = cpu(&j, 3).ok_or("no CPU 3")?;
+                    let longest_us = c["longest_seconds"].as_f64().unwrap_or(-1.0) * 1e6;
+                    let max_us = num(o, "oslat_max_us")?;
+                    let irq = sum(&j, 3, &|n| n == "IRQ 4 ttyS0").0;
+                    let tlb = sum(&j, 2, &|n| n == "IPI TLB shootdown").0;
+                    let sh = sum(&j, 3, &pinned_shell).0;
                     let src = c["longest_source"].as_str().unwrap_or_default();
-                    let s = cpu3_source(o, src).ok_or("longest_source is no source")?;
-                    if longest > 0.0 && s["longest_seconds"].as_f64() == Some(longest) {
+                    // oslat prints whole microseconds.
+                    if longest_us > 0.0 && longest_us <= max_us + 1.0 && irq > 0.0 && tlb > 0.0 && sh > 0.0 {
                         Ok(())
                     } else {
-                        Err(format!("longest {longest} from {src:?}"))
+                        Err(format!(
+                            "longest {longest_us:.1} us ({src}), oslat {max_us} us; IRQ 4 {irq}, TLB {tlb}, shell {sh}"
+                        ))
+                    }
+                },
+            ),
+            Expect::that(
+                "the metrics time and name the culprits",
+                |o: &StepOutput| {
+                    let irq = metric(o, r#"isold_cpu_noise_seconds_total{cpu="3",kind="irq",source="IRQ 4 ttyS0"}"#);
+                    let tlb = metric(o, r#"isold_cpu_noise_events_total{cpu="2",kind="ipi",source="IPI TLB shootdown"}"#);
+                    match (irq, tlb) {
+                        (Some(i), Some(t)) if i > 0.0 && t >= 100.0 => Ok(()),
+                        other => Err(format!("IRQ 4 seconds, TLB events = {other:?}")),
                     }
                 },
             ),
             Expect::output_has("human: CPU 3: "),
-            Expect::output_lacks("isold-noise"),
+            Expect::output_has("IPI TLB shootdown"),
+            Expect::output_has("status: "),
+            Expect::output_has("is not running"),
+            Expect::that("no tracefs instance is left", |o: &StepOutput| {
+                match o.field("instances_after") {
+                    Some(v) if !v.contains("isold-noise") => Ok(()),
+                    other => Err(format!("instances_after = {other:?}")),
+                }
+            }),
         ],
     );
+}
+
+/// The rates of TLB shootdowns the benchmark asks of CPU 3 (per second).
+pub const BENCH_RATES: [u32; 2] = [1_000, 10_000];
+
+/// scripts/bench-noise: the ledger's cost in `isold run` on one kernel (ISOL23), CPU 3 idle
+/// and then interrupted at each of [`BENCH_RATES`] (`noise_bench` in tests/guest/lib.sh).
+pub fn bench_scenario(role: super::KernelRole) -> Scenario {
+    let mut s = Scenario::new(
+        &format!("{}-noise-bench", role.as_str()),
+        role,
+        super::ISOL23,
+    );
+    s.binaries.extend(["isold", "isol-tlb"].map(String::from));
+    s.timeout += Duration::from_secs(600);
+    let rates: Vec<String> = BENCH_RATES.iter().map(u32::to_string).collect();
+    s.step_with_timeout(
+        "noise_bench",
+        &format!(
+            "taskset -pc 0-1 $$ >/dev/null\nnoise_bench {}",
+            rates.join(" ")
+        ),
+        Duration::from_secs(400),
+        vec![Expect::exit(0)],
+    );
+    s
+}
+
+/// The benchmark's table (BENCHMARKS.md's form).
+pub fn bench_report(outcome: &super::Outcome) -> String {
+    let get = |key: &str| {
+        outcome
+            .outputs
+            .get("noise_bench")
+            .and_then(|o| o.field(key).map(str::to_string))
+            .unwrap_or_else(|| "?".into())
+    };
+    let mut t = String::from(
+        "| CPU 3 | its interrupts / s | ledger's interruptions / s | ledger thread, ms of CPU / s | isold in all, ms / s |\n|---|---|---|---|---|\n",
+    );
+    let mut row = |name: &str, what: &str| {
+        t.push_str(&format!(
+            "| {what} | {} | {} | {} | {} |\n",
+            get(&format!("{name}_cpu3_irqs_per_s")),
+            get(&format!("{name}_ledger_events_per_s")),
+            get(&format!("{name}_ledger_ms_per_s")),
+            get(&format!("{name}_isold_ms_per_s")),
+        ));
+    };
+    row("idle", "idle");
+    for r in BENCH_RATES {
+        row(
+            &format!("rate{r}"),
+            &format!("{r} unmaps / s by a sibling thread"),
+        );
+    }
+    t
 }

@@ -293,8 +293,20 @@ fn build_initramfs(
     c.file("/guest/lib.sh", 0o644, GUEST_LIB.as_bytes());
 
     for name in &s.binaries {
-        let path = release_binary(name)?;
-        c.file(&format!("/usr/bin/{name}"), 0o755, &read(&path)?);
+        // A path: a program of the host's (oslat from rt-tests), at the same path.
+        let (path, guest) = if name.starts_with('/') {
+            let p = PathBuf::from(name);
+            if !p.is_file() {
+                return Err(HarnessError::setup(
+                    format!("{name} is not installed"),
+                    SETUP_HINT,
+                ));
+            }
+            (p, name.clone())
+        } else {
+            (release_binary(name)?, format!("/usr/bin/{name}"))
+        };
+        c.file(&guest, 0o755, &read(&path)?);
         if s.userland == Userland::Debian {
             continue;
         }
