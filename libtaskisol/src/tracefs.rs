@@ -106,14 +106,15 @@ pub fn unexpanded(root: &SysRoot, tracefs: &str) -> bool {
 ///   6.1.
 pub fn enabling_would_wait(root: &SysRoot, tracefs: &str, cpus: &CpuSet) -> Option<String> {
     let threads = crate::tasks::threads_on(root, cpus).ok()?;
-    let rt_on = |cpu: u32| {
-        threads
-            .iter()
-            .find(|t| t.state == 'R' && matches!(t.policy, 1 | 2) && t.processor == cpu)
-    };
-    let rt = threads.iter().find(|t| {
-        t.state == 'R' && matches!(t.policy, 1 | 2) && cpus.contains(t.processor as usize)
-    })?;
+    // A real-time workload: kernel threads of those classes (ktimers/N, rcuc/N, IRQ threads on
+    // PREEMPT_RT) run briefly and leave the CPU; a user thread is what may hold it for good.
+    let holds =
+        |t: &&crate::tasks::Thread| t.state == 'R' && matches!(t.policy, 1 | 2) && !t.is_kthread();
+    let rt_on = |cpu: u32| threads.iter().filter(holds).find(|t| t.processor == cpu);
+    let rt = threads
+        .iter()
+        .filter(holds)
+        .find(|t| cpus.contains(t.processor as usize))?;
     if unexpanded(root, tracefs) {
         return Some(format!(
             "the kernel's trace buffer is still at its boot size ({tracefs}/buffer_size_kb): the first event enabled grows it with work queued on every CPU, which would wait behind the real-time thread {} (pid {}) on CPU {}; record once before the workload starts (isold run does at its start)",
@@ -183,6 +184,23 @@ mod tests {
         );
         put("proc/40/stat", &stat(40, "rtloop", 'R', 3, 1));
         let cpus: CpuSet = "2-3".parse().unwrap();
+        // A real-time kernel thread runnable on CPU 2 (ktimers/2 on PREEMPT_RT): it leaves
+        // the CPU, tracing need not wait for it.
+        let mut f: Vec<String> = (3..=52).map(|_| "0".to_string()).collect();
+        f[0] = "R".into();
+        f[6] = "2097152".into(); // PF_KTHREAD
+        f[36] = "2".into();
+        f[37] = "1".into();
+        f[38] = "1".into();
+        let kt = format!("41 (ktimers/2) {}\n", f.join(" "));
+        put("proc/41/task/41/stat", &kt);
+        put(
+            "proc/41/task/41/status",
+            "Name:\tktimers/2\nCpus_allowed_list:\t2\n",
+        );
+        put("proc/41/stat", &kt);
+        let cpu2: CpuSet = "2".parse().unwrap();
+        assert_eq!(enabling_would_wait(&root, t, &cpu2), None);
         let why = enabling_would_wait(&root, t, &cpus).expect("it would wait");
         assert!(why.contains("rtloop (pid 40) on CPU 3"), "{why}");
         // Expanded: safe.

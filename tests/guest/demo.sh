@@ -54,6 +54,27 @@ demo_workload_start() {
     sleep 1
 }
 
+# demo_oslat [CGROUP]: oslat (rt-tests) on isolated CPU 3 for 16 s, in CGROUP (a partition)
+# with its main thread on CPU 2, else on CPU 0; isold's noise ledger recording CPUs 2-3 for 10 s
+# inside oslat's run: the ledger's JSON, then oslat's worst gap.
+demo_oslat() {
+    if [ -n "$1" ]; then _main=2; else _main=0; fi
+    echo "\$ oslat -c 3 -C $_main -D 16 &   (rt-tests: a busy loop timing its own gaps, on isolated CPU 3)"
+    setsid sh -c "${1:+echo \$\$ >$1/cgroup.procs; }exec oslat -c 3 -C $_main -D 16" </dev/null >/tmp/oslat.out 2>&1 &
+    _o=$!
+    sleep 3
+    echo "\$ isold noise --cpus 2-3 --duration 10   (beside it)"
+    isold --config /tmp/isold.toml noise --cpus 2-3 --duration 10 --json >/tmp/noise.json 2>/tmp/noise.err
+    echo "noise_rc=$?"
+    wait $_o
+    sed 's/^/noise: /' /tmp/noise.err
+    echo "--- json noise"
+    cat /tmp/noise.json
+    echo "--- end"
+    grep -i 'maximum' /tmp/oslat.out
+    echo "oslat_max_us=$(sed -n 's/^ *Maximum:[^0-9]*\([0-9]*\).*/\1/p' /tmp/oslat.out | head -n 1)"
+}
+
 demo_workload_stop() {
     kill "$(cat /tmp/wl.pid)"
     echo "workload stopped"

@@ -4,7 +4,8 @@
 //!    busy and sleeping tasks allowed everywhere): `isold audit` of CPUs 2-3.
 //! 2. `isold apply`, audit again: the IRQs and tasks are gone, the tick is still there.
 //! 3. `isold bootargs`; the guest booted again with exactly those arguments, `isold apply`,
-//!    audit again (idle).
+//!    audit again (idle); oslat (rt-tests) on CPU 3 with `isold noise` beside it: oslat's
+//!    worst gap next to the ledger's longest interruption and what it was.
 //! 4. A SCHED_FIFO workload on CPU 3 started with chisol, audited while it runs: the tick has
 //!    stopped under it. Then `isold restore`.
 //! 5. Why the tool exists: the seed's stat_refresh case (see [`super::seed`]) on that boot and
@@ -64,21 +65,64 @@ fn audit_json(out: &str) -> Option<Value> {
 fn shown(out: &str) -> String {
     match (out.find("--- json "), out.find("--- end\n")) {
         (Some(a), Some(b)) => {
-            let middle = audit_json(out)
-                .filter(|j| j.get("per_cpu").is_some())
+            let json = audit_json(out).filter(|j| j.get("per_cpu").is_some());
+            let audit = json
+                .clone()
                 .and_then(|j| serde_json::from_value::<libtaskisol::audit::Audit>(j).ok())
                 .map(|audit| {
                     format!(
                         "$ isold audit --duration {WINDOW_S}\n{}",
                         isold::audit::human(&audit, false)
                     )
-                })
-                .unwrap_or_default();
+                });
+            let noise = || {
+                json.clone()
+                    .and_then(|j| serde_json::from_value::<isold::noise::NoiseReport>(j).ok())
+                    .map(|r| oslat_and_ledger(out, &r))
+            };
+            let middle = audit.or_else(noise).unwrap_or_default();
             format!("{}{middle}{}", &out[..a], &out[b + 8..])
         }
         _ => out.to_string(),
     }
 }
+
+/// The noise ledger's report in isold's human form, and the answer to the question it is for:
+/// oslat's worst gap next to the longest interruption the ledger timed, and what it was.
+fn oslat_and_ledger(out: &str, r: &isold::noise::NoiseReport) -> String {
+    let oslat = out
+        .lines()
+        .find_map(|l| l.strip_prefix("oslat_max_us="))
+        .unwrap_or("?");
+    let mut s = isold::noise::human(r, false);
+    let Some(c) = r.per_cpu.iter().find(|c| c.cpu == OSLAT_CPU) else {
+        return s;
+    };
+    let longest_us = c.longest_seconds * 1e6;
+    s.push_str(&format!(
+        "=> oslat's worst gap on CPU {OSLAT_CPU}: {oslat} us; the ledger's longest interruption of it: {}\n",
+        if c.longest_source.is_empty() {
+            "none".to_string()
+        } else {
+            format!("{longest_us:.1} us, {} ({})", c.longest_source, c.longest_kind)
+        }
+    ));
+    // What the kernel did not do happened below it.
+    if oslat
+        .parse::<f64>()
+        .is_ok_and(|m| m > 2.0 * longest_us + 10.0)
+    {
+        s.push_str(
+            "   no interruption the guest's kernel saw in the ledger's window was that long: the gap came from\n   \
+             below the kernel (here the emulator: QEMU's vCPU threads share 2 host cores; on hardware,\n   \
+             firmware SMIs or a hypervisor), or from oslat's first or last seconds, outside the window\n",
+        );
+    }
+    s
+}
+
+/// The isolated CPU oslat runs on in the demo (before the FIFO workload takes it).
+const OSLAT_CPU: usize = 3;
 
 /// One row of the table per audited CPU of a stage.
 fn table_rows(label: &str, audit: &Value) -> Vec<String> {
@@ -214,7 +258,7 @@ impl Pass {
 
     fn second(&self, args: &[String]) -> Result<Scenario, HarnessError> {
         let mut b = Scenario::new(&self.name("demo-bootargs"), self.role, &args.join(" "));
-        b.binaries = vec!["chisol".into(), "isold".into()];
+        b.binaries = vec!["chisol".into(), "isold".into(), "/usr/bin/oslat".into()];
         b.step(
             "kernel-with-bootargs",
             &script(&format!(
@@ -229,6 +273,14 @@ impl Pass {
         } else {
             ""
         };
+        // Before the FIFO workload: tracing's first use grows the kernel's buffers with work
+        // on every CPU, which would wait behind it.
+        b.step_with_timeout(
+            "oslat-beside-the-ledger",
+            &script(&format!("demo_oslat{cgroup}")),
+            Duration::from_secs(180),
+            vec![Expect::exit(0), Expect::stdout_has("--- end\n")],
+        );
         b.step(
             "workload",
             &script(&format!("demo_workload_start{cgroup}")),
