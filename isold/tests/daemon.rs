@@ -1879,6 +1879,56 @@ fn isold_is_an_nri_plugin_that_claims_and_reconciles() {
     );
 }
 
+/// Whoever can put a socket at the NRI path is not trusted for it: a server that is not root
+/// (nor isold's own user) is refused, said in the status and the log, and never registered
+/// with.
+#[test]
+fn an_nri_server_that_is_not_root_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let sock_dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(sock_dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let sock = sock_dir.path().join("nri.sock");
+    /// Killed however the test ends.
+    struct Server(std::process::Child);
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    // A listener of nobody's at the path, holding what connects.
+    let _server = Server(std::process::Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "import socket, time\ns = socket.socket(socket.AF_UNIX)\ns.bind({:?})\ns.listen(8)\nkept = []\nwhile True:\n    kept.append(s.accept()[0])\n",
+            sock.display().to_string()
+        ))
+        .uid(65534)
+        .spawn()
+        .expect("python3 runs as nobody"));
+    eventually("nobody's server listens", || sock.exists());
+    let t = tree(&format!(
+        "isolated_cpus = \"2\"\n[containers]\ncpus = \"3\"\nnri = true\nnri_socket = \"{}\"\n",
+        sock.display()
+    ));
+    add_container_process(&t);
+    let c = start(&t, &[]);
+    eventually("started", || running(&t));
+    eventually("the server refused in the status", || {
+        let (_, out, _) = common::isold_at(Some(&t.root), &["status"]);
+        out.contains("not root")
+    });
+    let (_, out, _) = common::isold_at(Some(&t.root), &["status"]);
+    assert!(
+        out.contains("refused: the server runs as uid 65534, not root"),
+        "{out}"
+    );
+    assert!(!out.contains("registered with"), "{out}");
+    let (code, log) = stop(c);
+    assert_eq!(code, 0, "{log}");
+    assert!(log.contains("uid 65534, not root"), "{log}");
+}
+
 /// A claim through the hook's socket is the hook's, whatever it says: a client that names
 /// NRI as its source cannot make NRI's next synchronization release another's claim as its
 /// own.

@@ -717,9 +717,10 @@ noise_case() {
     sleep 3
     echo "cpu2_irqs_ledger_on=$(($(sg_cpu2_irqs) - _i0))"
     # oslat on CPU 3 (its main thread on CPU 0), for longer than everything below.
-    oslat -c 3 -C 0 -D 24 >/tmp/nz.oslat 2>&1 &
+    oslat -c 3 -C 0 -D 30 >/tmp/nz.oslat 2>&1 &
     _os=$!
-    sleep 3
+    # Past its start-up (its measuring loop runs once its threads are set up).
+    sleep 6
     # Its measuring thread: the one allowed on CPU 3 only.
     for _t in /proc/$_os/task/*; do
         grep -q '^Cpus_allowed_list:[[:space:]]*3$' $_t/status && echo "oslat_worker=${_t##*/}"

@@ -143,8 +143,10 @@ fn keep_connected(
     let mut backoff = Duration::from_secs(1);
     let mut said = String::new();
     loop {
-        let ended = match UnixStream::connect(path) {
-            Ok(s) => {
+        let ended = match UnixStream::connect(path).map(|s| (refused(&s), s)) {
+            // Whoever can bind the path is not trusted for it: the runtime runs as root.
+            Ok((Some(why), _)) => why,
+            Ok((None, s)) => {
                 {
                     let mut l = link.lock().unwrap_or_else(|e| e.into_inner());
                     l.connected = true;
@@ -182,6 +184,24 @@ fn keep_connected(
         }
         std::thread::sleep(backoff);
         backoff = (backoff * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// Why the NRI server at the other end of `s` is not trusted: it is not root (nor isold's own
+/// user, when isold does not run as root); None when it is.
+fn refused(s: &UnixStream) -> Option<String> {
+    let uid = nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::PeerCredentials)
+        .map(|c| c.uid());
+    let me = nix::unistd::geteuid().as_raw();
+    match uid {
+        Ok(0) => None,
+        Ok(u) if u == me => None,
+        Ok(u) => Some(format!(
+            "refused: the server runs as uid {u}, not root (a runtime's NRI socket is root's)"
+        )),
+        Err(e) => Some(format!(
+            "refused: its user cannot be told (SO_PEERCRED: {e})"
+        )),
     }
 }
 
