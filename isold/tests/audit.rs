@@ -1039,7 +1039,11 @@ fn the_audit_names_the_kernels_reason_a_tick_ran_from_tracefs() {
             .spawn()
             .unwrap();
         // The first sample follows the instance's making (or, without tracefs, the start).
-        let inst = tr.join(format!("instances/isold-audit-{}", child.id()));
+        let inst = tr.join(format!(
+            "instances/isold-audit-{}-{}",
+            libtaskisol::tracefs::own_pid_ns(),
+            child.id()
+        ));
         let t0 = std::time::Instant::now();
         while tr.exists() && !inst.exists() && t0.elapsed().as_secs() < 10 {
             std::thread::sleep(std::time::Duration::from_millis(5));

@@ -6,7 +6,7 @@
 //! and 7.2 (libtaskisol/tests/fixtures/tick_stop holds a trace of each).
 //!
 //! [`Recording::start`] records it in a tracefs instance of its own
-//! (`instances/isold-audit-<pid>`), never in the global buffer: whatever else traces on the
+//! (`instances/isold-audit-<pidns>-<pid>`), never in the global buffer: whatever else traces on the
 //! machine is not touched, and [`Recording::finish`] removes the instance.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -165,14 +165,19 @@ pub struct Recording {
 }
 
 impl Recording {
-    /// Make the instance `<tracefs>/instances/isold-audit-<pid>` (first removing those that
-    /// earlier audits killed mid-window left behind), record on `cpus` only, and enable
-    /// tick_stop there. Its buffers stay as the kernel made them (see the body).
+    /// Make the instance `<tracefs>/instances/isold-audit-<pidns>-<pid>` (first removing
+    /// those that earlier audits of this pid namespace, killed mid-window, left behind),
+    /// record on `cpus` only, and enable tick_stop there. Its buffers stay as the kernel made
+    /// them (see the body).
     pub fn start(root: &SysRoot, tracefs: &str, cpus: &CpuSet) -> Result<Self> {
-        remove_stale(root, tracefs);
+        crate::tracefs::remove_stale(root, tracefs, INSTANCE_PREFIX);
         let dir = format!(
-            "{tracefs}/instances/{INSTANCE_PREFIX}{}",
-            std::process::id()
+            "{tracefs}/instances/{}",
+            crate::tracefs::owned_name(
+                INSTANCE_PREFIX,
+                crate::tracefs::own_pid_ns(),
+                std::process::id()
+            )
         );
         make_instance(root, tracefs, &dir, &INSTANCE_FILES)?;
         let rec = Recording { dir };
@@ -212,26 +217,6 @@ impl Recording {
         let trace = trace?;
         gone?;
         Ok(trace)
-    }
-}
-
-/// Remove the instances of audits that are no longer running (killed during their window).
-fn remove_stale(root: &SysRoot, tracefs: &str) {
-    let Ok(names) = root.read_dir_names(format!("{tracefs}/instances")) else {
-        return;
-    };
-    for n in names {
-        let Some(pid) = n
-            .strip_prefix(INSTANCE_PREFIX)
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !root.exists(format!("/proc/{pid}")) {
-            let dir = format!("{tracefs}/instances/{n}");
-            let _ = root.write(format!("{dir}/{EVENT}/enable"), "0");
-            let _ = remove_instance(root, &dir);
-        }
     }
 }
 
@@ -375,14 +360,16 @@ mod tests {
         let d = find(&root).unwrap();
         assert_eq!(d, "/sys/kernel/tracing");
         // A dead audit's instance (no /proc/<pid>), and another program's.
-        std::fs::create_dir_all(t.join("instances/isold-audit-999999/events")).unwrap();
+        let ns = crate::tracefs::own_pid_ns();
+        let dead = crate::tracefs::owned_name(INSTANCE_PREFIX, ns, 999_999);
+        std::fs::create_dir_all(t.join("instances").join(&dead).join("events")).unwrap();
         std::fs::create_dir_all(t.join("instances/mine")).unwrap();
         let rec = Recording::start(&root, &d, &"3".parse().unwrap()).unwrap();
         let inst = root.path(rec.dir());
         assert_eq!(
             rec.dir(),
             format!(
-                "/sys/kernel/tracing/instances/isold-audit-{}",
+                "/sys/kernel/tracing/instances/isold-audit-{ns}-{}",
                 std::process::id()
             )
         );
@@ -391,7 +378,7 @@ mod tests {
         assert_eq!(read(&inst.join("tracing_cpumask")), "8");
         // Never resized: a resize queues work on every CPU, the isolated ones too.
         assert_eq!(read(&inst.join("buffer_size_kb")), "1410\n");
-        assert!(!t.join("instances/isold-audit-999999").exists());
+        assert!(!t.join("instances").join(&dead).exists());
         assert!(t.join("instances/mine").exists());
         let got = rec.finish(&root).unwrap();
         assert_eq!(

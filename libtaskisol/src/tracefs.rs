@@ -87,6 +87,52 @@ pub fn remove_instance(root: &SysRoot, dir: &str) -> Result<()> {
     })
 }
 
+/// This process's pid namespace as the kernel names it (the number in `/proc/self/ns/pid`'s
+/// `pid:[N]`), 0 when it cannot be read. Trace instances are shared by every pid namespace of
+/// the machine: isold's names carry it, so that a pid is only ever judged in its own.
+pub fn own_pid_ns() -> u64 {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .and_then(|l| {
+            let l = l.to_string_lossy().into_owned();
+            l.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// The name of an instance of process `pid` of pid namespace `ns`: `<prefix><ns>-<pid>`.
+pub fn owned_name(prefix: &str, ns: u64, pid: u32) -> String {
+    format!("{prefix}{ns}-{pid}")
+}
+
+/// Whether the instance `name` is provably stale: named by [`owned_name`] with `prefix`, made
+/// in pid namespace `ns` (this process's), by a process that no longer exists under `root`.
+/// An instance of another namespace (a second isold in a container, or the host's seen from
+/// one), or named otherwise (isold before namespaces were in the name), is never stale: its
+/// pid means nothing here.
+pub fn stale(root: &SysRoot, prefix: &str, name: &str, ns: u64) -> bool {
+    let Some((their_ns, pid)) = name.strip_prefix(prefix).and_then(|r| r.split_once('-')) else {
+        return false;
+    };
+    match (their_ns.parse::<u64>(), pid.parse::<u32>()) {
+        (Ok(n), Ok(p)) => n == ns && ns != 0 && !root.exists(format!("/proc/{p}")),
+        _ => false,
+    }
+}
+
+/// Remove the instances below `tracefs` that [`stale`] proves stale (their events off first).
+pub fn remove_stale(root: &SysRoot, tracefs: &str, prefix: &str) {
+    let Ok(names) = root.read_dir_names(format!("{tracefs}/instances")) else {
+        return;
+    };
+    let ns = own_pid_ns();
+    for n in names.iter().filter(|n| stale(root, prefix, n, ns)) {
+        let dir = format!("{tracefs}/instances/{n}");
+        let _ = root.write(format!("{dir}/events/enable"), "0");
+        let _ = remove_instance(root, &dir);
+    }
+}
+
 /// Whether the kernel's trace buffer is still at its boot size: the next event enabled
 /// anywhere grows it (`buffer_size_kb` says `(expanded: N)`).
 pub fn unexpanded(root: &SysRoot, tracefs: &str) -> bool {
@@ -154,6 +200,42 @@ pub fn enabling_would_wait(root: &SysRoot, tracefs: &str, cpus: &CpuSet) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only an instance of this pid namespace whose process is gone is stale: another
+    /// namespace's (a second isold in a container) and an old-style name are left alone.
+    #[test]
+    fn only_instances_of_our_pid_namespace_whose_process_is_gone_are_stale() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = SysRoot::new(dir.path());
+        std::fs::create_dir_all(dir.path().join("proc/77")).unwrap();
+        let ns = 4026531836;
+        let p = "isold-audit-";
+        assert_eq!(owned_name(p, ns, 77), "isold-audit-4026531836-77");
+        assert!(stale(&root, p, "isold-audit-4026531836-78", ns));
+        assert!(!stale(&root, p, "isold-audit-4026531836-77", ns), "alive");
+        assert!(
+            !stale(&root, p, "isold-audit-4026532100-78", ns),
+            "another namespace"
+        );
+        assert!(!stale(&root, p, "isold-audit-78", ns), "old-style name");
+        assert!(!stale(&root, p, "mine", ns));
+        assert!(!stale(&root, p, "isold-audit-0-78", 0), "namespace unknown");
+        assert!(own_pid_ns() > 0);
+        // The same through remove_stale, on a tracefs tree.
+        let t = dir.path().join("sys/kernel/tracing/instances");
+        let ours = own_pid_ns();
+        for n in [
+            owned_name(p, ours, 78),
+            owned_name(p, ours, 77),
+            owned_name(p, ours + 1, 78),
+        ] {
+            std::fs::create_dir_all(t.join(&n).join("events")).unwrap();
+        }
+        remove_stale(&root, "/sys/kernel/tracing", p);
+        assert!(!t.join(owned_name(p, ours, 78)).exists());
+        assert!(t.join(owned_name(p, ours, 77)).exists());
+        assert!(t.join(owned_name(p, ours + 1, 78)).exists());
+    }
 
     #[test]
     fn an_unexpanded_buffer_with_a_realtime_thread_on_the_cpus_would_wait() {

@@ -213,7 +213,7 @@ fn recorder(root: &SysRoot, cpus: &CpuSet) -> Result<Recorder, String> {
     if let Some(why) = libtaskisol::tracefs::enabling_would_wait(root, &tracefs, cpus) {
         return Err(format!("waiting: {why}"));
     }
-    Recorder::start(root, &tracefs, cpus, noise::INSTANCE)
+    Recorder::start(root, &tracefs, cpus, &noise::daemon_instance())
         .map_err(|e| format!("cannot record: {e}"))
 }
 

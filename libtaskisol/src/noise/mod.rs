@@ -24,7 +24,9 @@ pub use ledger::{
     sums_of, FileLongest, FileSource, FileSpan, FileSums, Ledger, LedgerFile, Span, HOURS, MINUTES,
     OTHER,
 };
-pub use record::{find, instance_of, measure, unix_offset, ProcThreads, Recorder, INSTANCE};
+pub use record::{
+    daemon_instance, find, instance_of, measure, unix_offset, ProcThreads, Recorder, INSTANCE,
+};
 pub use report::{CpuReport, SourceReport};
 
 /// What an interruption is.

@@ -21,13 +21,19 @@ pub fn find(root: &SysRoot) -> std::result::Result<String, String> {
     })
 }
 
-/// The tracefs instance the daemon's ledger records in; a one-time measure records in
-/// `isold-noise-<pid>` (see [`instance_of`]), so that it never takes the daemon's.
+/// The prefix of the ledger's tracefs instances: the daemon's is `isold-noise-<pidns>` (see
+/// [`daemon_instance`]), a one-time measure's `isold-noise-<pidns>-<pid>` (see
+/// [`instance_of`]), so that neither takes the other's, nor another pid namespace's.
 pub const INSTANCE: &str = "isold-noise";
 
-/// The instance of a one-time measure by process `pid`.
+/// The instance of the daemon of this pid namespace.
+pub fn daemon_instance() -> String {
+    format!("{INSTANCE}-{}", crate::tracefs::own_pid_ns())
+}
+
+/// The instance of a one-time measure by process `pid` of this pid namespace.
 pub fn instance_of(pid: u32) -> String {
-    format!("{INSTANCE}-{pid}")
+    crate::tracefs::owned_name(&format!("{INSTANCE}-"), crate::tracefs::own_pid_ns(), pid)
 }
 
 /// Unix time less CLOCK_MONOTONIC now, seconds: what turns a time of the recording's
@@ -278,6 +284,8 @@ pub fn measure(
     every: std::time::Duration,
     ready: impl FnOnce(),
 ) -> Result<(BTreeMap<usize, Sums>, Recorder)> {
+    // Those of one-time measures of this pid namespace that were killed.
+    crate::tracefs::remove_stale(root, tracefs, &format!("{INSTANCE}-"));
     let mut rec = Recorder::start(root, tracefs, &scope.cpus, &instance_of(std::process::id()))?;
     let mut threads = ProcThreads::new(root, scope);
     if root.is_host() {
