@@ -1517,6 +1517,40 @@ fn a_claim_whose_record_is_lost_is_given_back_at_the_start() {
     }
 }
 
+/// One claim isold cannot use in its file (a governor it never writes) is dropped alone at
+/// the start, with a log line: the other tenant's claim loads and stays in force.
+#[test]
+fn a_bad_claim_in_the_file_is_dropped_alone() {
+    let t = tree("isolated_cpus = \"2\"\n[containers]\ncpus = \"3\"\n");
+    add_container_process(&t);
+    let asks = bundle(&t, "asks", r#""isold.io/isolate":"true""#, Some("3"));
+    let c = start(&t, &[]);
+    eventually("started", || running(&t));
+    let (code, err) = hook(&t, &[], &state("keep1", "created", CONTAINER_PID, &asks));
+    assert_eq!(code, 0, "{err}");
+    let claimed = claimed_values(&t);
+    kill9(c);
+    let file = t.root.join("run/isold/claims.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let mut bad = v["claims"][0].clone();
+    bad["container"] = "bad1".into();
+    bad["governor"] = "X".into();
+    v["claims"].as_array_mut().unwrap().push(bad);
+    std::fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
+    let c = start(&t, &[]);
+    eventually("started again", || running(&t));
+    let (_, out, _) = common::isold_at(Some(&t.root), &["claims"]);
+    assert!(out.contains("container keep1"), "{out}");
+    assert!(!out.contains("bad1"), "{out}");
+    assert_eq!(claimed_values(&t), claimed, "keep1's claim stays in force");
+    let log = kill9(c);
+    assert!(
+        log.contains("claim 2 (\"bad1\"): its governor \"X\" is not one isold writes: dropped"),
+        "{log}"
+    );
+}
+
 /// A rootless runtime runs the hook as its user: a container that asks for isolated CPUs is
 /// refused plainly (or starts unisolated with --if-refused start), one that asks nothing
 /// starts, and its poststop is quiet.

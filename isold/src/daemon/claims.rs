@@ -27,7 +27,16 @@ impl Claims {
         let boot_id = libtaskisol::policy::state::boot_id(&env.root).unwrap_or_default();
         let path = ClaimsFile::path_for(&env.files.runtime);
         let list = match ClaimsFile::load(&path, &boot_id) {
-            Ok(c) => {
+            Ok(loaded) => {
+                // Left out alone: what they isolated is given back by the start's
+                // reconciliation, the other tenants keep theirs.
+                for why in &loaded.dropped {
+                    env.log.warn(&format!(
+                        "{}: {why}: dropped; its CPUs are given back",
+                        path.display()
+                    ));
+                }
+                let c = loaded.claims;
                 if !c.is_empty() {
                     env.log.info(&format!(
                         "{} container claim(s) from before the start",

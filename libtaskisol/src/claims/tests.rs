@@ -545,7 +545,7 @@ fn power_follows_each_claims_cpus() {
 }
 
 #[test]
-fn claims_files_of_another_boot_hold_nothing_and_bad_ones_are_refused() {
+fn claims_files_of_another_boot_hold_nothing_bad_files_are_refused_and_bad_claims_dropped_alone() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("run/claims.json");
     let claim = Claim {
@@ -567,13 +567,13 @@ fn claims_files_of_another_boot_hold_nothing_and_bad_ones_are_refused() {
         0o600
     );
     assert_eq!(
-        ClaimsFile::load(&path, "boot1").unwrap(),
+        ClaimsFile::load(&path, "boot1").unwrap().claims,
         vec![claim.clone()]
     );
-    assert_eq!(ClaimsFile::load(&path, "boot2").unwrap(), vec![]);
+    assert_eq!(ClaimsFile::load(&path, "boot2").unwrap().claims, vec![]);
     ClaimsFile::save(&path, "boot1", &[]).unwrap();
     assert!(!path.exists());
-    assert_eq!(ClaimsFile::load(&path, "boot1").unwrap(), vec![]);
+    assert_eq!(ClaimsFile::load(&path, "boot1").unwrap().claims, vec![]);
     std::fs::write(&path, "{").unwrap();
     assert!(ClaimsFile::load(&path, "b")
         .unwrap_err()
@@ -587,8 +587,12 @@ fn claims_files_of_another_boot_hold_nothing_and_bad_ones_are_refused() {
         claims: vec![bad],
     };
     std::fs::write(&path, serde_json::to_vec(&f).unwrap()).unwrap();
-    let e = ClaimsFile::load(&path, "b").unwrap_err().to_string();
-    assert!(e.contains("claim of 'abc' is not one isold writes"), "{e}");
+    let l = ClaimsFile::load(&path, "b").unwrap();
+    assert!(l.claims.is_empty());
+    assert_eq!(
+        l.dropped,
+        vec!["claim 1 (\"abc\"): its PM QoS \"lots\" is not one isold writes".to_string()]
+    );
     // Each field is checked on its own.
     let good = Claim {
         container: "abc".into(),
@@ -618,14 +622,31 @@ fn claims_files_of_another_boot_hold_nothing_and_bad_ones_are_refused() {
             claims: vec![good.clone(), c],
         };
         std::fs::write(&path, serde_json::to_vec(&f).unwrap()).unwrap();
-        assert!(
-            ClaimsFile::load(&path, "b")
-                .unwrap_err()
-                .to_string()
-                .contains("is not one isold writes"),
-            "{i}"
-        );
+        // The bad one is left out alone: the good one loads.
+        let l = ClaimsFile::load(&path, "b").unwrap();
+        assert_eq!(l.claims, vec![good.clone()], "{i}");
+        assert_eq!(l.dropped.len(), 1, "{i}: {:?}", l.dropped);
+        assert!(l.dropped[0].starts_with("claim 2 "), "{i}: {:?}", l.dropped);
     }
+    // A claim of the wrong shape is left out the same way.
+    let mut v = serde_json::to_value(ClaimsFile {
+        version: 1,
+        boot_id: "b".into(),
+        claims: vec![good.clone()],
+    })
+    .unwrap();
+    v["claims"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"container": "def", "pid": "many"}));
+    std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+    let l = ClaimsFile::load(&path, "b").unwrap();
+    assert_eq!(l.claims, vec![good.clone()]);
+    assert!(
+        l.dropped[0].starts_with("claim 2 (\"def\"): not a claim:"),
+        "{:?}",
+        l.dropped
+    );
     let f = ClaimsFile {
         version: 2,
         boot_id: "b".into(),
