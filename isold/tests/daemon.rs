@@ -1845,6 +1845,15 @@ fn isold_is_an_nri_plugin_that_claims_and_reconciles() {
         e.message(1, &pod.encode()).message(2, &c.encode());
         e.0
     };
+    // A Burstable pod's container that asks: its cpuset is the shared pool, it is created
+    // and nothing is claimed (the same CPUs as a Guaranteed one's would be refused below).
+    let burstable = Container {
+        cgroups_path: "kubepods-burstable-pod1_2.slice:cri-containerd:bu1".into(),
+        ..container("bu1", "0-1", 0)
+    };
+    let r = rt.call("CreateContainer", request(&burstable));
+    assert_eq!((r.code, r.payload.len()), (code::OK, 0), "{r:?}");
+    assert_eq!(claimed_values(&t), before);
     // The housekeeping CPUs: its creation fails, with the reason, and nothing changes.
     let r = rt.call("CreateContainer", request(&container("hk1", "0-1", 0)));
     assert_eq!(r.code, code::FAILED_PRECONDITION, "{r:?}");

@@ -373,6 +373,30 @@ impl Session<'_> {
         }
     }
 
+    /// The claim `c` of `pod` asks for, as the OCI hook would make it: none for a container
+    /// whose pod is not Guaranteed (its cpuset is the shared pool, left as it is; logged).
+    fn claim(
+        &self,
+        pod: &api::PodSandbox,
+        c: &api::Container,
+    ) -> Result<
+        Option<libtaskisol::claims::ClaimRequest>,
+        libtaskisol::claims::annotations::AnnotationError,
+    > {
+        let r = claim_of(pod, c)?;
+        if r.is_some() {
+            if let Some(qos) = libtaskisol::nri::shared_pool(c) {
+                self.log.info(&format!(
+                    "NRI: container {} asks for isolated CPUs, but its pod is {} (not Guaranteed): its cpuset is the shared pool, left as it is",
+                    c.id,
+                    qos.name()
+                ));
+                return Ok(None);
+            }
+        }
+        Ok(r)
+    }
+
     /// The last chunk of Synchronize: every container that exists, to the main loop.
     fn synchronized(&mut self) {
         let (pods, containers) = std::mem::take(&mut self.sync);
@@ -388,7 +412,7 @@ impl Session<'_> {
                 .get(c.pod_sandbox_id.as_str())
                 .copied()
                 .unwrap_or(&empty);
-            match claim_of(pod, c) {
+            match self.claim(pod, c) {
                 Ok(Some(r)) => asks.push(r),
                 Ok(None) => {}
                 Err(e) => self.log.warn(&format!("NRI: container {}: {e}", c.id)),
@@ -405,7 +429,7 @@ impl Session<'_> {
             return Response::default();
         };
         match method {
-            "CreateContainer" => match claim_of(&pc.pod, c) {
+            "CreateContainer" => match self.claim(&pc.pod, c) {
                 Ok(Some(r)) => self.ask_or_refuse(Ask::Admit(r)),
                 Ok(None) => Response::default(),
                 Err(e) => refusal(e.to_string()),
@@ -424,7 +448,7 @@ impl Session<'_> {
             return Response::default();
         };
         match pc.event {
-            Some(Event::StartContainer) => match claim_of(&pc.pod, c) {
+            Some(Event::StartContainer) => match self.claim(&pc.pod, c) {
                 Ok(Some(r)) => self.ask_or_refuse(Ask::Claim(r)),
                 Ok(None) => Response::default(),
                 Err(e) => refusal(e.to_string()),

@@ -52,6 +52,15 @@ pub fn claim_of(
     }))
 }
 
+/// The QoS class of a kubelet pod's container that has no CPUs of its own to isolate (its
+/// pod is Burstable or BestEffort, as its `cgroups_path` says in the kubelet's layout, either
+/// cgroup driver): its cpuset is the node's shared pool. `None` for a Guaranteed pod's
+/// container, or one that is not a kubelet pod's. The OCI hook judges the same way.
+pub fn shared_pool(c: &api::Container) -> Option<crate::claims::oci::PodQos> {
+    crate::claims::oci::PodQos::of_cgroups_path(&c.cgroups_path)
+        .filter(|q| *q != crate::claims::oci::PodQos::Guaranteed)
+}
+
 /// Every ttrpc message of one side of a recorded trunk, in order, with its connection: what
 /// the runtime or the plugin sent, whole (a recording that ends inside a frame or a message
 /// is an error naming the offset). For reading recordings (tests, debugging), not the live

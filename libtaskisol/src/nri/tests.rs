@@ -601,3 +601,31 @@ fn a_recording_cut_between_the_frames_of_a_message_is_an_error() {
     let e = read_trunk(&trunk[..first]).unwrap_err();
     assert!(e.contains("cut"), "{e}");
 }
+
+/// A Burstable or BestEffort pod's container has the shared pool, under either cgroup driver
+/// of containerd; a Guaranteed one's, or a container outside Kubernetes, may claim.
+#[test]
+fn only_a_guaranteed_pods_container_has_cpus_of_its_own() {
+    use crate::claims::oci::PodQos;
+    let c = |path: &str| api::Container {
+        cgroups_path: path.into(),
+        ..Default::default()
+    };
+    for (path, qos) in [
+        (
+            "kubepods-burstable-pod1_2.slice:cri-containerd:abc",
+            Some(PodQos::Burstable),
+        ),
+        (
+            "kubepods-besteffort-pod1_2.slice:cri-containerd:abc",
+            Some(PodQos::BestEffort),
+        ),
+        ("kubepods-pod1_2.slice:cri-containerd:abc", None),
+        ("/kubepods/burstable/pod1-2/abc", Some(PodQos::Burstable)),
+        ("/kubepods/pod1-2/abc", None),
+        ("/system.slice/podman-abc.scope", None),
+        ("", None),
+    ] {
+        assert_eq!(super::shared_pool(&c(path)), qos, "{path}");
+    }
+}
