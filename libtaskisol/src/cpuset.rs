@@ -57,6 +57,12 @@ impl CpuSet {
     /// kernel's NR_CPUS (8192 on x86 MAXSMP) while keeping a set's memory bounded (128 KiB).
     pub const MAX_CPUS: usize = 1 << 20;
 
+    /// The longest list [`CpuSet::parse_list`] reads: every other CPU of 8,192 (the largest
+    /// NR_CPUS) is under 40 KiB. With each element's cost following its range's words, a
+    /// list of this length parses in a fraction of a second whatever it holds (264 ms for
+    /// 4,680 strided ranges over every CPU number, release build).
+    pub const MAX_LIST_BYTES: usize = 64 * 1024;
+
     /// The empty set.
     pub fn new() -> Self {
         CpuSet { words: Vec::new() }
@@ -238,6 +244,17 @@ impl CpuSet {
         if s.is_empty() {
             return Ok(set);
         }
+        if s.len() > Self::MAX_LIST_BYTES {
+            let head: String = input.chars().take(64).collect();
+            return Err(CpuSetError::list(
+                &head,
+                format!(
+                    "a list of {} bytes: longer than any kernel prints ({} at most)",
+                    s.len(),
+                    Self::MAX_LIST_BYTES
+                ),
+            ));
+        }
         for part in s.split(',') {
             let part = part.trim();
             if part.is_empty() {
@@ -296,19 +313,55 @@ impl CpuSet {
                     (u, g)
                 }
             };
-            if used == group {
-                set.insert_range(lo, hi + 1);
-                continue;
-            }
-            let mut cpu = lo;
-            while cpu <= hi {
-                if (cpu - lo) % group < used {
-                    set.insert(cpu);
-                }
-                cpu += 1;
-            }
+            set.insert_strided(lo, hi, used, group);
         }
         Ok(set)
+    }
+
+    /// Add the CPUs of `lo..=hi` whose offset from `lo` modulo `group` is below `used` (the
+    /// list format's `lo-hi:used/group`), a word at a time: its cost follows the range's
+    /// words, not its CPUs (a 20 KB list of strided ranges once took 1.5 s CPU by CPU).
+    fn insert_strided(&mut self, lo: usize, hi: usize, used: usize, group: usize) {
+        if used >= group {
+            self.insert_range(lo, hi + 1);
+            return;
+        }
+        if group >= 64 {
+            // At most one group starts in each word.
+            let mut start = lo;
+            while start <= hi {
+                self.insert_range(start, (start + used).min(hi + 1));
+                start += group;
+            }
+            return;
+        }
+        // A word's bits repeat with the period `group`: the word whose first CPU is at
+        // `phase` in its group, for each phase.
+        let table: Vec<u64> = (0..group)
+            .map(|phase| {
+                (0..64)
+                    .filter(|b| (phase + b) % group < used)
+                    .fold(0u64, |m, b| m | 1 << b)
+            })
+            .collect();
+        if self.words.len() <= hi / 64 {
+            self.words.resize(hi / 64 + 1, 0);
+        }
+        for w in lo / 64..=hi / 64 {
+            let first = w * 64;
+            // The phase of the word's first CPU, counted from `lo` (before `lo` the mask
+            // below clears the bits anyway).
+            let phase = (first + group * (lo / group + 1) - lo) % group;
+            let mut m = table[phase];
+            if first < lo {
+                m &= u64::MAX << (lo - first);
+            }
+            if hi < first + 63 {
+                m &= u64::MAX >> (63 - (hi - first));
+            }
+            self.words[w] |= m;
+        }
+        self.trim();
     }
 
     /// Parse the kernel's hex-mask format: comma-separated groups of up to 8 hex digits (32
@@ -770,7 +823,41 @@ mod tests {
         prop::collection::vec(0usize..5000, 0..64).prop_map(|v| v.into_iter().collect())
     }
 
+    /// A list longer than any kernel prints is refused, naming its length; one of strided
+    /// whole ranges up to the cap parses (a word at a time: milliseconds, not seconds).
+    #[test]
+    fn long_lists_are_capped_and_strided_ones_parse_by_words() {
+        let el = |i: usize| format!("{}-1048575:1/{}", i % 7, 2 + i % 5);
+        let mut list = String::new();
+        let mut i = 0;
+        while list.len() + 24 < CpuSet::MAX_LIST_BYTES {
+            if i > 0 {
+                list.push(',');
+            }
+            list.push_str(&el(i));
+            i += 1;
+        }
+        let t = std::time::Instant::now();
+        let s = CpuSet::parse_list(&list).unwrap();
+        eprintln!("{} strided elements parsed in {:?}", i, t.elapsed());
+        assert!(s.contains(0) && s.contains(1_048_575));
+        let long = format!("{list},{}", "5,".repeat(CpuSet::MAX_LIST_BYTES / 2));
+        let e = CpuSet::parse_list(&long).unwrap_err().to_string();
+        assert!(e.contains("longer than any kernel prints"), "{e}");
+    }
+
     proptest! {
+        /// A strided range, word by word, is the CPUs the list format says, one by one.
+        #[test]
+        fn strided_ranges_agree_with_cpu_by_cpu(
+            lo in 0usize..300, len in 0usize..400, used in 1usize..130, extra in 0usize..130,
+        ) {
+            let (hi, group) = (lo + len, used + extra);
+            let got = CpuSet::parse_list(&format!("{lo}-{hi}:{used}/{group}")).unwrap();
+            let want: CpuSet = (lo..=hi).filter(|c| (c - lo) % group < used).collect();
+            prop_assert_eq!(got, want);
+        }
+
         #[test]
         fn list_round_trips(s in arb_set()) {
             prop_assert_eq!(CpuSet::parse_list(&s.to_list_string()).unwrap(), s);
