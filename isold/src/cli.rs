@@ -68,7 +68,7 @@ pub enum Command {
     Check(Output),
     /// Who can and who did disturb each isolated CPU, with the fix for each; change nothing.
     Audit(AuditArgs),
-    /// Every interruption of each isolated CPU over a window, timed and named: the longest, and the sources ranked by the time they took.
+    /// Every interruption of each isolated CPU, timed and named: the longest, and the sources ranked by the time they took; from the ledger of the running `isold run`, or recorded once with --duration.
     Noise(NoiseArgs),
     /// The kernel arguments the policy needs and which of them the running kernel lacks.
     Bootargs(BootargsArgs),
@@ -187,8 +187,9 @@ pub struct AuditArgs {
 /// Options of `isold noise`.
 #[derive(Debug, Args)]
 pub struct NoiseArgs {
-    /// The CPUs to watch [default: the configuration's isolated CPUs when the file exists,
-    /// else the CPUs the kernel isolates].
+    /// The CPUs to show: among those the running daemon records, or with --duration those to
+    /// record [default: every one the daemon records; with --duration the configuration's
+    /// isolated CPUs when the file exists, else the CPUs the kernel isolates].
     #[arg(long = "cpus", value_name = "LIST")]
     pub cpus: Option<String>,
 

@@ -169,10 +169,13 @@ pub fn from_daemon(root: &SysRoot, state_path: &std::path::Path, args: &NoiseArg
         Ok(c) => c,
         Err(e) => return fail(format!("--cpus: {e}")),
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    match daemon_report(root, state_path, since, only.as_ref(), now) {
+    match daemon_report(
+        root,
+        state_path,
+        since,
+        only.as_ref(),
+        crate::status::now_s(),
+    ) {
         // The ledger of a daemon that is gone is shown, and said so by the exit status too.
         Ok(r) => match print(&r, args) {
             EXIT_OK if crate::lifecycle::running(state_path).is_none() => {

@@ -198,7 +198,8 @@ pub fn noise_path(state_path: &Path) -> PathBuf {
         .join("noise.json")
 }
 
-fn now_s() -> u64 {
+/// Unix time now, seconds.
+pub(crate) fn now_s() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())

@@ -10,13 +10,14 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use libtaskisol::audit::Scope;
 use libtaskisol::noise::{self, Ledger, LedgerFile, ProcThreads, Recorder, Sums};
 use libtaskisol::policy::config::NoiseConfig;
 use libtaskisol::{CpuSet, SysRoot};
 
+use super::os::now_s;
 use crate::metrics::Metrics;
 
 /// How often a ledger that could not start tries again (tracefs mounted late, or the first
@@ -138,12 +139,6 @@ impl NoiseLedger {
             }
         }
     }
-}
-
-fn now_s() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// The ledger over time and its file.

@@ -41,14 +41,20 @@ impl Kind {
     }
 }
 
+impl Tally {
+    /// Add `other`'s figures to these.
+    pub fn merge(&mut self, other: &Tally) {
+        self.events += other.events;
+        self.ns += other.ns;
+        self.longest_ns = self.longest_ns.max(other.longest_ns);
+    }
+}
+
 impl Sums {
     /// Add `other`'s figures to these.
     pub fn merge(&mut self, other: &Sums) {
         for (s, t) in &other.by_source {
-            let m = self.by_source.entry(s.clone()).or_default();
-            m.events += t.events;
-            m.ns += t.ns;
-            m.longest_ns = m.longest_ns.max(t.longest_ns);
+            self.by_source.entry(s.clone()).or_default().merge(t);
         }
         for (a, b) in self.buckets.iter_mut().zip(other.buckets.iter()) {
             *a += b;
@@ -80,10 +86,7 @@ impl Sums {
                     name: OTHER.into(),
                 }
             };
-            let m = self.by_source.entry(s).or_default();
-            m.events += t.events;
-            m.ns += t.ns;
-            m.longest_ns = m.longest_ns.max(t.longest_ns);
+            self.by_source.entry(s).or_default().merge(&t);
         }
     }
 }
