@@ -13,10 +13,12 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use libtaskisol::claims::annotations::{pod_of, CONTAINER_NAME};
-use libtaskisol::claims::oci::{Bundle, HookState, PodQos};
+use libtaskisol::claims::annotations::{name_of, pod_of};
+use libtaskisol::claims::kubelet::{exclusive, CpuManagerState, KubeContainer};
+use libtaskisol::claims::oci::{Bundle, HookState};
 use libtaskisol::claims::wire::{Message, Reply};
 use libtaskisol::claims::{ClaimRequest, Request, MAX_INPUT};
+use libtaskisol::SysRoot;
 
 use crate::cli::{HookArgs, IfDown};
 
@@ -105,7 +107,7 @@ pub fn hook(socket: &Path, args: &HookArgs, syslog: bool) -> i32 {
     // runtime passes them.
     let mut ann = state.annotations.clone();
     ann.extend(bundle.annotations.clone());
-    let name = ann.get(CONTAINER_NAME).cloned();
+    let name = name_of(&ann);
     let request = match Request::from_annotations(&ann, name.as_deref()) {
         Ok(Some(r)) => r,
         Ok(None) => return 0,
@@ -123,12 +125,23 @@ pub fn hook(socket: &Path, args: &HookArgs, syslog: bool) -> i32 {
             ),
         );
     }
-    if let Some(qos) = bundle.pod_qos().filter(|q| *q != PodQos::Guaranteed) {
-        // As CRI-O's hooks: only a Guaranteed pod has CPUs of its own to isolate.
+    // As CRI-O's hooks, and as NRI judges: only a container that holds exclusive CPUs (a
+    // Guaranteed pod's, with whole CPUs, as the kubelet recorded it) has CPUs of its own.
+    let cpu_list = bundle
+        .cpus
+        .as_ref()
+        .map(|c| c.to_string())
+        .unwrap_or_default();
+    let kube = KubeContainer {
+        cgroups_path: bundle.cgroups_path.as_deref().unwrap_or_default(),
+        shares: bundle.shares,
+        cpus: &cpu_list,
+        name: name.as_deref(),
+    };
+    if let Err(why) = exclusive(&kube, &CpuManagerState::read(&SysRoot::host())) {
         eprintln!(
-            "isold: container {} asks for isolated CPUs, but its pod is {} (not Guaranteed): its cpuset is the shared pool, left as it is",
+            "isold: container {} asks for isolated CPUs, but {why}: it is left as it is",
             short(&state.id),
-            qos.name()
         );
         return 0;
     }

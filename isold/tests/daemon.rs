@@ -1821,7 +1821,7 @@ fn isold_is_an_nri_plugin_that_claims_and_reconciles() {
     assert_eq!(r.code, code::OK, "{r:?}");
     assert_eq!(
         r.payload,
-        api::configure_response(0x8 | 0x20 | 0x200 | 0x400)
+        api::configure_response(0x8 | 0x20 | 0x80 | 0x100 | 0x200 | 0x400)
     );
     let r = rt.call("Synchronize", Vec::new());
     assert_eq!((r.code, r.payload.len()), (code::OK, 0));
@@ -1853,6 +1853,34 @@ fn isold_is_an_nri_plugin_that_claims_and_reconciles() {
     };
     let r = rt.call("CreateContainer", request(&burstable));
     assert_eq!((r.code, r.payload.len()), (code::OK, 0), "{r:?}");
+    assert_eq!(claimed_values(&t), before);
+    // A Guaranteed pod's with a fractional CPU request, and one the kubelet's CPU manager
+    // gave no exclusive CPUs (its state names another pod): the same, each said in the log.
+    let fractional = Container {
+        cgroups_path: "/kubepods/podf1/fr1".into(),
+        shares: Some(1536),
+        ..container("fr1", "0-1", 0)
+    };
+    let r = rt.call("CreateContainer", request(&fractional));
+    assert_eq!((r.code, r.payload.len()), (code::OK, 0), "{r:?}");
+    std::fs::create_dir_all(t.root.join("var/lib/kubelet")).unwrap();
+    std::fs::write(
+        t.root.join("var/lib/kubelet/cpu_manager_state"),
+        r#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"u1":{"rt":"3"}},"checksum":0}"#,
+    )
+    .unwrap();
+    let unrecorded = Container {
+        cgroups_path: "/kubepods/podu2/un1".into(),
+        shares: Some(1024),
+        ..container("un1", "0-1", 4242)
+    };
+    let r = rt.call("CreateContainer", request(&unrecorded));
+    assert_eq!((r.code, r.payload.len()), (code::OK, 0), "{r:?}");
+    let mut ev = libtaskisol::nri::wire::Encoder::default();
+    ev.varint(1, 6)
+        .message(2, &pod.encode())
+        .message(3, &unrecorded.encode());
+    assert_eq!(rt.call("StateChange", ev.0).code, code::OK);
     assert_eq!(claimed_values(&t), before);
     // The housekeeping CPUs: its creation fails, with the reason, and nothing changes.
     let r = rt.call("CreateContainer", request(&container("hk1", "0-1", 0)));
@@ -1890,6 +1918,60 @@ fn isold_is_an_nri_plugin_that_claims_and_reconciles() {
         (v[0]["container"].as_str(), v[0]["source"].as_str()),
         (Some("rt1"), Some("nri"))
     );
+    // An update to a cpuset the claim may not have (a housekeeping CPU) is refused with the
+    // reason: the container keeps CPU 3, and its claim with it.
+    let update = |cpus: &str| {
+        let mut e = libtaskisol::nri::wire::Encoder::default();
+        e.message(1, &pod.encode())
+            .message(2, &container("rt1", "3", 4242).encode())
+            .message(
+                3,
+                &api::Resources {
+                    cpus: cpus.into(),
+                    shares: Some(0),
+                }
+                .encode(),
+            );
+        e.0
+    };
+    let r = rt.call("UpdateContainer", update("1,3"));
+    assert_eq!(r.code, code::FAILED_PRECONDITION, "{r:?}");
+    assert!(
+        r.message.contains("update to cpuset 1,3 refused") && r.message.contains("CPUs 1"),
+        "{}",
+        r.message
+    );
+    // The same cpuset again (the kubelet's reconcile): nothing to judge.
+    assert_eq!(rt.call("UpdateContainer", update("3")).code, code::OK);
+    // To 2-3: admitted, and after it the claim follows the new cpuset.
+    assert_eq!(rt.call("UpdateContainer", update("2-3")).code, code::OK);
+    let post = |cpus: &str| {
+        let mut e = libtaskisol::nri::wire::Encoder::default();
+        e.varint(1, 9)
+            .message(2, &pod.encode())
+            .message(3, &container("rt1", cpus, 4242).encode());
+        e.0
+    };
+    assert_eq!(rt.call("StateChange", post("2-3")).code, code::OK);
+    let claim_cpus = || {
+        let (_, out, _) = common::isold_at(Some(&t.root), &["claims", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        v[0]["cpus"].as_str().unwrap_or("none").to_string()
+    };
+    eventually("the claim follows the update", || claim_cpus() == "2-3");
+    // An update the runtime applied anyway (another plugin, a runtime without isold): the
+    // claim does not keep CPUs its container no longer has.
+    assert_eq!(rt.call("StateChange", post("0-1")).code, code::OK);
+    eventually("released after an update it cannot follow", || {
+        claim_cpus() == "none"
+    });
+    eventually("given back", || claimed_values(&t) == before);
+    let mut ev = libtaskisol::nri::wire::Encoder::default();
+    ev.varint(1, 6)
+        .message(2, &pod.encode())
+        .message(3, &container("rt1", "3", 4242).encode());
+    assert_eq!(rt.call("StateChange", ev.0).code, code::OK);
+    eventually("claimed again", || read(&t, IRQ4).trim() == "0-1");
     // The runtime restarts: the plugin dials again; the new Synchronize does not list rt1.
     drop(rt);
     let (mut rt, _) = Runtime::accept(&listener);
@@ -1920,6 +2002,12 @@ fn isold_is_an_nri_plugin_that_claims_and_reconciles() {
         log.contains("NRI: configured by containerd 2.1.9+unknown"),
         "{log}"
     );
+    for said in [
+        "container rt (fr1) asks for isolated CPUs, but its CPU request is not a whole number of CPUs (cpu shares 1536",
+        "container rt (un1) asks for isolated CPUs, but the kubelet gave container rt of pod u2 no exclusive CPUs",
+    ] {
+        assert!(log.contains(said), "{said}: {log}");
+    }
 }
 
 /// Whoever can put a socket at the NRI path is not trusted for it: a server that is not root

@@ -321,6 +321,7 @@ impl Daemon {
         let before = self.policy.isolated.clone();
         self.give_back(why, &freed, &before);
         self.policy = new;
+        self.publish_view();
         self.follow_stalls();
         self.books.policy_changed(&self.config_path, &self.policy);
         let rep = match engine::apply(&self.env.root, &scoped, &self.env.files) {
@@ -400,6 +401,7 @@ impl Daemon {
         if let Err(e) = self.claims.save(&self.claims.list) {
             self.env.log.warn(&e);
         }
+        self.publish_view();
         rep
     }
 
@@ -462,27 +464,57 @@ impl Daemon {
         let Some(c) = self.base.config.containers.as_ref().filter(|c| c.nri) else {
             return;
         };
-        match super::nri::Plugin::start(c.nri_socket.clone(), self.env.log) {
+        let view = super::nri::Published::default();
+        match super::nri::Plugin::start(
+            c.nri_socket.clone(),
+            self.env.log,
+            self.env.root.clone(),
+            view,
+        ) {
             Ok(p) => {
                 self.books.status.nri = p.describe();
                 self.nri = Some(p);
+                self.publish_view();
             }
             Err(e) => self.env.log.warn(&format!("NRI: cannot start: {e}")),
         }
     }
 
-    /// Whether `req` would be admitted now (NRI's CreateContainer): the rule, the machine,
-    /// the other claims; a refusal is logged and counted as one.
-    pub(super) fn admit(&mut self, req: &ClaimRequest) -> Result<(), String> {
-        let others = self.claims.others(&req.container);
-        match Claim::admissible(&self.env.root, req, &self.policy, &others) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let msg = format!("claim refused: {e}");
-                self.books.refused(e.reason(), &msg);
-                Err(msg)
-            }
+    /// The policy and the claims in force, to the NRI plugin's thread, which judges the
+    /// runtime's calls by them.
+    pub(super) fn publish_view(&self) {
+        if let Some(p) = &self.nri {
+            p.view.publish(super::nri::View {
+                policy: self.policy.clone(),
+                claims: self.claims.list.clone(),
+            });
         }
+    }
+
+    /// NRI's PostUpdateContainer: the claim of `req`'s container moved to its new cpuset,
+    /// or, when that cannot be claimed, released (a claim never keeps CPUs its container no
+    /// longer has).
+    pub(super) fn follow(&mut self, req: &ClaimRequest) -> Result<(), String> {
+        if self
+            .claims
+            .of(&req.container)
+            .is_some_and(|c| libtaskisol::CpuSet::parse_list(&req.cpus).ok() == Some(c.cpu_set()))
+        {
+            return Ok(());
+        }
+        let r = self.claim(req);
+        if r.ok {
+            return Ok(());
+        }
+        if self.claims.of(&req.container).is_some() {
+            self.env.log.info(&format!(
+                "{}: its new cpuset {} cannot be claimed: its claim is released",
+                libtaskisol::claims::who(&req.container, req.name.as_deref()),
+                req.cpus
+            ));
+            self.release(&req.container);
+        }
+        Err(r.message)
     }
 
     /// NRI's synchronization: NRI's claims whose container no longer exists released, the
@@ -502,7 +534,10 @@ impl Daemon {
             self.release(&id);
         }
         for req in asks {
-            if self.claims.of(&req.container).is_none() {
+            // Not held, or held with a cpuset the container no longer has (an update missed
+            // while isold was away).
+            let held = self.claims.of(&req.container).map(|c| c.cpu_set());
+            if held.is_none() || libtaskisol::CpuSet::parse_list(&req.cpus).ok() != held {
                 self.claim(&req);
             }
         }

@@ -2,14 +2,28 @@
 //! source of claims beside the OCI hook.
 //!
 //! A thread of its own dials the socket, registers (name `isold`, index 90), subscribes to
-//! CreateContainer, StartContainer, StopContainer and RemoveContainer, and answers each call
-//! within the runtime's 2 s: it asks the main loop ([`Ask`]) and waits for its word at most
-//! [`ANSWER_WITHIN`], after which the call is answered and the work goes on. At
-//! CreateContainer a claim the administrator's rule refuses fails the creation (the reason
-//! goes back to the runtime, and to the kubelet); at StartContainer the claim is made with
-//! the container's process; a stop or a removal releases it; Synchronize (after a restart of
-//! isold or of the runtime) gives every container that exists, and the main loop reconciles
-//! the claims NRI made with it. isold adjusts nothing in a container.
+//! CreateContainer, StartContainer, UpdateContainer, PostUpdateContainer, StopContainer and
+//! RemoveContainer, and answers each call itself, never behind the daemon's other work:
+//!
+//! - whether a container may claim is judged in this thread, from the claims and policy the
+//!   main loop last published ([`View`]) and the kubelet's word
+//!   ([`libtaskisol::nri::claim_for`]): only a container that holds exclusive CPUs claims;
+//!   a container that asks for nothing is answered at once;
+//! - at CreateContainer a claim the rule refuses fails the creation (the reason goes back
+//!   to the runtime, and to the kubelet);
+//! - at StartContainer the claim is made by the main loop ([`Ask`]); the answer waits for it
+//!   in a second thread, at most [`ANSWER_WITHIN`] (or 3/4 of the runtime's timeout), while
+//!   this one goes on reading; a claim not made by then is made late, the start goes on;
+//! - UpdateContainer that would give a claiming container a cpuset its claim may not have
+//!   is refused with the reason (the kubelet logs it and the container keeps its CPUs);
+//!   PostUpdateContainer moves the claim to the new cpuset (CPUs given back restored, new
+//!   ones isolated), or releases it when the new cpuset may not be claimed;
+//! - a stop or a removal releases the claim; Synchronize (after a restart of isold or of
+//!   the runtime) gives every container that exists, and the main loop reconciles the
+//!   claims NRI made with it. isold adjusts nothing in a container.
+//!
+//! What is kept of the runtime's messages is bounded ([`libtaskisol::nri::api`]): a message
+//! is at most 4 MiB, annotations isold does not read are not decoded.
 //!
 //! When the runtime closes the connection (its restart), the thread dials again with a
 //! back-off of 1 s doubling to 30 s, and says so in the log and the status.
@@ -24,28 +38,42 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use libtaskisol::claims::ClaimRequest;
+use libtaskisol::claims::{Claim, ClaimRequest};
 use libtaskisol::nri::api::{self, Event, PodContainer};
 use libtaskisol::nri::mux::{self, Demux};
 use libtaskisol::nri::ttrpc::{self, code, Reader, Request, Response};
-use libtaskisol::nri::{self as nri_proto, claim_of};
+use libtaskisol::nri::{self as nri_proto, claim_for, Judged};
+use libtaskisol::policy::Policy;
+use libtaskisol::SysRoot;
 
 use super::os::{nice_this_thread, Log};
 
-/// How long a call waits for the main loop before it is answered anyway (the runtime gives
-/// each call 2 s, and closes a plugin that misses it).
+/// How long a StartContainer waits for the main loop's claim before it is answered anyway
+/// (the runtime gives each call 2 s, and closes a plugin that misses it).
 pub const ANSWER_WITHIN: Duration = Duration::from_millis(1500);
+
+/// The most pods and containers one Synchronize may carry (all its chunks): the rest are
+/// skipped, said in the log.
+pub const MAX_SYNC_OBJECTS: usize = 1 << 17;
 
 /// What the runtime's calls ask of the main loop.
 #[derive(Debug)]
 pub enum Ask {
-    /// CreateContainer: would its claim be admitted? (`Err(reason)` fails the creation.)
-    Admit(ClaimRequest),
+    /// A claim this thread refused (CreateContainer, StartContainer, UpdateContainer): logged
+    /// and counted.
+    Refused {
+        reason: &'static str,
+        message: String,
+    },
     /// StartContainer: its claim, with its process.
     Claim(ClaimRequest),
-    /// StopContainer or RemoveContainer: its claim released.
+    /// PostUpdateContainer: the claim moved to the container's new cpuset, or released when
+    /// that cannot be claimed.
+    Follow(ClaimRequest),
+    /// StopContainer, RemoveContainer, or an update that left the container nothing to claim:
+    /// its claim released.
     Release(String),
     /// Synchronize: every container that exists, and the claims the running ones ask for.
     Sync {
@@ -56,6 +84,28 @@ pub enum Ask {
 
 /// The main loop's word on an [`Ask`].
 pub type Answer = Result<(), String>;
+
+/// What the main loop last put in force, for this thread's judgements.
+#[derive(Debug)]
+pub struct View {
+    pub policy: Policy,
+    pub claims: Vec<Claim>,
+}
+
+/// The [`View`] the main loop publishes (at the plugin's start and at every change of the
+/// policy or the claims) and the plugin's thread reads.
+#[derive(Debug, Clone, Default)]
+pub struct Published(Arc<Mutex<Option<Arc<View>>>>);
+
+impl Published {
+    pub fn publish(&self, view: View) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(view));
+    }
+
+    fn get(&self) -> Option<Arc<View>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
 
 /// The connection's state, for `isold status` and the metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -75,26 +125,49 @@ pub struct Plugin {
     pub wake: UnixStream,
     pub link: Arc<Mutex<Link>>,
     pub socket: PathBuf,
+    pub view: Published,
+}
+
+/// What the plugin's thread needs besides the connection.
+struct Ctx {
+    log: Log,
+    root: SysRoot,
+    view: Published,
+    to_main: Sender<(Ask, Option<SyncSender<Answer>>)>,
+    notify_main: UnixStream,
 }
 
 impl Plugin {
     /// Start the thread that keeps a connection to `socket`.
-    pub fn start(socket: PathBuf, log: Log) -> std::io::Result<Plugin> {
+    pub fn start(
+        socket: PathBuf,
+        log: Log,
+        root: SysRoot,
+        view: Published,
+    ) -> std::io::Result<Plugin> {
         let (wake, notify_main) = crate::peers::waker()?;
         let (to_main, asks) = std::sync::mpsc::channel();
         let link = Arc::new(Mutex::new(Link::default()));
         let (l, path) = (link.clone(), socket.clone());
+        let ctx = Ctx {
+            log,
+            root,
+            view: view.clone(),
+            to_main,
+            notify_main,
+        };
         std::thread::Builder::new()
             .name("isold-nri".into())
             .spawn(move || {
                 nice_this_thread();
-                keep_connected(&path, &l, &log, &to_main, &notify_main)
+                keep_connected(&path, &l, &ctx)
             })?;
         Ok(Plugin {
             asks,
             wake,
             link,
             socket,
+            view,
         })
     }
 
@@ -133,39 +206,31 @@ impl Plugin {
 }
 
 /// Dial, serve until the connection ends, dial again with back-off; forever.
-fn keep_connected(
-    path: &std::path::Path,
-    link: &Mutex<Link>,
-    log: &Log,
-    to_main: &Sender<(Ask, Option<SyncSender<Answer>>)>,
-    notify_main: &UnixStream,
-) {
+fn keep_connected(path: &std::path::Path, link: &Mutex<Link>, ctx: &Ctx) {
+    let log = &ctx.log;
     let mut backoff = Duration::from_secs(1);
     let mut said = String::new();
     loop {
         let ended = match UnixStream::connect(path).map(|s| (refused(&s), s)) {
             // Whoever can bind the path is not trusted for it: the runtime runs as root.
             Ok((Some(why), _)) => why,
-            Ok((None, s)) => {
-                {
-                    let mut l = link.lock().unwrap_or_else(|e| e.into_inner());
-                    l.connected = true;
-                    l.connects += 1;
-                    l.last_error.clear();
+            Ok((None, s)) => match s.try_clone() {
+                Err(e) => format!("cannot share the connection: {e}"),
+                Ok(w) => {
+                    {
+                        let mut l = link.lock().unwrap_or_else(|e| e.into_inner());
+                        l.connected = true;
+                        l.connects += 1;
+                        l.last_error.clear();
+                    }
+                    log.info(&format!("NRI: connected to {}", path.display()));
+                    let _ = (&ctx.notify_main).write_all(b"c");
+                    backoff = Duration::from_secs(1);
+                    said.clear();
+                    let mut session = Session::new(s, w, ctx);
+                    session.serve()
                 }
-                log.info(&format!("NRI: connected to {}", path.display()));
-                let _ = (&*notify_main).write_all(b"c");
-                backoff = Duration::from_secs(1);
-                said.clear();
-                let mut session = Session {
-                    stream: s,
-                    log: *log,
-                    to_main,
-                    notify_main,
-                    sync: (Vec::new(), Vec::new()),
-                };
-                session.serve()
-            }
+            },
             Err(e) => format!("cannot connect: {e}"),
         };
         {
@@ -173,7 +238,7 @@ fn keep_connected(
             l.connected = false;
             l.last_error = ended.clone();
         }
-        let _ = (&*notify_main).write_all(b"s");
+        let _ = (&ctx.notify_main).write_all(b"s");
         if ended != said {
             log.warn(&format!(
                 "NRI: {}: {ended}; dialling again every {} s at most",
@@ -205,17 +270,96 @@ fn refused(s: &UnixStream) -> Option<String> {
     }
 }
 
-/// One connection to the runtime.
-struct Session<'a> {
-    stream: UnixStream,
-    log: Log,
-    to_main: &'a Sender<(Ask, Option<SyncSender<Answer>>)>,
-    notify_main: &'a UnixStream,
-    /// Synchronize's chunks so far: pods and containers.
-    sync: (Vec<api::PodSandbox>, Vec<api::Container>),
+/// The writing half of a connection, shared by the reading thread and the waiting one: one
+/// message's frames at a time.
+type Writer = Arc<Mutex<UnixStream>>;
+
+fn send(writer: &Writer, conn: u32, bytes: &[u8]) -> std::io::Result<()> {
+    writer
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .write_all(&mux::frames(conn, bytes))
 }
 
-impl Session<'_> {
+fn respond(writer: &Writer, stream: u32, resp: &Response) -> std::io::Result<()> {
+    let out = ttrpc::Message {
+        stream,
+        kind: ttrpc::RESPONSE,
+        flags: 0,
+        data: resp.encode(),
+    };
+    send(writer, mux::PLUGIN_CONN, &out.encode())
+}
+
+/// A call whose answer waits for the main loop: its stream, the main loop's word, the latest
+/// time to answer, and who it is (for the log).
+struct Waiting {
+    stream: u32,
+    word: Receiver<Answer>,
+    deadline: Instant,
+    who: String,
+}
+
+/// The waiting thread of a connection: each call answered with the main loop's word, or at
+/// its deadline without it. Ends with the connection (its sender dropped).
+fn answer_when_told(writer: Writer, waiting: Receiver<Waiting>, log: Log) {
+    for w in waiting {
+        let left = w.deadline.saturating_duration_since(Instant::now());
+        let resp = match w.word.recv_timeout(left) {
+            Ok(Err(reason)) => refusal(reason),
+            Ok(Ok(())) => Response::default(),
+            Err(_) => {
+                log.warn(&format!(
+                    "NRI: {}: the claim is not made yet; its start goes on and the claim is made when the daemon gets to it",
+                    w.who
+                ));
+                Response::default()
+            }
+        };
+        if respond(&writer, w.stream, &resp).is_err() {
+            return;
+        }
+    }
+}
+
+/// One connection to the runtime.
+struct Session<'a> {
+    reader: UnixStream,
+    writer: Writer,
+    ctx: &'a Ctx,
+    waiting: Option<Sender<Waiting>>,
+    /// How long a call may wait for the main loop.
+    within: Duration,
+    /// Synchronize's chunks so far: pods and containers.
+    sync: (Vec<api::PodSandbox>, Vec<api::Container>),
+    /// Objects of this Synchronize skipped (over [`MAX_SYNC_OBJECTS`] or undecodable).
+    sync_skipped: usize,
+}
+
+impl<'a> Session<'a> {
+    fn new(reader: UnixStream, writer: UnixStream, ctx: &'a Ctx) -> Session<'a> {
+        let writer: Writer = Arc::new(Mutex::new(writer));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (w, log) = (writer.clone(), ctx.log);
+        let waiting = std::thread::Builder::new()
+            .name("isold-nri-wait".into())
+            .spawn(move || {
+                nice_this_thread();
+                answer_when_told(w, rx, log)
+            })
+            .ok()
+            .map(|_| tx);
+        Session {
+            reader,
+            writer,
+            ctx,
+            waiting,
+            within: ANSWER_WITHIN,
+            sync: (Vec::new(), Vec::new()),
+            sync_skipped: 0,
+        }
+    }
+
     /// Register, then answer the runtime's calls until the connection ends: why it ended.
     fn serve(&mut self) -> String {
         let register = Request {
@@ -230,25 +374,29 @@ impl Session<'_> {
             flags: 0,
             data: register.encode(),
         };
-        if let Err(e) = self.send(mux::RUNTIME_CONN, &msg.encode()) {
+        if let Err(e) = send(&self.writer, mux::RUNTIME_CONN, &msg.encode()) {
             return format!("registering: {e}");
         }
         let (mut demux, mut calls, mut replies) =
             (Demux::default(), Reader::default(), Reader::default());
         let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let n = match self.stream.read(&mut buf) {
-                Ok(0) => return "the runtime closed the connection".into(),
+        let ended = loop {
+            let n = match self.reader.read(&mut buf) {
+                Ok(0) => break "the runtime closed the connection".to_string(),
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return format!("reading: {e}"),
+                Err(e) => break format!("reading: {e}"),
             };
             demux.push(&buf[..n]);
+            let mut failed = None;
             loop {
                 let frame = match demux.next_frame() {
                     Ok(Some(f)) => f,
                     Ok(None) => break,
-                    Err(e) => return e.to_string(),
+                    Err(e) => {
+                        failed = Some(e.to_string());
+                        break;
+                    }
                 };
                 match frame.0 {
                     mux::PLUGIN_CONN => calls.push(&frame.1),
@@ -256,67 +404,51 @@ impl Session<'_> {
                     _ => {}
                 }
             }
+            if let Some(e) = failed {
+                break e;
+            }
             if let Err(e) = self.answer_calls(&mut calls) {
-                return e;
+                break e;
             }
-            if let Err(e) = self.read_replies(&mut replies) {
-                return e;
+            if let Err(e) = read_replies(&mut replies) {
+                break e;
             }
-        }
+        };
+        // The waiting thread answers what it holds and ends.
+        self.waiting = None;
+        let _ = self.reader.shutdown(std::net::Shutdown::Both);
+        ended
     }
 
-    fn send(&mut self, conn: u32, bytes: &[u8]) -> std::io::Result<()> {
-        self.stream.write_all(&mux::frames(conn, bytes))
-    }
-
-    /// The runtime's calls that are whole, each answered.
+    /// The runtime's calls that are whole, each answered (or handed to the waiting thread).
     fn answer_calls(&mut self, calls: &mut Reader) -> Result<(), String> {
         while let Some(m) = calls.next_message().map_err(|e| e.to_string())? {
             if m.kind != ttrpc::REQUEST {
                 continue;
             }
             let resp = match Request::decode(&m.data) {
-                Ok(req) => self.call(&req),
-                Err(e) => Response {
+                Ok(req) => self.call(m.stream, &req),
+                Err(e) => Some(Response {
                     code: code::INVALID_ARGUMENT,
                     message: e.to_string(),
                     payload: Vec::new(),
-                },
+                }),
             };
-            let out = ttrpc::Message {
-                stream: m.stream,
-                kind: ttrpc::RESPONSE,
-                flags: 0,
-                data: resp.encode(),
-            };
-            self.send(mux::PLUGIN_CONN, &out.encode())
-                .map_err(|e| format!("answering: {e}"))?;
-        }
-        Ok(())
-    }
-
-    /// The runtime's replies to this plugin's calls (its registration).
-    fn read_replies(&mut self, replies: &mut Reader) -> Result<(), String> {
-        while let Some(m) = replies.next_message().map_err(|e| e.to_string())? {
-            let r = Response::decode(&m.data).map_err(|e| e.to_string())?;
-            if r.code != code::OK {
-                return Err(format!(
-                    "the runtime refused the registration: {} (code {})",
-                    r.message, r.code
-                ));
+            if let Some(resp) = resp {
+                respond(&self.writer, m.stream, &resp).map_err(|e| format!("answering: {e}"))?;
             }
         }
         Ok(())
     }
 
-    /// One call of the runtime.
-    fn call(&mut self, req: &Request) -> Response {
+    /// One call of the runtime: its answer, or `None` when the waiting thread gives it.
+    fn call(&mut self, stream: u32, req: &Request) -> Option<Response> {
         if req.service != api::PLUGIN_SERVICE {
-            return Response {
+            return Some(Response {
                 code: code::INVALID_ARGUMENT,
                 message: format!("no service {}", req.service),
                 payload: Vec::new(),
-            };
+            });
         }
         let ok = |payload: Vec<u8>| Response {
             code: code::OK,
@@ -328,25 +460,41 @@ impl Session<'_> {
             message: e.to_string(),
             payload: Vec::new(),
         };
-        match req.method.as_str() {
+        Some(match req.method.as_str() {
             "Configure" => {
                 if let Ok(c) = api::Configure::decode(&req.payload) {
-                    self.log.info(&format!(
+                    self.ctx.log.info(&format!(
                         "NRI: configured by {} {} (requests within {} ms)",
                         c.runtime_name, c.runtime_version, c.request_timeout
                     ));
+                    if c.request_timeout > 0 {
+                        let theirs = Duration::from_millis(c.request_timeout as u64 * 3 / 4);
+                        self.within = ANSWER_WITHIN.min(theirs);
+                    }
                 }
                 ok(api::configure_response(api::mask(&[
                     Event::CreateContainer,
                     Event::StartContainer,
+                    Event::UpdateContainer,
+                    Event::PostUpdateContainer,
                     Event::StopContainer,
                     Event::RemoveContainer,
                 ])))
             }
             "Synchronize" => match api::Synchronize::decode(&req.payload) {
                 Ok(s) => {
-                    self.sync.0.extend(s.pods);
-                    self.sync.1.extend(s.containers);
+                    for e in &s.bad {
+                        self.ctx
+                            .log
+                            .warn(&format!("NRI: Synchronize: skipped: {e}"));
+                    }
+                    self.sync_skipped += s.bad.len();
+                    for p in s.pods {
+                        self.keep_synced(|sync| &mut sync.0, p);
+                    }
+                    for c in s.containers {
+                        self.keep_synced(|sync| &mut sync.1, c);
+                    }
                     if !s.more {
                         self.synchronized();
                     }
@@ -361,7 +509,7 @@ impl Session<'_> {
                 }
             }
             "StateChange" => match PodContainer::decode_event(&req.payload) {
-                Ok(pc) => self.state_change(&pc),
+                Ok(pc) => return self.state_change(stream, &pc),
                 Err(e) => bad(e),
             },
             "Shutdown" => ok(Vec::new()),
@@ -370,36 +518,53 @@ impl Session<'_> {
                 message: format!("isold has no {m}"),
                 payload: Vec::new(),
             },
+        })
+    }
+
+    fn keep_synced<T>(
+        &mut self,
+        list: impl Fn(&mut (Vec<api::PodSandbox>, Vec<api::Container>)) -> &mut Vec<T>,
+        item: T,
+    ) {
+        let l = list(&mut self.sync);
+        if l.len() < MAX_SYNC_OBJECTS {
+            l.push(item);
+        } else {
+            self.sync_skipped += 1;
         }
     }
 
-    /// The claim `c` of `pod` asks for, as the OCI hook would make it: none for a container
-    /// whose pod is not Guaranteed (its cpuset is the shared pool, left as it is; logged).
-    fn claim(
-        &self,
-        pod: &api::PodSandbox,
-        c: &api::Container,
-    ) -> Result<
-        Option<libtaskisol::claims::ClaimRequest>,
-        libtaskisol::claims::annotations::AnnotationError,
-    > {
-        let r = claim_of(pod, c)?;
-        if r.is_some() {
-            if let Some(qos) = libtaskisol::nri::shared_pool(c) {
-                self.log.info(&format!(
-                    "NRI: container {} asks for isolated CPUs, but its pod is {} (not Guaranteed): its cpuset is the shared pool, left as it is",
-                    c.id,
-                    qos.name()
-                ));
-                return Ok(None);
-            }
-        }
-        Ok(r)
+    /// What container `c` of `pod` may claim, judged now: the annotations, the kubelet's
+    /// word, the administrator's rule against the claims in force.
+    fn judge(&self, pod: &api::PodSandbox, c: &api::Container) -> Judged {
+        let kubelet = libtaskisol::claims::kubelet::CpuManagerState::read(&self.ctx.root);
+        let view = self.ctx.view.get();
+        claim_for(
+            &self.ctx.root,
+            pod,
+            c,
+            &kubelet,
+            view.as_ref().map(|v| (&v.policy, v.claims.as_slice())),
+        )
+    }
+
+    /// Whether container `id` holds a claim now, as the main loop last said.
+    fn claimed(&self, id: &str) -> bool {
+        self.ctx
+            .view
+            .get()
+            .is_some_and(|v| v.claims.iter().any(|c| c.container == id))
     }
 
     /// The last chunk of Synchronize: every container that exists, to the main loop.
     fn synchronized(&mut self) {
         let (pods, containers) = std::mem::take(&mut self.sync);
+        if self.sync_skipped > 0 {
+            self.ctx.log.warn(&format!(
+                "NRI: Synchronize: {} pod(s) or container(s) skipped",
+                std::mem::take(&mut self.sync_skipped)
+            ));
+        }
         let pods: BTreeMap<&str, &api::PodSandbox> =
             pods.iter().map(|p| (p.id.as_str(), p)).collect();
         let empty = api::PodSandbox::default();
@@ -412,78 +577,196 @@ impl Session<'_> {
                 .get(c.pod_sandbox_id.as_str())
                 .copied()
                 .unwrap_or(&empty);
-            match self.claim(pod, c) {
-                Ok(Some(r)) => asks.push(r),
-                Ok(None) => {}
-                Err(e) => self.log.warn(&format!("NRI: container {}: {e}", c.id)),
+            match self.judge(pod, c) {
+                Judged::Claim(r) => asks.push(r),
+                Judged::Nothing => {}
+                Judged::NotExclusive(why) => self.said_not_exclusive(c, &why),
+                // Made again by the main loop, whose refusal is logged and counted.
+                Judged::Refused { claim: Some(r), .. } => asks.push(r),
+                Judged::Refused { message, .. } => self
+                    .ctx
+                    .log
+                    .warn(&format!("NRI: container {}: {message}", c.id)),
             }
         }
         let existing = containers.into_iter().map(|c| c.id).collect();
-        self.tell(Ask::Sync { existing, asks }, false);
+        self.tell(Ask::Sync { existing, asks });
     }
 
-    /// CreateContainer (the claim admitted or the creation failed), StopContainer (the claim
-    /// released), UpdateContainer (nothing).
+    fn said_not_exclusive(&self, c: &api::Container, why: &str) {
+        self.ctx.log.info(&format!(
+            "NRI: container {} asks for isolated CPUs, but {why}: it is left as it is",
+            libtaskisol::claims::who(&c.id, (!c.name.is_empty()).then_some(c.name.as_str()))
+        ));
+    }
+
+    /// A refusal, told to the main loop (which logs and counts it) and answered.
+    fn refuse(&mut self, reason: &'static str, message: String) -> Response {
+        self.tell(Ask::Refused {
+            reason,
+            message: message.clone(),
+        });
+        refusal(message)
+    }
+
+    /// CreateContainer (the claim judged: the creation fails when it is refused),
+    /// UpdateContainer (an update the claim cannot follow refused), StopContainer (the claim
+    /// released).
     fn container_call(&mut self, method: &str, pc: &PodContainer) -> Response {
         let Some(c) = &pc.container else {
             return Response::default();
         };
         match method {
-            "CreateContainer" => match self.claim(&pc.pod, c) {
-                Ok(Some(r)) => self.ask_or_refuse(Ask::Admit(r)),
-                Ok(None) => Response::default(),
-                Err(e) => refusal(e.to_string()),
+            "CreateContainer" => match self.judge(&pc.pod, c) {
+                Judged::Claim(_) | Judged::Nothing => Response::default(),
+                Judged::NotExclusive(why) => {
+                    self.said_not_exclusive(c, &why);
+                    Response::default()
+                }
+                Judged::Refused {
+                    reason, message, ..
+                } => self.refuse(reason, message),
             },
+            "UpdateContainer" => {
+                let Some(new) = pc.update.as_ref().filter(|u| !u.cpus.is_empty()) else {
+                    return Response::default();
+                };
+                let same = match (
+                    libtaskisol::CpuSet::parse_list(&new.cpus),
+                    libtaskisol::CpuSet::parse_list(&c.cpus),
+                ) {
+                    (Ok(a), Ok(b)) => a == b,
+                    _ => false,
+                };
+                if same {
+                    return Response::default();
+                }
+                // The kubelet's cpuset-only update carries shares of 0: the container's own
+                // stay what they are.
+                let moved = api::Container {
+                    cpus: new.cpus.clone(),
+                    ..c.clone()
+                };
+                match self.judge(&pc.pod, &moved) {
+                    Judged::Claim(_) | Judged::Nothing => Response::default(),
+                    Judged::NotExclusive(why) if self.claimed(&c.id) => self.refuse(
+                        "update",
+                        format!(
+                            "update refused: container {} holds isolated CPUs {}, and with cpuset {} {why}",
+                            c.id, c.cpus, new.cpus
+                        ),
+                    ),
+                    Judged::NotExclusive(_) => Response::default(),
+                    Judged::Refused {
+                        reason, message, ..
+                    } => self.refuse(
+                        reason,
+                        format!("update to cpuset {} refused: {message}", new.cpus),
+                    ),
+                }
+            }
             "StopContainer" => {
-                self.tell(Ask::Release(c.id.clone()), false);
+                self.tell(Ask::Release(c.id.clone()));
                 Response::default()
             }
             _ => Response::default(),
         }
     }
 
-    /// StartContainer (the claim made), RemoveContainer (released); other events: nothing.
-    fn state_change(&mut self, pc: &PodContainer) -> Response {
+    /// StartContainer (the claim made; the answer waits for it in the waiting thread),
+    /// PostUpdateContainer (the claim follows the new cpuset), RemoveContainer (released);
+    /// other events: nothing.
+    fn state_change(&mut self, stream: u32, pc: &PodContainer) -> Option<Response> {
         let Some(c) = &pc.container else {
-            return Response::default();
+            return Some(Response::default());
         };
-        match pc.event {
-            Some(Event::StartContainer) => match self.claim(&pc.pod, c) {
-                Ok(Some(r)) => self.ask_or_refuse(Ask::Claim(r)),
-                Ok(None) => Response::default(),
-                Err(e) => refusal(e.to_string()),
+        Some(match pc.event {
+            Some(Event::StartContainer) => match self.judge(&pc.pod, c) {
+                Judged::Claim(r) => return self.claim_then_answer(stream, r),
+                Judged::Nothing => Response::default(),
+                Judged::NotExclusive(why) => {
+                    self.said_not_exclusive(c, &why);
+                    Response::default()
+                }
+                Judged::Refused {
+                    reason, message, ..
+                } => self.refuse(reason, message),
             },
+            Some(Event::PostUpdateContainer) => {
+                match self.judge(&pc.pod, c) {
+                    Judged::Claim(r) => self.tell(Ask::Follow(r)),
+                    Judged::Refused { claim: Some(r), .. } => self.tell(Ask::Follow(r)),
+                    _ if self.claimed(&c.id) => {
+                        self.ctx.log.info(&format!(
+                            "NRI: container {} now has cpuset {}, which it may not claim: its claim is released",
+                            c.id, c.cpus
+                        ));
+                        self.tell(Ask::Release(c.id.clone()))
+                    }
+                    _ => {}
+                }
+                Response::default()
+            }
             Some(Event::RemoveContainer) => {
-                self.tell(Ask::Release(c.id.clone()), false);
+                self.tell(Ask::Release(c.id.clone()));
                 Response::default()
             }
             _ => Response::default(),
-        }
+        })
     }
 
-    /// Ask the main loop and wait for its word, at most [`ANSWER_WITHIN`]: a refusal is the
-    /// runtime's error; no word in time lets the container go on.
-    fn ask_or_refuse(&mut self, ask: Ask) -> Response {
-        match self.tell(ask, true) {
-            Some(Err(reason)) => refusal(reason),
-            _ => Response::default(),
+    /// The claim to the main loop; the answer given by the waiting thread with its word.
+    fn claim_then_answer(&mut self, stream: u32, r: ClaimRequest) -> Option<Response> {
+        let who = libtaskisol::claims::who(&r.container, r.name.as_deref());
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        if self.ctx.to_main.send((Ask::Claim(r), Some(tx))).is_err() {
+            return Some(Response::default());
         }
-    }
-
-    /// Hand `ask` to the main loop; with `wait`, its answer (`None`: none in time).
-    fn tell(&mut self, ask: Ask, wait: bool) -> Option<Answer> {
-        let (tx, rx) = if wait {
-            let (tx, rx) = std::sync::mpsc::sync_channel(1);
-            (Some(tx), Some(rx))
-        } else {
-            (None, None)
+        let _ = (&self.ctx.notify_main).write_all(b"n");
+        let w = Waiting {
+            stream,
+            word: rx,
+            deadline: Instant::now() + self.within,
+            who,
         };
-        if self.to_main.send((ask, tx)).is_err() {
-            return None;
+        match &self.waiting {
+            Some(tx) => match tx.send(w) {
+                Ok(()) => None,
+                Err(e) => Some(e.0.word.recv_timeout(self.within).map_or_else(
+                    |_| Response::default(),
+                    |a| a.map_or_else(refusal, |()| Response::default()),
+                )),
+            },
+            None => Some(
+                w.word
+                    .recv_timeout(self.within)
+                    .ok()
+                    .and_then(Result::err)
+                    .map_or_else(Response::default, refusal),
+            ),
         }
-        let _ = (&*self.notify_main).write_all(b"n");
-        rx?.recv_timeout(ANSWER_WITHIN).ok()
     }
+
+    /// Hand `ask` to the main loop; nobody waits for its word.
+    fn tell(&mut self, ask: Ask) {
+        if self.ctx.to_main.send((ask, None)).is_ok() {
+            let _ = (&self.ctx.notify_main).write_all(b"n");
+        }
+    }
+}
+
+/// The runtime's replies to this plugin's calls (its registration).
+fn read_replies(replies: &mut Reader) -> Result<(), String> {
+    while let Some(m) = replies.next_message().map_err(|e| e.to_string())? {
+        let r = Response::decode(&m.data).map_err(|e| e.to_string())?;
+        if r.code != code::OK {
+            return Err(format!(
+                "the runtime refused the registration: {} (code {})",
+                r.message, r.code
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A claim refused: an error status the runtime passes on (it fails the container's

@@ -308,7 +308,10 @@ impl Daemon {
                 return None;
             };
             let word = match ask {
-                Ask::Admit(req) => self.admit(&req),
+                Ask::Refused { reason, message } => {
+                    self.books.refused(reason, &message);
+                    Err(message)
+                }
                 // Every container's stop and removal comes: only a claim's changes anything,
                 // and the others leave the scan thread running.
                 Ask::Release(id) if self.claims.of(&id).is_none() => Ok(()),
@@ -323,6 +326,7 @@ impl Daemon {
                                 Err(r.message)
                             }
                         }
+                        Ask::Follow(req) => self.follow(&req),
                         Ask::Release(id) => {
                             self.release(&id);
                             Ok(())
@@ -331,7 +335,7 @@ impl Daemon {
                             self.synchronize(&existing, asks);
                             Ok(())
                         }
-                        Ask::Admit(_) => unreachable!("answered above"),
+                        Ask::Refused { .. } => unreachable!("answered above"),
                     };
                     match self.scanner(interval) {
                         Some(s) => *scanner = s,

@@ -19,12 +19,48 @@ pub const CRIO_IRQ: &str = "irq-load-balancing.crio.io";
 pub const CRIO_CSTATES: &str = "cpu-c-states.crio.io";
 /// CRI-O's: each CPU's cpufreq governor.
 pub const CRIO_GOVERNOR: &str = "cpu-freq-governor.crio.io";
-/// CRI-O's annotations that are the runtime's business (scheduler load balancing, CFS
-/// quota): accepted, left to the runtime.
-pub const CRIO_RUNTIME_ONLY: [&str; 2] = ["cpu-load-balancing.crio.io", "cpu-quota.crio.io"];
+/// CRI-O's: `disable` (or the deprecated `true`) takes the container's CPUs out of the
+/// scheduler's load balancing. The intent is the same as `irq-load-balancing.crio.io`'s: no
+/// other work on them. isold isolates them (IRQs, tasks, kthreads, workqueues); the
+/// scheduler's own domains stay the runtime's (CRI-O) or the cpuset partition's.
+pub const CRIO_CPU_LB: &str = "cpu-load-balancing.crio.io";
+/// CRI-O's annotation that is the runtime's business only (CFS quota): accepted, left to
+/// the runtime.
+pub const CRIO_RUNTIME_ONLY: [&str; 1] = ["cpu-quota.crio.io"];
+/// The keys whose values isold reads (each also as `KEY/NAME`): every other annotation of a
+/// pod or container is skipped undecoded ([`read_by_isold`]).
+pub const READ: [&str; 5] = [ISOLATE, CRIO_IRQ, CRIO_CPU_LB, CRIO_CSTATES, CRIO_GOVERNOR];
+/// The longest value of an annotation isold keeps (longer ones are cut, and so refused as
+/// values isold does not understand): the longest valid one is `max_latency:2147483647`.
+pub const MAX_VALUE: usize = 256;
+/// The most annotations isold keeps of one pod or container (each one it reads, for up to
+/// this many containers by `KEY/NAME`).
+pub const MAX_KEPT: usize = 256;
+
+/// Whether isold reads annotation `key`: one of [`READ`] (or its `KEY/NAME` form), the
+/// container's name or its pod's id.
+pub fn read_by_isold(key: &str) -> bool {
+    key == CONTAINER_NAME
+        || key == CONTAINERD_CONTAINER_NAME
+        || SANDBOX_IDS.contains(&key)
+        || READ.iter().any(|k| {
+            key.strip_prefix(k)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+}
 /// The annotation in which CRI-O and the kubelet name the container (`KEY/NAME` forms of the
 /// annotations above apply to that container only).
 pub const CONTAINER_NAME: &str = "io.kubernetes.container.name";
+/// The annotation in which containerd's CRI plugin names the container.
+pub const CONTAINERD_CONTAINER_NAME: &str = "io.kubernetes.cri.container-name";
+
+/// The container's name in its pod, from the runtime's annotations (CRI-O's, then
+/// containerd's).
+pub fn name_of(ann: &BTreeMap<String, String>) -> Option<String> {
+    [CONTAINER_NAME, CONTAINERD_CONTAINER_NAME]
+        .iter()
+        .find_map(|k| ann.get(*k).cloned())
+}
 
 /// The annotations in which runtimes name a container's pod (its sandbox): CRI-O's, then
 /// containerd's CRI plugin's.
@@ -127,6 +163,13 @@ impl Request {
                 (Isolate::Housekeeping, _) | (_, Isolate::Housekeeping) => Isolate::Housekeeping,
                 _ => Isolate::No,
             };
+        }
+        if let Some((k, v)) = annotation(ann, CRIO_CPU_LB, name) {
+            match v {
+                "disable" | "true" => isolate = Isolate::All,
+                "enable" | "false" => {}
+                _ => return Err(bad(&k, v, "is not disable or enable")),
+            }
         }
         let pm_qos = match annotation(ann, CRIO_CSTATES, name) {
             None => None,

@@ -18,6 +18,7 @@
 //! field and the value, escaped ([`shown`]).
 
 pub mod annotations;
+pub mod kubelet;
 pub mod oci;
 pub mod store;
 pub mod wire;

@@ -162,6 +162,8 @@ pub struct Bundle {
     pub annotations: BTreeMap<String, String>,
     /// `linux.resources.cpu.cpus`: the container's cpuset, when it has one.
     pub cpus: Option<CpuSet>,
+    /// `linux.resources.cpu.shares`, when given.
+    pub shares: Option<u64>,
     /// `linux.cgroupsPath`.
     pub cgroups_path: Option<String>,
 }
@@ -189,6 +191,8 @@ struct RawResources {
 struct RawCpu {
     #[serde(default)]
     cpus: Option<String>,
+    #[serde(default)]
+    shares: Option<u64>,
 }
 
 impl Bundle {
@@ -231,12 +235,9 @@ impl Bundle {
             error: e.to_string(),
         })?;
         let cgroups_path = raw.linux.as_ref().and_then(|l| l.cgroups_path.clone());
-        let cpus = match raw
-            .linux
-            .and_then(|l| l.resources)
-            .and_then(|r| r.cpu)
-            .and_then(|c| c.cpus)
-        {
+        let cpu = raw.linux.and_then(|l| l.resources).and_then(|r| r.cpu);
+        let shares = cpu.as_ref().and_then(|c| c.shares);
+        let cpus = match cpu.and_then(|c| c.cpus) {
             None => None,
             Some(s) if s.trim().is_empty() => None,
             Some(s) => Some(
@@ -251,6 +252,7 @@ impl Bundle {
         Ok(Bundle {
             annotations: raw.annotations,
             cpus,
+            shares,
             cgroups_path,
         })
     }

@@ -55,15 +55,17 @@ fn isolds_and_crios_annotations_ask_the_same() {
     }
     let r = req(&[(CRIO_GOVERNOR, "performance")]).unwrap().unwrap();
     assert_eq!(r.governor.as_deref(), Some("performance"));
-    // The runtime's own annotations ask isold for nothing.
-    assert_eq!(
-        req(&[
-            (CRIO_RUNTIME_ONLY[0], "disable"),
-            (CRIO_RUNTIME_ONLY[1], "disable")
-        ])
-        .unwrap(),
-        None
-    );
+    // The runtime's own annotation asks isold for nothing.
+    assert_eq!(req(&[(CRIO_RUNTIME_ONLY[0], "disable")]).unwrap(), None);
+    // CPU load balancing off is the same intent as IRQ load balancing off.
+    for v in ["disable", "true"] {
+        let r = req(&[(CRIO_CPU_LB, v)]).unwrap().unwrap();
+        assert_eq!(r.isolate, Isolate::All, "{v}");
+    }
+    assert_eq!(req(&[(CRIO_CPU_LB, "enable")]).unwrap(), None);
+    assert!(req(&[(CRIO_CPU_LB, "off")]).is_err());
+    let r = req(&[(CRIO_CPU_LB, "enable"), (CRIO_IRQ, "housekeeping")]).unwrap();
+    assert_eq!(r.unwrap().isolate, Isolate::Housekeeping);
 }
 
 #[test]

@@ -1,12 +1,49 @@
 //! The NRI v0.8.0 messages isold reads and writes (package `nri.pkg.api.v1alpha1`, field
 //! numbers as its `api.proto`): registration, configuration, synchronization, the container
 //! lifecycle and pod events. Of pods and containers only what a claim needs is decoded (ids,
-//! names, annotations, the cpuset, the cgroups path, the pid, the state); every other field
-//! is skipped.
+//! names, the annotations isold reads, the cpuset and CPU shares, the cgroups path, the pid,
+//! the state); every other field is skipped without a copy.
+//!
+//! What is kept is bounded whatever the runtime sends: identifiers and paths at most
+//! [`MAX_NAME`] and [`MAX_PATH`] bytes (longer ones fail the decoding of their pod or
+//! container), a cpuset at most [`crate::CpuSet::MAX_LIST_BYTES`], and annotations only
+//! those [`crate::claims::annotations::read_by_isold`] names, at most
+//! [`annotations::MAX_KEPT`] of [`annotations::MAX_VALUE`] bytes each.
 
 use std::collections::BTreeMap;
 
 use super::wire::{self, DecodeError, Encoder};
+use crate::claims::annotations;
+
+/// The longest id, name, uid or namespace kept.
+pub const MAX_NAME: usize = 1024;
+/// The longest cgroups path or cgroup parent kept.
+pub const MAX_PATH: usize = 4096;
+
+fn name(what: &'static str, v: &wire::Value) -> Result<String, DecodeError> {
+    wire::string_capped(what, v, MAX_NAME)
+}
+
+fn path(what: &'static str, v: &wire::Value) -> Result<String, DecodeError> {
+    wire::string_capped(what, v, MAX_PATH)
+}
+
+/// An annotation entry, kept when isold reads it.
+fn annotation(
+    what: &'static str,
+    v: &wire::Value,
+    map: &mut BTreeMap<String, String>,
+) -> Result<(), DecodeError> {
+    wire::map_entry_kept(
+        what,
+        v,
+        map,
+        annotations::read_by_isold,
+        annotations::MAX_KEPT,
+        annotations::MAX_VALUE,
+    )
+    .map(|_| ())
+}
 
 /// The ttrpc service the runtime serves (the plugin calls it).
 pub const RUNTIME_SERVICE: &str = "nri.pkg.api.v1alpha1.Runtime";
@@ -135,15 +172,15 @@ impl PodSandbox {
         let mut p = PodSandbox::default();
         for (n, v) in wire::fields(W, b)? {
             match n {
-                1 => p.id = wire::string(W, &v)?,
-                2 => p.name = wire::string(W, &v)?,
-                3 => p.uid = wire::string(W, &v)?,
-                4 => p.namespace = wire::string(W, &v)?,
-                6 => wire::map_entry(W, &v, &mut p.annotations)?,
+                1 => p.id = name(W, &v)?,
+                2 => p.name = name(W, &v)?,
+                3 => p.uid = name(W, &v)?,
+                4 => p.namespace = name(W, &v)?,
+                6 => annotation(W, &v, &mut p.annotations)?,
                 8 => {
                     for (ln, lv) in wire::fields(W, wire::bytes(W, &v)?)? {
                         if ln == 3 {
-                            p.cgroup_parent = wire::string(W, &lv)?;
+                            p.cgroup_parent = path(W, &lv)?;
                         }
                     }
                 }
@@ -180,6 +217,8 @@ pub struct Container {
     pub annotations: BTreeMap<String, String>,
     /// `linux.resources.cpu.cpus`: its cpuset.
     pub cpus: String,
+    /// `linux.resources.cpu.shares`, when set.
+    pub shares: Option<u64>,
     /// `linux.cgroups_path`.
     pub cgroups_path: String,
     /// Its process (0 before its start).
@@ -192,9 +231,9 @@ impl Container {
         let mut c = Container::default();
         for (n, v) in wire::fields(W, b)? {
             match n {
-                1 => c.id = wire::string(W, &v)?,
-                2 => c.pod_sandbox_id = wire::string(W, &v)?,
-                3 => c.name = wire::string(W, &v)?,
+                1 => c.id = name(W, &v)?,
+                2 => c.pod_sandbox_id = name(W, &v)?,
+                3 => c.name = name(W, &v)?,
                 4 => {
                     c.state = match wire::number(W, &v)? {
                         1 => ContainerState::Created,
@@ -204,7 +243,7 @@ impl Container {
                         _ => ContainerState::Unknown,
                     }
                 }
-                6 => wire::map_entry(W, &v, &mut c.annotations)?,
+                6 => annotation(W, &v, &mut c.annotations)?,
                 11 => c.decode_linux(wire::bytes(W, &v)?)?,
                 12 => c.pid = wire::number(W, &v)? as u32,
                 _ => {}
@@ -213,24 +252,16 @@ impl Container {
         Ok(c)
     }
 
-    /// `LinuxContainer`: resources (3) -> cpu (2) -> cpus (6), cgroups_path (5).
+    /// `LinuxContainer`: resources (3), cgroups_path (5).
     fn decode_linux(&mut self, b: &[u8]) -> Result<(), DecodeError> {
         const W: &str = "LinuxContainer";
         for (n, v) in wire::fields(W, b)? {
             match n {
                 3 => {
-                    for (rn, rv) in wire::fields(W, wire::bytes(W, &v)?)? {
-                        if rn != 2 {
-                            continue;
-                        }
-                        for (cn, cv) in wire::fields(W, wire::bytes(W, &rv)?)? {
-                            if cn == 6 {
-                                self.cpus = wire::string(W, &cv)?;
-                            }
-                        }
-                    }
+                    let r = Resources::decode(wire::bytes(W, &v)?)?;
+                    (self.cpus, self.shares) = (r.cpus, r.shares);
                 }
-                5 => self.cgroups_path = wire::string(W, &v)?,
+                5 => self.cgroups_path = path(W, &v)?,
                 _ => {}
             }
         }
@@ -239,10 +270,11 @@ impl Container {
 
     /// Encoded (for tests and recorded streams).
     pub fn encode(&self) -> Encoder {
-        let mut cpu = Encoder::default();
-        cpu.string(6, &self.cpus);
-        let mut resources = Encoder::default();
-        resources.message(2, &cpu);
+        let resources = Resources {
+            cpus: self.cpus.clone(),
+            shares: self.shares,
+        }
+        .encode();
         let mut linux = Encoder::default();
         linux.message(3, &resources).string(5, &self.cgroups_path);
         let state = match self.state {
@@ -264,6 +296,57 @@ impl Container {
     }
 }
 
+/// `LinuxResources`, the part isold reads: `cpu` (2) -> `shares` (1, an `OptionalUInt64`)
+/// and `cpus` (6).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Resources {
+    /// The cpuset ("" when not set).
+    pub cpus: String,
+    /// The CPU shares, when set.
+    pub shares: Option<u64>,
+}
+
+impl Resources {
+    pub fn decode(b: &[u8]) -> Result<Resources, DecodeError> {
+        const W: &str = "LinuxResources";
+        let mut r = Resources::default();
+        for (n, v) in wire::fields(W, b)? {
+            if n != 2 {
+                continue;
+            }
+            for (cn, cv) in wire::fields(W, wire::bytes(W, &v)?)? {
+                match cn {
+                    1 => {
+                        for (on, ov) in wire::fields(W, wire::bytes(W, &cv)?)? {
+                            if on == 1 {
+                                r.shares = Some(wire::number(W, &ov)?);
+                            }
+                        }
+                        r.shares.get_or_insert(0);
+                    }
+                    6 => r.cpus = wire::string_capped(W, &cv, crate::CpuSet::MAX_LIST_BYTES)?,
+                    _ => {}
+                }
+            }
+        }
+        Ok(r)
+    }
+
+    /// Encoded (for tests and recorded streams).
+    pub fn encode(&self) -> Encoder {
+        let mut cpu = Encoder::default();
+        if let Some(s) = self.shares {
+            let mut opt = Encoder::default();
+            opt.varint(1, s);
+            cpu.message(1, &opt);
+        }
+        cpu.string(6, &self.cpus);
+        let mut resources = Encoder::default();
+        resources.message(2, &cpu);
+        resources
+    }
+}
+
 /// `SynchronizeRequest`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Synchronize {
@@ -271,6 +354,9 @@ pub struct Synchronize {
     pub containers: Vec<Container>,
     /// More chunks follow: answer `more = true` and nothing else.
     pub more: bool,
+    /// The pods and containers that could not be decoded, each alone: the others are
+    /// synchronized.
+    pub bad: Vec<DecodeError>,
 }
 
 impl Synchronize {
@@ -279,8 +365,14 @@ impl Synchronize {
         let mut s = Synchronize::default();
         for (n, v) in wire::fields(W, b)? {
             match n {
-                1 => s.pods.push(PodSandbox::decode(wire::bytes(W, &v)?)?),
-                2 => s.containers.push(Container::decode(wire::bytes(W, &v)?)?),
+                1 => match PodSandbox::decode(wire::bytes(W, &v)?) {
+                    Ok(p) => s.pods.push(p),
+                    Err(e) => s.bad.push(e),
+                },
+                2 => match Container::decode(wire::bytes(W, &v)?) {
+                    Ok(c) => s.containers.push(c),
+                    Err(e) => s.bad.push(e),
+                },
                 3 => s.more = wire::number(W, &v)? != 0,
                 _ => {}
             }
@@ -297,8 +389,9 @@ pub fn synchronize_response(more: bool) -> Vec<u8> {
     e.0
 }
 
-/// A pod and a container: `CreateContainerRequest`, `StopContainerRequest` (pod 1,
-/// container 2) and `StateChangeEvent` (event 1, pod 2, container 3).
+/// A pod and a container: `CreateContainerRequest`, `StopContainerRequest`,
+/// `UpdateContainerRequest` (pod 1, container 2, the update's resources 3) and
+/// `StateChangeEvent` (event 1, pod 2, container 3).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PodContainer {
     /// The event of a `StateChangeEvent`.
@@ -306,12 +399,21 @@ pub struct PodContainer {
     pub pod: PodSandbox,
     /// `None` for a pod's event.
     pub container: Option<Container>,
+    /// An `UpdateContainerRequest`'s `linux_resources`: what the container is to have.
+    pub update: Option<Resources>,
 }
 
 impl PodContainer {
-    /// A `CreateContainerRequest` or `StopContainerRequest`.
+    /// A `CreateContainerRequest`, `StopContainerRequest` or `UpdateContainerRequest`.
     pub fn decode_request(b: &[u8]) -> Result<PodContainer, DecodeError> {
-        Self::decode("container request", b, 1, 2, None)
+        const W: &str = "UpdateContainerRequest";
+        let mut pc = Self::decode("container request", b, 1, 2, None)?;
+        for (n, v) in wire::fields(W, b)? {
+            if n == 3 {
+                pc.update = Some(Resources::decode(wire::bytes(W, &v)?)?);
+            }
+        }
+        Ok(pc)
     }
 
     /// A `StateChangeEvent`.

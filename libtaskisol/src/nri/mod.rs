@@ -12,7 +12,10 @@ pub mod wire;
 use std::collections::BTreeMap;
 
 use crate::claims::annotations::AnnotationError;
-use crate::claims::{ClaimRequest, Request};
+use crate::claims::kubelet;
+use crate::claims::{Claim, ClaimRequest, Request};
+use crate::policy::Policy;
+use crate::sysroot::SysRoot;
 
 /// The source of NRI's claims ([`crate::claims::Claim::source`]).
 pub const SOURCE: &str = "nri";
@@ -52,13 +55,78 @@ pub fn claim_of(
     }))
 }
 
-/// The QoS class of a kubelet pod's container that has no CPUs of its own to isolate (its
-/// pod is Burstable or BestEffort, as its `cgroups_path` says in the kubelet's layout, either
-/// cgroup driver): its cpuset is the node's shared pool. `None` for a Guaranteed pod's
-/// container, or one that is not a kubelet pod's. The OCI hook judges the same way.
-pub fn shared_pool(c: &api::Container) -> Option<crate::claims::oci::PodQos> {
-    crate::claims::oci::PodQos::of_cgroups_path(&c.cgroups_path)
-        .filter(|q| *q != crate::claims::oci::PodQos::Guaranteed)
+/// What a container NRI describes may claim, judged now ([`claim_for`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Judged {
+    /// It asks for nothing.
+    Nothing,
+    /// It asks, but holds no exclusive CPUs (the kubelet's word, [`kubelet::exclusive`]): left
+    /// as it is, said in the log.
+    NotExclusive(String),
+    /// Its claim, admissible now.
+    Claim(ClaimRequest),
+    /// Its claim refused: the reason in a word (the metrics'), the message, and the request
+    /// when it is well formed (the main loop may judge it again).
+    Refused {
+        reason: &'static str,
+        message: String,
+        claim: Option<ClaimRequest>,
+    },
+}
+
+/// What container `c` of `pod` may claim: what its annotations ask ([`claim_of`]), only if
+/// it holds exclusive CPUs as the kubelet decides (its QoS class, its CPU request, the
+/// kubelet's `cpu_manager_state` when there is one: `kubelet`), and within the
+/// administrator's rule against the claims in force (`view`: the policy and the claims,
+/// `None` when the daemon has not said them yet, which refuses). The OCI hook judges the
+/// same way ([`kubelet::exclusive`], [`Claim::admissible`] in the daemon).
+pub fn claim_for(
+    root: &SysRoot,
+    pod: &api::PodSandbox,
+    c: &api::Container,
+    kubelet: &Result<Option<kubelet::CpuManagerState>, kubelet::StateError>,
+    view: Option<(&Policy, &[Claim])>,
+) -> Judged {
+    let req = match claim_of(pod, c) {
+        Ok(None) => return Judged::Nothing,
+        Ok(Some(r)) => r,
+        Err(e) => {
+            return Judged::Refused {
+                reason: "invalid",
+                message: e.to_string(),
+                claim: None,
+            }
+        }
+    };
+    let k = kubelet::KubeContainer {
+        cgroups_path: &c.cgroups_path,
+        shares: c.shares,
+        cpus: &c.cpus,
+        name: (!c.name.is_empty()).then_some(c.name.as_str()),
+    };
+    if let Err(e) = kubelet::exclusive(&k, kubelet) {
+        return Judged::NotExclusive(e.to_string());
+    }
+    let Some((policy, claims)) = view else {
+        return Judged::Refused {
+            reason: "starting",
+            message: "isold is starting: it cannot judge the claim yet".into(),
+            claim: Some(req),
+        };
+    };
+    let others: Vec<Claim> = claims
+        .iter()
+        .filter(|o| o.container != req.container)
+        .cloned()
+        .collect();
+    match Claim::admissible(root, &req, policy, &others) {
+        Ok(()) => Judged::Claim(req),
+        Err(e) => Judged::Refused {
+            reason: e.reason(),
+            message: format!("claim refused: {e}"),
+            claim: Some(req),
+        },
+    }
 }
 
 /// Every ttrpc message of one side of a recorded trunk, in order, with its connection: what

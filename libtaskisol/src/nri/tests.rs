@@ -167,6 +167,7 @@ fn container() -> Container {
             "rt".to_string(),
         )]),
         cpus: "3".into(),
+        shares: Some(1024),
         cgroups_path: "/kubepods/pod0f1e-2d3c/c0ffee".into(),
         pid: 4242,
     }
@@ -177,18 +178,23 @@ fn container() -> Container {
 /// written out by hand, with fields isold skips (a fixed64, an unknown varint) in between.
 #[test]
 fn a_containers_cpuset_and_annotations_are_read_from_its_bytes() {
-    let cpu = ld(6, b"3");
+    let mut cpu = ld(1, &[1 << 3, 0x80, 0x08]); // shares: OptionalUInt64 { value: 1024 }
+    cpu.extend(ld(6, b"3"));
     let mut resources = vec![0x09, 1, 2, 3, 4, 5, 6, 7, 8]; // memory as a fixed64 (skipped)
     resources.extend(ld(2, &cpu));
     let mut linux = ld(3, &resources);
     linux.extend(ld(5, b"/kubepods/pod0f1e-2d3c/c0ffee"));
     let mut entry = ld(1, b"io.kubernetes.cri.container-name");
     entry.extend(ld(2, b"rt"));
+    // An annotation isold does not read: skipped, not kept.
+    let mut other = ld(1, b"kubectl.kubernetes.io/last-applied-configuration");
+    other.extend(ld(2, b"{\"big\": true}"));
     let mut c = ld(1, b"c0ffee");
     c.extend(ld(2, b"a1b2c3"));
     c.extend(ld(3, b"rt"));
     c.extend([4 << 3, 1]);
     c.extend(ld(6, &entry));
+    c.extend(ld(6, &other));
     c.extend([15 << 3, 42]); // a field of a later version
     c.extend(ld(11, &linux));
     c.extend([12 << 3, 0xca, 0x21]); // pid: 0x4a + (0x21 << 7)
@@ -602,30 +608,175 @@ fn a_recording_cut_between_the_frames_of_a_message_is_an_error() {
     assert!(e.contains("cut"), "{e}");
 }
 
-/// A Burstable or BestEffort pod's container has the shared pool, under either cgroup driver
-/// of containerd; a Guaranteed one's, or a container outside Kubernetes, may claim.
+/// Only a container that holds exclusive CPUs claims: a Burstable or BestEffort pod's (either
+/// cgroup driver), a fractional Guaranteed one's, or one the kubelet recorded otherwise is
+/// left as it is; a whole-CPU Guaranteed one's, or a container outside Kubernetes, claims
+/// within the administrator's rule; with no view yet, a claim is refused.
 #[test]
-fn only_a_guaranteed_pods_container_has_cpus_of_its_own() {
-    use crate::claims::oci::PodQos;
-    let c = |path: &str| api::Container {
-        cgroups_path: path.into(),
+fn only_a_container_with_exclusive_cpus_claims() {
+    use crate::claims::kubelet::CpuManagerState;
+    use crate::policy::config::{Config, ContainersConfig, CpuSpec};
+    use crate::CpuSet;
+    let root = SysRoot::new("/nonexistent-taskisol-root");
+    let (iso, online): (CpuSet, CpuSet) = ("2".parse().unwrap(), "0-3".parse().unwrap());
+    let mut config = Config::defaults(
+        crate::policy::preset::Preset::RealtimeVirtualHost,
+        CpuSpec::List(iso.clone()),
+    );
+    config.containers = Some(ContainersConfig {
+        cpus: "3".parse().unwrap(),
         ..Default::default()
+    });
+    let policy = Policy {
+        config,
+        housekeeping: online.difference(&iso),
+        online,
+        isolated: iso,
+        claimed: CpuSet::new(),
+        claimed_power: Default::default(),
     };
-    for (path, qos) in [
-        (
-            "kubepods-burstable-pod1_2.slice:cri-containerd:abc",
-            Some(PodQos::Burstable),
-        ),
-        (
-            "kubepods-besteffort-pod1_2.slice:cri-containerd:abc",
-            Some(PodQos::BestEffort),
-        ),
-        ("kubepods-pod1_2.slice:cri-containerd:abc", None),
-        ("/kubepods/burstable/pod1-2/abc", Some(PodQos::Burstable)),
-        ("/kubepods/pod1-2/abc", None),
-        ("/system.slice/podman-abc.scope", None),
-        ("", None),
+    let view = Some((&policy, &[][..]));
+    let none = Ok(None);
+    let judge = |path: &str, shares: Option<u64>, cpus: &str| {
+        let c = Container {
+            cgroups_path: path.into(),
+            shares,
+            cpus: cpus.into(),
+            ..container()
+        };
+        claim_for(&root, &pod(), &c, &none, view)
+    };
+    for path in [
+        "kubepods-burstable-pod1_2.slice:cri-containerd:abc",
+        "kubepods-besteffort-pod1_2.slice:cri-containerd:abc",
+        "/kubepods/burstable/pod1-2/abc",
     ] {
-        assert_eq!(super::shared_pool(&c(path)), qos, "{path}");
+        assert!(
+            matches!(judge(path, Some(1024), "3"), Judged::NotExclusive(ref w) if w.contains("not Guaranteed")),
+            "{path}"
+        );
     }
+    assert!(matches!(
+        judge("/kubepods/pod1-2/abc", Some(1500), "3"),
+        Judged::NotExclusive(w) if w.contains("not a whole number")
+    ));
+    for path in [
+        "kubepods-pod1_2.slice:cri-containerd:abc",
+        "/kubepods/pod1-2/abc",
+        "/system.slice/podman-abc.scope",
+    ] {
+        assert!(
+            matches!(judge(path, Some(1024), "3"), Judged::Claim(_)),
+            "{path}"
+        );
+    }
+    // The administrator's rule: CPU 1 is housekeeping.
+    assert!(matches!(
+        judge("/kubepods/pod1-2/abc", Some(2048), "1,3"),
+        Judged::Refused {
+            reason: "not_allowed",
+            claim: Some(_),
+            ..
+        }
+    ));
+    // The kubelet's record: it gave this container CPU 2, not 3.
+    let rec = Ok(Some(CpuManagerState {
+        policy_name: "static".into(),
+        default_cpu_set: "0-1".into(),
+        entries: BTreeMap::from([(
+            "1-2".to_string(),
+            BTreeMap::from([("rt".to_string(), "2".to_string())]),
+        )]),
+        checksum: 0,
+    }));
+    let c = Container {
+        cgroups_path: "/kubepods/pod1-2/abc".into(),
+        ..container()
+    };
+    assert!(matches!(
+        claim_for(&root, &pod(), &c, &rec, view),
+        Judged::NotExclusive(w) if w.contains("not the CPUs the kubelet gave it (2")
+    ));
+    let c2 = Container {
+        cpus: "2".into(),
+        ..c.clone()
+    };
+    assert!(matches!(
+        claim_for(&root, &pod(), &c2, &rec, view),
+        Judged::Claim(_)
+    ));
+    // No view yet: refused, not let through.
+    assert!(matches!(
+        claim_for(&root, &pod(), &c2, &rec, None),
+        Judged::Refused {
+            reason: "starting",
+            ..
+        }
+    ));
+    // Asking for nothing, or asking badly.
+    let mut p = pod();
+    p.annotations.clear();
+    let plain = Container {
+        annotations: BTreeMap::new(),
+        ..c2.clone()
+    };
+    assert_eq!(claim_for(&root, &p, &plain, &rec, view), Judged::Nothing);
+    p.annotations
+        .insert("isold.io/isolate".into(), "yes".into());
+    assert!(matches!(
+        claim_for(&root, &p, &plain, &rec, view),
+        Judged::Refused {
+            reason: "invalid",
+            claim: None,
+            ..
+        }
+    ));
+}
+
+/// What isold keeps of a pod is bounded: annotations it does not read are skipped undecoded,
+/// at most MAX_KEPT of those it reads, each value cut to MAX_VALUE; an id over MAX_NAME fails
+/// its pod alone in a Synchronize.
+#[test]
+fn what_isold_keeps_of_a_pod_is_bounded() {
+    use crate::claims::annotations::{MAX_KEPT, MAX_VALUE};
+    let mut p = pod();
+    p.annotations.insert("big".into(), "x".repeat(1 << 20));
+    for i in 0..2 * MAX_KEPT {
+        p.annotations
+            .insert(format!("isold.io/isolate/c{i}"), "true".into());
+    }
+    p.annotations
+        .insert("cpu-freq-governor.crio.io".into(), "é".repeat(MAX_VALUE));
+    let got = PodSandbox::decode(&p.encode().0).unwrap();
+    assert!(!got.annotations.contains_key("big"));
+    assert_eq!(got.annotations.len(), MAX_KEPT);
+    assert!(got.annotations.values().all(|v| v.len() <= MAX_VALUE));
+    let long = PodSandbox {
+        id: "a".repeat(api::MAX_NAME + 1),
+        ..pod()
+    };
+    let mut sync = wire::Encoder::default();
+    sync.message(1, &long.encode()).message(1, &pod().encode());
+    let s = Synchronize::decode(&sync.0).unwrap();
+    assert_eq!((s.pods.len(), s.bad.len()), (1, 1));
+    assert!(s.bad[0].to_string().contains("over 1024"), "{:?}", s.bad);
+}
+
+/// UpdateContainerRequest: the container as it is (2), and the resources it is to have (3),
+/// whose shares are 0 when the kubelet sent only a cpuset.
+#[test]
+fn an_update_carries_the_new_cpuset() {
+    let new = api::Resources {
+        cpus: "2-3".into(),
+        shares: Some(0),
+    };
+    let mut req = wire::Encoder::default();
+    req.message(1, &pod().encode())
+        .message(2, &container().encode())
+        .message(3, &new.encode());
+    let pc = PodContainer::decode_request(&req.0).unwrap();
+    assert_eq!(pc.container.unwrap().cpus, "3");
+    assert_eq!(pc.update, Some(new));
+    assert_eq!(api::Event::PostUpdateContainer.bit(), 0x100);
+    assert_eq!(api::Event::UpdateContainer.bit(), 0x80);
 }

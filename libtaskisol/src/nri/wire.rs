@@ -157,6 +157,57 @@ pub fn map_entry(
     Ok(())
 }
 
+/// One entry of a `map<string, string>` field added to `map` only when `keep(key)` and while
+/// `map` has fewer than `max` entries; its value cut to `max_value` bytes (at a character
+/// boundary). Nothing of a skipped entry is copied: a pod's megabytes of annotations isold
+/// does not read cost no memory. Returns whether the entry was kept.
+pub fn map_entry_kept(
+    what: &'static str,
+    v: &Value,
+    map: &mut BTreeMap<String, String>,
+    keep: impl Fn(&str) -> bool,
+    max: usize,
+    max_value: usize,
+) -> Result<bool, DecodeError> {
+    let (mut k, mut val): (Option<&[u8]>, &[u8]) = (None, &[]);
+    for (n, f) in fields(what, bytes(what, v)?)? {
+        match (n, f) {
+            (1, Value::Bytes(b)) => k = Some(b),
+            (2, Value::Bytes(b)) => val = b,
+            (1 | 2, _) => return Err(err(what, "a map entry of another wire type")),
+            _ => {}
+        }
+    }
+    let key = std::str::from_utf8(k.unwrap_or_default())
+        .map_err(|_| err(what, "a map key that is not UTF-8"))?;
+    if !keep(key) || map.len() >= max {
+        return Ok(false);
+    }
+    let mut end = val.len().min(max_value);
+    let text = loop {
+        match std::str::from_utf8(&val[..end]) {
+            Ok(t) => break t,
+            // A character cut by the limit: cut before it.
+            Err(e) if e.error_len().is_none() && end < val.len() => end = e.valid_up_to(),
+            Err(_) => return Err(err(what, "a map value that is not UTF-8")),
+        }
+    };
+    map.insert(key.to_string(), text.to_string());
+    Ok(true)
+}
+
+/// A string field's text cut to `max` bytes (identifiers and paths a peer could make
+/// arbitrarily long).
+pub fn string_capped(what: &'static str, v: &Value, max: usize) -> Result<String, DecodeError> {
+    match v {
+        Value::Bytes(b) if b.len() > max => Err(err(
+            what,
+            format!("a string of {} bytes, over {max}", b.len()),
+        )),
+        _ => string(what, v),
+    }
+}
+
 /// An encoder: fields appended in order; proto3 defaults (0, "", false) are left out.
 #[derive(Debug, Default, Clone)]
 pub struct Encoder(pub Vec<u8>);
