@@ -537,6 +537,10 @@ impl<'a> Session<'a> {
     /// What container `c` of `pod` may claim, judged now: the annotations, the kubelet's
     /// word, the administrator's rule against the claims in force.
     fn judge(&self, pod: &api::PodSandbox, c: &api::Container) -> Judged {
+        // Most containers ask for nothing: answered without reading anything.
+        if matches!(nri_proto::claim_of(pod, c), Ok(None)) {
+            return Judged::Nothing;
+        }
         let kubelet = libtaskisol::claims::kubelet::CpuManagerState::read(&self.ctx.root);
         let view = self.ctx.view.get();
         claim_for(
@@ -580,7 +584,10 @@ impl<'a> Session<'a> {
             match self.judge(pod, c) {
                 Judged::Claim(r) => asks.push(r),
                 Judged::Nothing => {}
-                Judged::NotExclusive(why) => self.said_not_exclusive(c, &why),
+                Judged::NotExclusive(why) => self
+                    .ctx
+                    .log
+                    .debug(&format!("NRI: Synchronize: container {}: {why}", c.id)),
                 // Made again by the main loop, whose refusal is logged and counted.
                 Judged::Refused { claim: Some(r), .. } => asks.push(r),
                 Judged::Refused { message, .. } => self
@@ -595,7 +602,7 @@ impl<'a> Session<'a> {
 
     fn said_not_exclusive(&self, c: &api::Container, why: &str) {
         self.ctx.log.info(&format!(
-            "NRI: container {} asks for isolated CPUs, but {why}: it is left as it is",
+            "NRI: {} asks for isolated CPUs, but {why}: it is left as it is",
             libtaskisol::claims::who(&c.id, (!c.name.is_empty()).then_some(c.name.as_str()))
         ));
     }
@@ -652,8 +659,13 @@ impl<'a> Session<'a> {
                     Judged::NotExclusive(why) if self.claimed(&c.id) => self.refuse(
                         "update",
                         format!(
-                            "update refused: container {} holds isolated CPUs {}, and with cpuset {} {why}",
-                            c.id, c.cpus, new.cpus
+                            "update to cpuset {} refused: {} holds isolated CPUs {}, and {why}",
+                            new.cpus,
+                            libtaskisol::claims::who(
+                                &c.id,
+                                (!c.name.is_empty()).then_some(c.name.as_str())
+                            ),
+                            c.cpus
                         ),
                     ),
                     Judged::NotExclusive(_) => Response::default(),
@@ -683,11 +695,8 @@ impl<'a> Session<'a> {
         Some(match pc.event {
             Some(Event::StartContainer) => match self.judge(&pc.pod, c) {
                 Judged::Claim(r) => return self.claim_then_answer(stream, r),
-                Judged::Nothing => Response::default(),
-                Judged::NotExclusive(why) => {
-                    self.said_not_exclusive(c, &why);
-                    Response::default()
-                }
+                // Said at its creation.
+                Judged::Nothing | Judged::NotExclusive(_) => Response::default(),
                 Judged::Refused {
                     reason, message, ..
                 } => self.refuse(reason, message),

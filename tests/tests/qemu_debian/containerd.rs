@@ -73,6 +73,17 @@ stop_with_retries() {
 val() { sed -n "s/^$1=//p"; }
 "#;
 
+/// `kstate DEFAULT ENTRIES`: /var/lib/kubelet/cpu_manager_state as the kubelet's static
+/// policy writes it (a temporary file of mode 0600 renamed into place; checksum 0, which the
+/// kubelet accepts).
+const KUBELET_FUNCS: &str = r#"
+kstate() {
+    mkdir -p /var/lib/kubelet
+    ( umask 077; printf '{"policyName":"static","defaultCpuSet":"%s","entries":{%s},"checksum":0}' "$1" "$2" >/var/lib/kubelet/.cpu_manager_state.tmp )
+    mv /var/lib/kubelet/.cpu_manager_state.tmp /var/lib/kubelet/cpu_manager_state
+}
+"#;
+
 fn image_steps() -> String {
     format!(
         "wait_for 60 systemctl -q is-active containerd; echo containerd=$(systemctl is-active containerd)\n\
@@ -277,6 +288,122 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
             Expect::field("gone_rc", "0"),
         ],
     );
+    // The kubelet's way: its static CPU manager's state written as it writes it (reserved
+    // 0-1, so a pod of two whole CPUs gets 2-3 and one of one CPU gets 3), pods of each QoS
+    // class with the cgroup parent and CPU request it gives them.
+    s.step_with_timeout(
+        "kubelet",
+        &format!(
+            "{PRE}{FUNCS}{NRI_FUNCS}{KUBELET_FUNCS}\
+             kstate 0-1 '\"uid-kg\":{{\"work\":\"2-3\"}}'\n\
+             pod=$(cri pod kg --annotation isold.io/isolate=true | val pod)\n\
+             ctr=$(cri container $pod work --cpuset 2-3 | tee /tmp/ctr.out | val container); cat /tmp/ctr.out\n\
+             pid=$(cri pid $ctr | val pid)\n\
+             echo claims_kg=$(claims)\n\
+             cri update $ctr --cpuset 1-3 >/tmp/upd.out; echo update_rc=$?\n\
+             echo update_error=$(val error </tmp/upd.out)\n\
+             echo cpuset_after=$(cri cpuset $ctr | val cpuset)\n\
+             echo affinity_after=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/$pid/status)\n\
+             echo claims_after_update=$(claims)\n\
+             cri stop $ctr >/dev/null; cri rm $ctr >/dev/null; cri stoppod $pod >/dev/null; cri rmpod $pod >/dev/null\n\
+             no_claims\n\
+             kstate 0-2 '\"uid-kc\":{{\"work\":\"3\"}}'\n\
+             pod=$(cri pod kc --annotation cpu-load-balancing.crio.io=disable --annotation irq-load-balancing.crio.io=disable | val pod)\n\
+             ctr=$(cri container $pod work --cpuset 3 | val container)\n\
+             echo claims_crio=$(claims)\n\
+             audit audit_crio\n\
+             cri stop $ctr >/dev/null; cri rm $ctr >/dev/null; cri stoppod $pod >/dev/null; cri rmpod $pod >/dev/null\n\
+             no_claims\n\
+             kstate 0-3 ''\n\
+             for q in besteffort burstable; do\n\
+                 pod=$(cri pod s$q --qos $q --annotation isold.io/isolate=true | val pod)\n\
+                 cri container $pod work --qos $q --cpuset 0-3 >/tmp/s.out; echo ${{q}}_rc=$?\n\
+             done\n\
+             pod=$(cri pod sfr --annotation isold.io/isolate=true | val pod)\n\
+             cri container $pod work --cpuset 0-3 --cpus 1500 >/tmp/s.out; echo fractional_rc=$?\n\
+             sleep 2\n\
+             echo claims_shared=$(claims)\n\
+             echo said_shared=$(journalctl -u isold -o cat | grep -c 'asks for isolated CPUs, but')\n\
+             journalctl -u isold -o cat | grep 'asks for isolated CPUs, but' | tail -3\n\
+             cri rmpods s >/dev/null; echo rmpods_rc=$?\n\
+             rm -f /var/lib/kubelet/cpu_manager_state\n\
+             isold_snapshot /tmp/s7; snapshot_diff /tmp/s0 /tmp/s7"
+        ),
+        Duration::from_secs(300),
+        vec![
+            Expect::that("the 2-CPU pod's claim", |o: &StepOutput| {
+                match o.field("claims_kg") {
+                    Some(c) if c.contains("CPUs 2-3, pid ") && c.contains("isolated 2-3") => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            }),
+            Expect::field("update_rc", "1"),
+            Expect::that(
+                "the update to a housekeeping CPU is refused with isold's reason",
+                |o: &StepOutput| match o.field("update_error") {
+                    Some(e) if e.contains("isold:") && e.contains("1-3") => Ok(()),
+                    other => Err(format!("{other:?}")),
+                },
+            ),
+            Expect::field("cpuset_after", "2-3"),
+            Expect::field("affinity_after", "2-3"),
+            Expect::that("the claim kept the container's CPUs", |o: &StepOutput| {
+                match o.field("claims_after_update") {
+                    Some(c) if c.contains("CPUs 2-3, pid ") => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            }),
+            Expect::that("CRI-O's annotations isolate", |o: &StepOutput| {
+                match o.field("claims_crio") {
+                    Some(c) if c.contains("CPUs 3, pid ") && c.contains("isolated 3") => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            }),
+            quiet("audit_crio"),
+            Expect::field("besteffort_rc", "0"),
+            Expect::field("burstable_rc", "0"),
+            Expect::field("fractional_rc", "0"),
+            Expect::field("claims_shared", "no container claims CPUs"),
+            Expect::field("said_shared", "3"),
+            Expect::field("rmpods_rc", "0"),
+            Expect::field("differences", "0"),
+        ],
+    );
+    // Pods with 128 KiB of annotations each (the size of a real pod's
+    // last-applied-configuration, many times over), then isold restarted: the runtime's
+    // Synchronize carries them all; isold's peak memory stays small. Then 12 pods started at
+    // once: all run, and the plugin is never dropped.
+    s.step_with_timeout(
+        "many_pods",
+        &format!(
+            "{PRE}{FUNCS}{NRI_FUNCS}cri pods big 5 --pad 131072 | tee /tmp/big.out\n\
+             echo big_started=$(val started </tmp/big.out)\n\
+             systemctl restart isold; echo restart_rc=$?\n\
+             registered 1\n\
+             sleep 2\n\
+             echo active=$(systemctl is-active isold)\n\
+             echo hwm_kib=$(awk '/^VmHWM:/ {{print $2}}' /proc/$(systemctl show -p MainPID --value isold)/status)\n\
+             journalctl -u isold -o cat | grep -iE 'NRI|synchron' | tail -3\n\
+             c0=$(connections)\n\
+             t0=$(now_cs)\n\
+             cri pods many 12 | tee /tmp/many.out\n\
+             echo many_s=$(secs $(($(now_cs) - t0)))\n\
+             echo many_started=$(val started </tmp/many.out)\n\
+             echo redials=$(($(connections) - c0))\n\
+             cri rmpods big >/dev/null; cri rmpods many; echo rmpods_rc=$?"
+        ),
+        Duration::from_secs(400),
+        vec![
+            Expect::field("big_started", "5"),
+            Expect::field("restart_rc", "0"),
+            Expect::field("registered_rc", "0"),
+            Expect::field("active", "active"),
+            at_most("hwm_kib", 48.0 * 1024.0),
+            Expect::field("many_started", "12"),
+            Expect::field("redials", "0"),
+            Expect::field("rmpods_rc", "0"),
+        ],
+    );
     // The claim's cost at container creation: five containers with a claim and five without,
     // each CreateContainer and StartContainer timed as the CRI client waits for them.
     s.step_with_timeout(
@@ -398,6 +525,8 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
              cri container $pod hk --cpuset 0-1 >/tmp/hk.out; echo hk_rc=$?\n\
              cri stoppod $pod >/dev/null; cri rmpod $pod; echo gone_rc=$?\n\
              no_claims\n\
+             echo dropped=$(journalctl -u containerd -o cat | grep -ciE 'closing plugin.*(deadline|timeout)')\n\
+             journalctl -u containerd -o cat | grep -i 'closing plugin' | tail -3\n\
              systemctl stop isold\n\
              sleep 1\n\
              ls -l {TAP_DIR}; cat /tmp/tap.log\n\
@@ -411,6 +540,9 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
             Expect::field("hk_rc", "1"),
             Expect::field("gone_rc", "0"),
             at_most("waited_for_release_ms", 10_000.0),
+            // Through the whole scenario, containerd never dropped the plugin for a late
+            // answer.
+            Expect::field("dropped", "0"),
         ],
     );
     let o = run(&s).unwrap_or_else(|e| panic!("{e}"));
