@@ -99,7 +99,13 @@ pub fn scope(
 }
 
 /// `isold audit`.
-pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs, state_path: &Path) -> i32 {
+pub fn run(
+    root: &SysRoot,
+    scope: &Scope,
+    args: &AuditArgs,
+    config_path: &Path,
+    state_path: &Path,
+) -> i32 {
     if !(args.duration >= 0.0 && args.duration <= 3600.0) {
         return fail(format!(
             "--duration {}: give seconds from 0 to 3600",
@@ -207,6 +213,17 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &AuditArgs, state_path: &Path) -
     }
     a.notes = notes;
     a.settings.extend(contested(state_path));
+    a.settings.extend(
+        crate::claims::kubelet_disagreements(root, config_path, state_path)
+            .into_iter()
+            .map(|d| libtaskisol::audit::Setting {
+                name: "kubelet".into(),
+                value: d.what,
+                ok: false,
+                why: "isold and the kubelet's CPU manager disagree on which CPUs are whose".into(),
+                fix: d.fix,
+            }),
+    );
     let text = if args.json {
         let mut t = serde_json::to_string_pretty(&a).expect("audit serializes");
         t.push('\n');

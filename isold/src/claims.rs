@@ -336,6 +336,45 @@ pub fn list(socket: &Path, json: bool) -> i32 {
     crate::exit::EXIT_OK
 }
 
+/// Where isold and the kubelet disagree on this node (`isold audit`, `isold status`): read
+/// from the kubelet's `cpu_manager_state` and `config.yaml`, isold's configuration and its
+/// claims file. None without a kubelet state (not a Kubernetes node, or not the static
+/// policy's), nor when isold's configuration cannot be loaded (said elsewhere).
+pub fn kubelet_disagreements(
+    root: &SysRoot,
+    config_path: &Path,
+    state_path: &Path,
+) -> Vec<libtaskisol::claims::kubelet::Disagreement> {
+    use libtaskisol::claims::kubelet::{self, Disagreement};
+    let state = match CpuManagerState::read(root) {
+        Ok(None) => return Vec::new(),
+        Ok(Some(s)) => s,
+        Err(e) => {
+            return vec![Disagreement {
+                what: e.to_string(),
+                fix: "no container may claim until the kubelet's state can be read".into(),
+            }]
+        }
+    };
+    let Ok(policy) = crate::exit::load_policy(config_path, root) else {
+        return Vec::new();
+    };
+    let boot = libtaskisol::policy::state::boot_id(root).unwrap_or_default();
+    let claims = libtaskisol::claims::store::ClaimsFile::load(
+        &libtaskisol::claims::store::ClaimsFile::path_for(state_path),
+        &boot,
+    )
+    .map(|l| l.claims)
+    .unwrap_or_default();
+    kubelet::disagreements(
+        &state,
+        kubelet::reserved_cpus(root).as_ref(),
+        &policy.static_isolated(),
+        &libtaskisol::claims::allowed_cpus(&policy),
+        &claims,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::host_uid_of_root;

@@ -130,7 +130,7 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
             check(&policy, out)
         }
         Command::Audit(args) => match scope_of(args.cpus.as_deref()) {
-            Ok(scope) => audit::run(&root, &scope, args, &state_path),
+            Ok(scope) => audit::run(&root, &scope, args, &config_path, &state_path),
             Err(code) => code,
         },
         Command::Noise(args) if args.duration.is_none() => {
@@ -145,7 +145,7 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
             Err(code) => code,
         },
         Command::Run(args) => daemon::run(&root, &config_path, &files, args),
-        Command::Status(args) => status::status(&state_path, args.json),
+        Command::Status(args) => status::status(&root, &config_path, &state_path, args.json),
         Command::Hook(args) => {
             claims::hook(&claims::socket_path(&state_path), args, root.is_host())
         }

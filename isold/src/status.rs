@@ -215,7 +215,12 @@ pub fn read(state_path: &Path) -> Option<DaemonStatus> {
 /// `isold status`: the daemon's status file, and whether its process is alive. Exit 0 when
 /// it runs, 3 when it does not, 4 when that cannot be told (the file cannot be read: its
 /// directory is root's only under isold.service, or it is not a status file).
-pub fn status(state_path: &Path, json: bool) -> i32 {
+pub fn status(
+    root: &libtaskisol::SysRoot,
+    config_path: &Path,
+    state_path: &Path,
+    json: bool,
+) -> i32 {
     let path = status_path(state_path);
     let read = match fs::read_to_string(&path) {
         Ok(t) => serde_json::from_str::<DaemonStatus>(&t)
@@ -247,12 +252,21 @@ pub fn status(state_path: &Path, json: bool) -> i32 {
     let alive = st.as_ref().is_some_and(|s| {
         fs::read_to_string(format!("/proc/{}/comm", s.pid)).is_ok_and(|c| c.trim() == "isold")
     });
+    let kubelet = crate::claims::kubelet_disagreements(root, config_path, state_path);
     if json {
-        let v = serde_json::json!({ "running": alive, "status": st });
+        let v = serde_json::json!({ "running": alive, "status": st, "kubelet": kubelet });
         println!("{v}");
     } else {
         match (&st, alive) {
-            (Some(s), true) => print!("{}", human_status(s)),
+            (Some(s), true) => {
+                print!("{}", human_status(s));
+                if !kubelet.is_empty() {
+                    println!("  isold and the kubelet disagree ({}):", kubelet.len());
+                    for d in &kubelet {
+                        println!("    {}\n      fix: {}", d.what, d.fix);
+                    }
+                }
+            }
             (Some(s), false) => println!(
                 "isold run is not running (its last status, {}, names pid {}, which is gone)",
                 path.display(),

@@ -1972,6 +1972,43 @@ fn isold_is_an_nri_plugin_that_claims_and_reconciles() {
         .message(3, &container("rt1", "3", 4242).encode());
     assert_eq!(rt.call("StateChange", ev.0).code, code::OK);
     eventually("claimed again", || read(&t, IRQ4).trim() == "0-1");
+    // isold and the kubelet: the claim of rt1 on CPU 3 is what the kubelet recorded for
+    // container rt; once its state no longer has it, status and audit say so.
+    let kubelet_said = || {
+        let config = t.config.to_str().unwrap().to_string();
+        let (_, out, _) =
+            common::isold_at(Some(&t.root), &["--config", &config, "status", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["kubelet"].as_array().cloned().unwrap_or_default()
+    };
+    assert_eq!(kubelet_said(), Vec::<serde_json::Value>::new());
+    std::fs::write(
+        t.root.join("var/lib/kubelet/cpu_manager_state"),
+        r#"{"policyName":"static","defaultCpuSet":"0-3","entries":{"u1":{"rt":"2"}},"checksum":0}"#,
+    )
+    .unwrap();
+    let said: Vec<String> = kubelet_said()
+        .iter()
+        .map(|d| d["what"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        said.iter()
+            .any(|w| w.contains("rt (rt1) claims CPUs 3, which the kubelet gave no container"))
+            && said
+                .iter()
+                .any(|w| w.contains("shared pool 0-3 includes isolated CPUs 2")),
+        "{said:#?}"
+    );
+    let config = t.config.to_str().unwrap().to_string();
+    let (_, audit, _) = common::isold_at(
+        Some(&t.root),
+        &["--config", &config, "audit", "--duration", "0", "--json"],
+    );
+    assert!(
+        audit.contains("\"name\": \"kubelet\"")
+            && audit.contains("which the kubelet gave no container"),
+        "{audit}"
+    );
     // The runtime restarts: the plugin dials again; the new Synchronize does not list rt1.
     drop(rt);
     let (mut rt, _) = Runtime::accept(&listener);

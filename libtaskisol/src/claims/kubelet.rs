@@ -306,6 +306,108 @@ pub fn exclusive(
     Ok(())
 }
 
+/// Where kubeadm (and most installers) keep the kubelet's configuration.
+pub const CONFIG_PATH: &str = "/var/lib/kubelet/config.yaml";
+
+/// The kubelet's `reservedSystemCPUs` in `root`'s `/var/lib/kubelet/config.yaml`, when it
+/// sets them (a top-level key of the KubeletConfiguration; `None` when the file, the key or
+/// a CPU list in it is missing).
+pub fn reserved_cpus(root: &SysRoot) -> Option<CpuSet> {
+    let text = root.read_to_string(CONFIG_PATH).ok()?;
+    text.lines().find_map(|l| {
+        let v = l.strip_prefix("reservedSystemCPUs:")?;
+        let v = v
+            .split('#')
+            .next()?
+            .trim()
+            .trim_matches(|c| c == '"' || c == '\'');
+        CpuSet::parse_list(v).ok()
+    })
+}
+
+/// Where isold and the kubelet disagree: what, and what to change.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Disagreement {
+    pub what: String,
+    pub fix: String,
+}
+
+/// Where isold's policy (its `isolated` CPUs, the CPUs a claim may have: `allowed`), its
+/// claims in force and the kubelet disagree: the kubelet's CPU manager is not static; a claim
+/// whose CPUs the kubelet gave no container; a container's exclusive CPUs outside what a claim
+/// may have; the kubelet's reserved CPUs (`reserved`) or its shared pool on isolated CPUs.
+pub fn disagreements(
+    state: &CpuManagerState,
+    reserved: Option<&CpuSet>,
+    isolated: &CpuSet,
+    allowed: &CpuSet,
+    claims: &[super::Claim],
+) -> Vec<Disagreement> {
+    let mut out = Vec::new();
+    if state.policy_name != "static" {
+        out.push(Disagreement {
+            what: format!(
+                "the kubelet's CPU manager policy is '{}': no container has CPUs of its own, so none may claim",
+                shown(&state.policy_name)
+            ),
+            fix: "cpuManagerPolicy: static in the kubelet's configuration (drain the node, remove cpu_manager_state, restart the kubelet)".into(),
+        });
+    }
+    let exclusive = state.exclusive();
+    for c in claims {
+        let cpus = c.cpu_set();
+        let known = exclusive
+            .iter()
+            .any(|(_, name, set)| *set == cpus && c.name.as_deref().map_or(true, |n| n == *name));
+        if !known {
+            out.push(Disagreement {
+                what: format!(
+                    "{} claims CPUs {}, which the kubelet gave no container",
+                    c.who(),
+                    c.cpus
+                ),
+                fix: "a container outside the kubelet, or the kubelet's state was reset: remove the container or restart it through the kubelet".into(),
+            });
+        }
+    }
+    for (uid, name, set) in &exclusive {
+        let outside = set.difference(allowed);
+        if !outside.is_empty() {
+            out.push(Disagreement {
+                what: format!(
+                    "container {} of pod {} holds exclusive CPUs {set}; {outside} are neither isolated_cpus nor [containers] cpus, so it may not claim them",
+                    shown(name),
+                    shown(uid)
+                ),
+                fix: "give [containers] cpus the CPUs the kubelet hands out (the online CPUs less reservedSystemCPUs)".into(),
+            });
+        }
+    }
+    if let Some(r) = reserved {
+        let both = r.intersection(isolated);
+        if !both.is_empty() {
+            out.push(Disagreement {
+                what: format!(
+                    "the kubelet's reservedSystemCPUs {r} include isolated CPUs {both}: the kubelet and the system's daemons are kept on CPUs isold keeps quiet"
+                ),
+                fix: "reservedSystemCPUs = the housekeeping CPUs".into(),
+            });
+        }
+    }
+    if let Ok(shared) = CpuSet::parse_list(&state.default_cpu_set) {
+        let both = shared.intersection(isolated);
+        if !both.is_empty() {
+            out.push(Disagreement {
+                what: format!(
+                    "the kubelet's shared pool {shared} includes isolated CPUs {both}: Burstable and BestEffort pods run there"
+                ),
+                fix: "leave CPUs the kubelet hands out to claims ([containers] cpus) rather than isolated_cpus, or reserve them (reservedSystemCPUs) away from the pool".into(),
+            });
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,6 +481,72 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("v1"));
+    }
+
+    #[test]
+    fn disagreements_with_the_kubelet_are_named() {
+        use crate::claims::Claim;
+        let claim = |name: &str, cpus: &str| Claim {
+            container: "c1".into(),
+            name: Some(name.into()),
+            pod: None,
+            source: None,
+            pid: 1,
+            starttime: 1,
+            cpus: cpus.into(),
+            isolated: cpus.into(),
+            pm_qos: None,
+            governor: None,
+        };
+        let set = |s: &str| CpuSet::parse_list(s).unwrap();
+        let st = state(
+            "static",
+            "0-1",
+            &[("u1", &[("work", "3")]), ("u2", &[("db", "4-5")])],
+        );
+        let (iso, allowed) = (set("2"), set("2-4"));
+        // Agreement: a claim the kubelet recorded, reserved and shared pool on housekeeping.
+        assert_eq!(
+            disagreements(
+                &st,
+                Some(&set("0-1")),
+                &iso,
+                &set("2-5"),
+                &[claim("work", "3")]
+            ),
+            vec![]
+        );
+        let d = disagreements(
+            &state("none", "0-5", &[("u2", &[("db", "4-5")])]),
+            Some(&set("1-2")),
+            &iso,
+            &allowed,
+            &[claim("work", "3"), claim("db", "4-5")],
+        );
+        let whats: Vec<&str> = d.iter().map(|d| d.what.as_str()).collect();
+        assert_eq!(whats.len(), 5, "{whats:#?}");
+        assert!(whats[0].contains("policy is 'none'"));
+        assert!(whats[1].contains("work (c1) claims CPUs 3, which the kubelet gave no container"));
+        assert!(whats[2].contains("db of pod u2 holds exclusive CPUs 4-5; 5 are neither"));
+        assert!(whats[3].contains("reservedSystemCPUs 1-2 include isolated CPUs 2"));
+        assert!(whats[4].contains("shared pool 0-5 includes isolated CPUs 2"));
+    }
+
+    #[test]
+    fn reserved_cpus_come_from_the_kubelets_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = SysRoot::new(dir.path());
+        assert_eq!(reserved_cpus(&root), None);
+        std::fs::create_dir_all(dir.path().join("var/lib/kubelet")).unwrap();
+        std::fs::write(
+            dir.path().join("var/lib/kubelet/config.yaml"),
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncpuManagerPolicy: static\nreservedSystemCPUs: \"0-1\" # housekeeping\n",
+        )
+        .unwrap();
+        assert_eq!(
+            reserved_cpus(&root),
+            Some(CpuSet::parse_list("0-1").unwrap())
+        );
     }
 
     #[test]

@@ -300,6 +300,7 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
              ctr=$(cri container $pod work --cpuset 2-3 | tee /tmp/ctr.out | val container); cat /tmp/ctr.out\n\
              pid=$(cri pid $ctr | val pid)\n\
              echo claims_kg=$(claims)\n\
+             echo disagree_kg=$(isold status | grep -c 'disagree')\n\
              cri update $ctr --cpuset 1-3 >/tmp/upd.out; echo update_rc=$?\n\
              echo update_error=$(val error </tmp/upd.out)\n\
              echo cpuset_after=$(cri cpuset $ctr | val cpuset)\n\
@@ -311,6 +312,7 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
              pod=$(cri pod kc --annotation cpu-load-balancing.crio.io=disable --annotation irq-load-balancing.crio.io=disable | val pod)\n\
              ctr=$(cri container $pod work --cpuset 3 | val container)\n\
              echo claims_crio=$(claims)\n\
+             echo disagree_crio=$(isold status | grep -A2 'disagree' | tr '\\n' ' ')\n\
              audit audit_crio\n\
              cri stop $ctr >/dev/null; cri rm $ctr >/dev/null; cri stoppod $pod >/dev/null; cri rmpod $pod >/dev/null\n\
              no_claims\n\
@@ -337,6 +339,14 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
                     other => Err(format!("{other:?}")),
                 }
             }),
+            Expect::field("disagree_kg", "0"),
+            Expect::that(
+                "status names the kubelet's shared pool on an isolated CPU",
+                |o: &StepOutput| match o.field("disagree_crio") {
+                    Some(d) if d.contains("shared pool 0-2 includes isolated CPUs 2") => Ok(()),
+                    other => Err(format!("{other:?}")),
+                },
+            ),
             Expect::field("update_rc", "1"),
             Expect::that(
                 "the update to a housekeeping CPU is refused with isold's reason",
