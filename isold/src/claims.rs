@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use libtaskisol::claims::annotations::{name_of, pod_of};
-use libtaskisol::claims::kubelet::{exclusive, CpuManagerState, KubeContainer};
+use libtaskisol::claims::kubelet::{exclusive, CpuManagerState, KubeContainer, NotExclusive};
 use libtaskisol::claims::oci::{Bundle, HookState};
 use libtaskisol::claims::wire::{Message, Reply};
 use libtaskisol::claims::{ClaimRequest, Request, MAX_INPUT};
@@ -138,7 +138,16 @@ pub fn hook(socket: &Path, args: &HookArgs, syslog: bool) -> i32 {
         cpus: &cpu_list,
         name: name.as_deref(),
     };
-    if let Err(why) = exclusive(&kube, &CpuManagerState::read(&SysRoot::host())) {
+    let kubelet = CpuManagerState::read(&SysRoot::host());
+    if let Err(why @ NotExclusive::State(_)) = exclusive(&kube, &kubelet) {
+        // Whether the kubelet gave it CPUs cannot be told: refused, not let through.
+        return refused(
+            args,
+            &state.id,
+            &format!("container {}: claim refused: {why}", short(&state.id)),
+        );
+    }
+    if let Err(why) = exclusive(&kube, &kubelet) {
         eprintln!(
             "isold: container {} asks for isolated CPUs, but {why}: it is left as it is",
             short(&state.id),

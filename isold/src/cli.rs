@@ -55,6 +55,19 @@ pub struct Output {
     pub timings: bool,
 }
 
+/// Options of `isold restore`.
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    #[command(flatten)]
+    pub out: Output,
+
+    /// When a state file cannot be read, restore what can be read of it: every original on a
+    /// whole line of its own is kept, the file is set aside as FILE.corrupt, and what was lost
+    /// is counted (the package's removal uses it).
+    #[arg(long = "salvage")]
+    pub salvage: bool,
+}
+
 /// isold's commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -63,7 +76,7 @@ pub enum Command {
     /// Compare the running system with the policy; exit 1 on any deviation.
     Verify(Output),
     /// Put back every original value recorded by apply (refused while `isold run` runs).
-    Restore(Output),
+    Restore(RestoreArgs),
     /// Check the configuration file and print the resolved policy; change nothing.
     Check(Output),
     /// Who can and who did disturb each isolated CPU, with the fix for each; change nothing.

@@ -80,9 +80,8 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
         audit::scope(&root, &config_path, cli.config.is_some(), cpus, &state_path)
     };
     let timed = match &cli.command {
-        Command::Apply(o) | Command::Verify(o) | Command::Restore(o) | Command::Check(o) => {
-            o.timings
-        }
+        Command::Apply(o) | Command::Verify(o) | Command::Check(o) => o.timings,
+        Command::Restore(r) => r.out.timings,
         _ => false,
     };
     let started = timed.then(|| {
@@ -110,12 +109,28 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
                 Err(e) => fail(e),
             }
         }
-        Command::Restore(out) => {
+        Command::Restore(args) => {
+            let out = &args.out;
             if let Some(pid) = lifecycle::running(&files.runtime) {
                 return fail(format!(
                     "isold run{} is keeping the policy and would put it right again: stop it first (systemctl stop isold), then run isold restore",
                     pid.map_or_else(String::new, |p| format!(" (pid {p})"))
                 ));
+            }
+            if args.salvage {
+                for path in [&files.runtime, &files.persistent] {
+                    match libtaskisol::policy::salvage::salvage(path) {
+                        Ok(None) => {}
+                        Ok(Some(s)) => eprintln!(
+                            "isold: {} could not be read: {} original(s) salvaged from it and restored below, {} lost (those values stay as they are); the file is kept as {}",
+                            path.display(),
+                            s.kept,
+                            s.lost,
+                            s.aside.display()
+                        ),
+                        Err(e) => return fail(format!("--salvage: {e}")),
+                    }
+                }
             }
             match engine::restore(&root, &files) {
                 Ok(rep) => finish(&rep, out, rep.problems().count() == 0),

@@ -2029,6 +2029,12 @@ fn isold_is_an_nri_plugin_that_claims_and_reconciles() {
             .as_str()
             .is_some_and(|s| s.contains("registered with") && s.contains("connections: 2"))
     });
+    // Every answer is timed: how many, the median and the worst, in the status.
+    eventually("the answers' times in the status", || {
+        status_json(&t)["status"]["nri"]
+            .as_str()
+            .is_some_and(|s| s.contains("; answers: ") && s.contains(" ms (of the last "))
+    });
     // A method isold does not have (a newer runtime's) is UNIMPLEMENTED, so that the
     // runtime falls back to StateChange.
     let r = rt.call("PostStartContainer", Vec::new());

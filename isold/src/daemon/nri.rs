@@ -115,6 +115,43 @@ pub struct Link {
     pub connects: u64,
     /// Why the last connection ended or failed.
     pub last_error: String,
+    /// Calls answered since the start.
+    pub answered: u64,
+    /// How long the last [`KEPT_ANSWERS`] answers took, from the call read whole to the
+    /// answer written, in microseconds.
+    pub answer_us: std::collections::VecDeque<u32>,
+}
+
+/// How many answer times [`Link`] keeps.
+pub const KEPT_ANSWERS: usize = 1000;
+
+impl Link {
+    /// An answer written `took` after its call was read.
+    fn answered(&mut self, took: Duration) {
+        self.answered += 1;
+        if self.answer_us.len() == KEPT_ANSWERS {
+            self.answer_us.pop_front();
+        }
+        self.answer_us
+            .push_back(took.as_micros().min(u128::from(u32::MAX)) as u32);
+    }
+
+    /// "answers: N, median X ms, worst Y ms": the kept answer times.
+    fn answers(&self) -> Option<String> {
+        let mut t: Vec<u32> = self.answer_us.iter().copied().collect();
+        if t.is_empty() {
+            return None;
+        }
+        t.sort_unstable();
+        let ms = |us: u32| f64::from(us) / 1000.0;
+        Some(format!(
+            "answers: {}, median {:.1} ms, worst {:.1} ms (of the last {})",
+            self.answered,
+            ms(t[t.len() / 2]),
+            ms(t[t.len() - 1]),
+            t.len()
+        ))
+    }
 }
 
 /// The plugin, seen from the main loop.
@@ -130,6 +167,7 @@ pub struct Plugin {
 
 /// What the plugin's thread needs besides the connection.
 struct Ctx {
+    link: Arc<Mutex<Link>>,
     log: Log,
     root: SysRoot,
     view: Published,
@@ -148,8 +186,9 @@ impl Plugin {
         let (wake, notify_main) = crate::peers::waker()?;
         let (to_main, asks) = std::sync::mpsc::channel();
         let link = Arc::new(Mutex::new(Link::default()));
-        let (l, path) = (link.clone(), socket.clone());
+        let path = socket.clone();
         let ctx = Ctx {
+            link: link.clone(),
             log,
             root,
             view: view.clone(),
@@ -160,7 +199,7 @@ impl Plugin {
             .name("isold-nri".into())
             .spawn(move || {
                 nice_this_thread();
-                keep_connected(&path, &l, &ctx)
+                keep_connected(&path, &ctx)
             })?;
         Ok(Plugin {
             asks,
@@ -189,9 +228,10 @@ impl Plugin {
     /// The status line.
     pub fn describe(&self) -> String {
         let l = self.link.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let answers = l.answers().map(|a| format!("; {a}")).unwrap_or_default();
         match (l.connected, l.last_error.is_empty()) {
             (true, _) => format!(
-                "registered with {} (connections: {})",
+                "registered with {} (connections: {}){answers}",
                 self.socket.display(),
                 l.connects
             ),
@@ -206,8 +246,8 @@ impl Plugin {
 }
 
 /// Dial, serve until the connection ends, dial again with back-off; forever.
-fn keep_connected(path: &std::path::Path, link: &Mutex<Link>, ctx: &Ctx) {
-    let log = &ctx.log;
+fn keep_connected(path: &std::path::Path, ctx: &Ctx) {
+    let (log, link) = (&ctx.log, &ctx.link);
     let mut backoff = Duration::from_secs(1);
     let mut said = String::new();
     loop {
@@ -291,10 +331,21 @@ fn respond(writer: &Writer, stream: u32, resp: &Response) -> std::io::Result<()>
     send(writer, mux::PLUGIN_CONN, &out.encode())
 }
 
-/// A call whose answer waits for the main loop: its stream, the main loop's word, the latest
-/// time to answer, and who it is (for the log).
+/// An answer written `took` after its call was read: kept for the status, and the main
+/// loop woken to show it.
+fn answered(ctx_link: &Mutex<Link>, notify_main: &UnixStream, took: Duration) {
+    ctx_link
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .answered(took);
+    let _ = (&*notify_main).write_all(b"a");
+}
+
+/// A call whose answer waits for the main loop: its stream, when it was read, the main
+/// loop's word, the latest time to answer, and who it is (for the log).
 struct Waiting {
     stream: u32,
+    read_at: Instant,
     word: Receiver<Answer>,
     deadline: Instant,
     who: String,
@@ -302,7 +353,13 @@ struct Waiting {
 
 /// The waiting thread of a connection: each call answered with the main loop's word, or at
 /// its deadline without it. Ends with the connection (its sender dropped).
-fn answer_when_told(writer: Writer, waiting: Receiver<Waiting>, log: Log) {
+fn answer_when_told(
+    writer: Writer,
+    waiting: Receiver<Waiting>,
+    log: Log,
+    link: Arc<Mutex<Link>>,
+    notify_main: UnixStream,
+) {
     for w in waiting {
         let left = w.deadline.saturating_duration_since(Instant::now());
         let resp = match w.word.recv_timeout(left) {
@@ -319,6 +376,7 @@ fn answer_when_told(writer: Writer, waiting: Receiver<Waiting>, log: Log) {
         if respond(&writer, w.stream, &resp).is_err() {
             return;
         }
+        answered(&link, &notify_main, w.read_at.elapsed());
     }
 }
 
@@ -334,21 +392,25 @@ struct Session<'a> {
     sync: (Vec<api::PodSandbox>, Vec<api::Container>),
     /// Objects of this Synchronize skipped (over [`MAX_SYNC_OBJECTS`] or undecodable).
     sync_skipped: usize,
+    /// When the call being answered was read whole.
+    read_at: Instant,
 }
 
 impl<'a> Session<'a> {
     fn new(reader: UnixStream, writer: UnixStream, ctx: &'a Ctx) -> Session<'a> {
         let writer: Writer = Arc::new(Mutex::new(writer));
         let (tx, rx) = std::sync::mpsc::channel();
-        let (w, log) = (writer.clone(), ctx.log);
-        let waiting = std::thread::Builder::new()
-            .name("isold-nri-wait".into())
-            .spawn(move || {
-                nice_this_thread();
-                answer_when_told(w, rx, log)
-            })
-            .ok()
-            .map(|_| tx);
+        let (w, log, link) = (writer.clone(), ctx.log, ctx.link.clone());
+        let waiting = ctx.notify_main.try_clone().ok().and_then(|notify| {
+            std::thread::Builder::new()
+                .name("isold-nri-wait".into())
+                .spawn(move || {
+                    nice_this_thread();
+                    answer_when_told(w, rx, log, link, notify)
+                })
+                .ok()
+                .map(|_| tx)
+        });
         Session {
             reader,
             writer,
@@ -357,6 +419,7 @@ impl<'a> Session<'a> {
             within: ANSWER_WITHIN,
             sync: (Vec::new(), Vec::new()),
             sync_skipped: 0,
+            read_at: Instant::now(),
         }
     }
 
@@ -426,6 +489,7 @@ impl<'a> Session<'a> {
             if m.kind != ttrpc::REQUEST {
                 continue;
             }
+            self.read_at = Instant::now();
             let resp = match Request::decode(&m.data) {
                 Ok(req) => self.call(m.stream, &req),
                 Err(e) => Some(Response {
@@ -436,6 +500,11 @@ impl<'a> Session<'a> {
             };
             if let Some(resp) = resp {
                 respond(&self.writer, m.stream, &resp).map_err(|e| format!("answering: {e}"))?;
+                answered(
+                    &self.ctx.link,
+                    &self.ctx.notify_main,
+                    self.read_at.elapsed(),
+                );
             }
         }
         Ok(())
@@ -734,6 +803,7 @@ impl<'a> Session<'a> {
         let _ = (&self.ctx.notify_main).write_all(b"n");
         let w = Waiting {
             stream,
+            read_at: self.read_at,
             word: rx,
             deadline: Instant::now() + self.within,
             who,

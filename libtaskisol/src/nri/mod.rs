@@ -76,7 +76,8 @@ pub enum Judged {
 
 /// What container `c` of `pod` may claim: what its annotations ask ([`claim_of`]), only if
 /// it holds exclusive CPUs as the kubelet decides (its QoS class, its CPU request, the
-/// kubelet's `cpu_manager_state` when there is one: `kubelet`), and within the
+/// kubelet's `cpu_manager_state` when there is one: `kubelet`; one that cannot be read
+/// refuses), and within the
 /// administrator's rule against the claims in force (`view`: the policy and the claims,
 /// `None` when the daemon has not said them yet, which refuses). The OCI hook judges the
 /// same way ([`kubelet::exclusive`], [`Claim::admissible`] in the daemon).
@@ -104,8 +105,17 @@ pub fn claim_for(
         cpus: &c.cpus,
         name: (!c.name.is_empty()).then_some(c.name.as_str()),
     };
-    if let Err(e) = kubelet::exclusive(&k, kubelet) {
-        return Judged::NotExclusive(e.to_string());
+    match kubelet::exclusive(&k, kubelet) {
+        Ok(()) => {}
+        // isold cannot tell whether the kubelet gave it CPUs: refused, not let through.
+        Err(e @ kubelet::NotExclusive::State(_)) => {
+            return Judged::Refused {
+                reason: "kubelet_state",
+                message: format!("claim refused: {e}"),
+                claim: None,
+            }
+        }
+        Err(e) => return Judged::NotExclusive(e.to_string()),
     }
     let Some((policy, claims)) = view else {
         return Judged::Refused {

@@ -705,6 +705,15 @@ fn only_a_container_with_exclusive_cpus_claims() {
         claim_for(&root, &pod(), &c2, &rec, view),
         Judged::Claim(_)
     ));
+    // The kubelet's state unreadable: isold cannot tell, so it refuses.
+    let broken = Err(crate::claims::kubelet::StateError::Read {
+        path: "/var/lib/kubelet/cpu_manager_state".into(),
+        error: "Permission denied (EACCES)".into(),
+    });
+    assert!(matches!(
+        claim_for(&root, &pod(), &c2, &broken, view),
+        Judged::Refused { reason: "kubelet_state", message, .. } if message.contains("EACCES")
+    ));
     // No view yet: refused, not let through.
     assert!(matches!(
         claim_for(&root, &pod(), &c2, &rec, None),

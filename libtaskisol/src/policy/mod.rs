@@ -37,6 +37,7 @@ pub mod paths;
 pub mod plan;
 pub mod preset;
 mod restore;
+pub mod salvage;
 pub mod state;
 pub mod threads;
 pub mod watch;

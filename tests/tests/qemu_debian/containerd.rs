@@ -301,6 +301,7 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
              pid=$(cri pid $ctr | val pid)\n\
              echo claims_kg=$(claims)\n\
              echo disagree_kg=$(isold status | grep -c 'disagree')\n\
+             echo affinity_before=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/$pid/status)\n\
              cri update $ctr --cpuset 1-3 >/tmp/upd.out; echo update_rc=$?\n\
              echo update_error=$(val error </tmp/upd.out)\n\
              echo cpuset_after=$(cri cpuset $ctr | val cpuset)\n\
@@ -356,7 +357,14 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
                 },
             ),
             Expect::field("cpuset_after", "2-3"),
-            Expect::field("affinity_after", "2-3"),
+            // Its threads' CPUs as before the update (2-3, or 3 once CPU 2's isolated
+            // partition is in place): never CPU 1.
+            Expect::that("the container's CPUs did not change", |o: &StepOutput| {
+                match (o.field("affinity_before"), o.field("affinity_after")) {
+                    (Some(b), Some(a)) if a == b && !a.contains('1') => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            }),
             Expect::that("the claim kept the container's CPUs", |o: &StepOutput| {
                 match o.field("claims_after_update") {
                     Some(c) if c.contains("CPUs 2-3, pid ") => Ok(()),
@@ -400,6 +408,7 @@ fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
              echo many_s=$(secs $(($(now_cs) - t0)))\n\
              echo many_started=$(val started </tmp/many.out)\n\
              echo redials=$(($(connections) - c0))\n\
+             echo nri_answers=\"$(isold status | grep NRI | sed 's/.*; answers/answers/')\"\n\
              cri rmpods big >/dev/null; cri rmpods many; echo rmpods_rc=$?"
         ),
         Duration::from_secs(400),

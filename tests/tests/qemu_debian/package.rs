@@ -113,16 +113,25 @@ fn deb_package_is_lintian_clean_and_complete() {
     assert!(etc_files.is_empty(), "{etc_files:?}");
 }
 
-/// Every file of the root but the kernel's, the runtime's, dpkg's and the logs' (which a
-/// package's life changes by design), one path a line.
+/// Every file of the root but the kernel's, the runtime's, dpkg's (its database and the daily
+/// backups of it, made at midnight) and the logs' (which a package's life changes by
+/// design), one path a line.
 const FILES: &str = "find / -xdev \\( -path /proc -o -path /sys -o -path /dev -o -path /run -o -path /tmp \
-    -o -path /var/log -o -path /var/lib/dpkg -o -path /var/cache -o -path /var/lib/systemd/timers \
+    -o -path /var/log -o -path /var/lib/dpkg -o -path /var/backups -o -path /var/cache -o -path /var/lib/systemd/timers \
     -o -path /scenario -o -path /guest -o -path /root -o -path /var/lib/taskisol \\) -prune -o -print | LC_ALL=C sort";
 
 /// The 50 ms sampler of timer_migration (original 1, 0 under the policy): a shell loop with
 /// builtins but the sleep, so that a sample costs no fork for the read.
 const SAMPLER: &str = "(while [ ! -e /tmp/sampler.stop ]; do read v </proc/sys/kernel/timer_migration; echo \"$v\"; /usr/bin/busybox usleep 50000; done) >/tmp/samples &\n\
      sampler=$!\n";
+
+/// Another isold, as a DaemonSet's would run beside the package (the package's binary copied
+/// to /tmp/ds/isold before the removal, keeping its name: `isold status` knows a daemon by it), isolating CPU 3 and restoring at its stop, with
+/// its state where the package's is: `$ds` its pid, `ds_running=0` once it runs.
+const START_DS: &str = "printf 'isolated_cpus = \"3\"\\non_stop = \"restore\"\\n' >/tmp/ds.toml\n\
+     env -u INVOCATION_ID /tmp/ds/isold --config /tmp/ds.toml run >/tmp/ds.log 2>&1 &\n\
+     ds=$!\n\
+     wait_for 30 /tmp/ds/isold status >/dev/null; echo ds_running=$?\n";
 
 #[test]
 fn rt612_deb_install_upgrade_remove_purge() {
@@ -226,6 +235,64 @@ fn rt612_deb_install_upgrade_remove_purge() {
             Expect::field("verify_rc", "0"),
         ],
     );
+    // A configuration the new isold refuses: the upgrade installs, says so, and the running
+    // isold keeps running with the policy in force.
+    s.step_with_timeout(
+        "upgrade_with_a_bad_configuration_keeps_the_running_isold",
+        "old=$(systemctl show -p MainPID --value isold)\n\
+         cp /etc/isold/isold.toml /tmp/good.toml\n\
+         printf 'isolated_cpus = \"2-3\"\\nbogus = 1\\n' >/etc/isold/isold.toml\n\
+         /usr/bin/dpkg -i /root/taskisol_2.deb >/tmp/dpkg.out 2>&1; echo dpkg_rc=$?\ncat /tmp/dpkg.out\n\
+         echo said=$(grep -c 'the running isold keeps running' /tmp/dpkg.out)\n\
+         echo named=$(grep -c \"unknown key 'bogus'\" /tmp/dpkg.out)\n\
+         new=$(systemctl show -p MainPID --value isold)\n\
+         echo same_pid=$([ \"$new\" = \"$old\" ] && echo yes || echo no)\n\
+         echo active=$(systemctl is-active isold)\n\
+         echo timer_migration=$(cat /proc/sys/kernel/timer_migration)\n\
+         cp /tmp/good.toml /etc/isold/isold.toml",
+        Duration::from_secs(180),
+        vec![
+            Expect::field("dpkg_rc", "0"),
+            Expect::field("said", "1"),
+            Expect::field("named", "1"),
+            Expect::field("same_pid", "yes"),
+            Expect::field("active", "active"),
+            Expect::field("timer_migration", "0"),
+        ],
+    );
+    // Another isold (as a DaemonSet's would) holds the node while the package is removed:
+    // the prerm's restore is refused, the removal fails, and the aborted removal starts
+    // nothing (the service stays stopped).
+    s.step_with_timeout(
+        "an_aborted_removal_starts_nothing",
+        &format!(
+            "mkdir -p /tmp/ds && cp /usr/bin/isold /tmp/ds/isold\n\
+             systemctl stop isold\n\
+             {START_DS}\
+             /usr/bin/dpkg -r taskisol >/tmp/dpkg.out 2>&1; echo dpkg_rc=$?\ncat /tmp/dpkg.out\n\
+             echo status=$(dpkg-query -W -f '${{db:Status-Status}}' taskisol)\n\
+             echo active=$(systemctl is-active isold)\n\
+             echo said=$(grep -c 'isold.service stays stopped' /tmp/dpkg.out)\n\
+             kill $ds; wait $ds; echo ds_rc=$?\n\
+             systemctl start isold; echo start_rc=$?"
+        ),
+        Duration::from_secs(180),
+        vec![
+            Expect::field("ds_running", "0"),
+            Expect::that(
+                "the removal fails",
+                |o: &taskisol_tests::qemu::StepOutput| match o.field("dpkg_rc") {
+                    Some("0") | None => Err(format!("{:?}", o.field("dpkg_rc"))),
+                    Some(_) => Ok(()),
+                },
+            ),
+            Expect::field("status", "installed"),
+            Expect::field("active", "inactive"),
+            Expect::field("said", "1"),
+            Expect::field("ds_rc", "0"),
+            Expect::field("start_rc", "0"),
+        ],
+    );
     s.step_with_timeout(
         "remove_restores_every_value_and_keeps_the_configuration",
         // The default on_stop = "keep": the service's stop leaves every value, and only the
@@ -233,8 +300,14 @@ fn rt612_deb_install_upgrade_remove_purge() {
         "printf 'isolated_cpus = \"2-3\"\\non_stop = \"keep\"\\n' >/etc/isold/isold.toml\n\
          systemctl reload isold\n\
          wait_for 30 sh -c \"isold status | grep -q 'reloads: 1'\" || echo reloaded=no\n\
+         systemctl stop isold\n\
+         sed -i '/^  \\]/,$d' /run/isold/state.json\n\
+         isold restore --json >/dev/null 2>&1; echo unreadable_rc=$?\n\
          /usr/bin/dpkg -r taskisol >/tmp/dpkg.out 2>&1; echo dpkg_rc=$?\ncat /tmp/dpkg.out\n\
-         echo isold=$(command -v isold || echo none)\n\
+         echo salvaged=$(grep -c 'original(s) salvaged from it and restored below, 0 lost' /tmp/dpkg.out)\n\
+         echo aside=$(ls /run/isold/state.json.corrupt)\n\
+         hash -r\n\
+         echo binary=$(command -v isold || echo none)\n\
          echo status=$(dpkg-query -W -f '${db:Status-Status}' taskisol)\n\
          echo active=$(systemctl is-active isold)\n\
          echo config=$(cat /etc/isold/isold.toml | head -n 1)\n\
@@ -243,8 +316,11 @@ fn rt612_deb_install_upgrade_remove_purge() {
         Duration::from_secs(180),
         vec![
             Expect::output_lacks("reloaded=no"),
+            Expect::field("unreadable_rc", "1"),
             Expect::field("dpkg_rc", "0"),
-            Expect::field("isold", "none"),
+            Expect::field("salvaged", "1"),
+            Expect::field("aside", "/run/isold/state.json.corrupt"),
+            Expect::field("binary", "none"),
             Expect::field("status", "config-files"),
             Expect::field("active", "inactive"),
             Expect::field("config", "isolated_cpus = \"2-3\""),
@@ -255,7 +331,13 @@ fn rt612_deb_install_upgrade_remove_purge() {
     s.step_with_timeout(
         "purge_leaves_nothing",
         &format!(
-            "/usr/bin/dpkg -P taskisol >/tmp/dpkg.out 2>&1; echo dpkg_rc=$?\ncat /tmp/dpkg.out\n\
+            "{START_DS}\
+             /usr/bin/dpkg -P taskisol >/tmp/dpkg.out 2>&1; echo dpkg_rc=$?\ncat /tmp/dpkg.out\n\
+             echo held_left=$(ls -d /run/isold 2>/dev/null | wc -l)\n\
+             echo etc_left=$(ls -d /etc/isold 2>/dev/null | wc -l)\n\
+             echo said=$(grep -c 'another isold runs and holds /run/isold' /tmp/dpkg.out)\n\
+             kill $ds; wait $ds; echo ds_rc=$?\n\
+             rm -rf /run/isold /var/lib/isold\n\
              echo known=$(dpkg-query -W taskisol >/dev/null 2>&1 && echo yes || echo no)\n\
              echo left=$(ls -d /etc/isold /var/lib/isold /run/isold 2>/dev/null | wc -l)\n\
              {FILES} >/tmp/files.after\n\
@@ -269,7 +351,12 @@ fn rt612_deb_install_upgrade_remove_purge() {
         ),
         Duration::from_secs(180),
         vec![
+            Expect::field("ds_running", "0"),
             Expect::field("dpkg_rc", "0"),
+            Expect::field("held_left", "1"),
+            Expect::field("etc_left", "0"),
+            Expect::field("said", "1"),
+            Expect::field("ds_rc", "0"),
             Expect::field("known", "no"),
             Expect::field("left", "0"),
             Expect::field("new", "0"),
