@@ -143,7 +143,7 @@ impl Metrics {
         ));
         info.with_label_values(&[
             env!("CARGO_PKG_VERSION"),
-            policy.config.preset.name(),
+            policy.preset().name(),
             &policy.isolated.to_string(),
         ])
         .set(1);
@@ -292,7 +292,7 @@ impl Metrics {
         reg(Box::new(owner_pins.clone()));
         reg(Box::new(holds.clone()));
         reg(Box::new(claims_refused.clone()));
-        if policy.config.containers.as_ref().is_some_and(|c| c.nri) {
+        if policy.containers().is_some_and(|c| c.nri) {
             reg(Box::new(nri_connected.clone()));
         }
         reg(Box::new(cpu_interrupts.clone()));
@@ -346,7 +346,7 @@ impl Metrics {
         self.info
             .with_label_values(&[
                 env!("CARGO_PKG_VERSION"),
-                policy.config.preset.name(),
+                policy.preset().name(),
                 &policy.isolated.to_string(),
             ])
             .set(1);

@@ -242,7 +242,7 @@ fn check_after_fault(
     pristine: &BTreeMap<PathBuf, Vec<u8>>,
     before: &BTreeMap<PathBuf, Vec<u8>>,
 ) {
-    faults::new_process();
+    libtaskisol::policy::state::new_process();
     let now = snapshot(t);
     let rec = recorded(t);
     for p in changed(before, &now) {
@@ -356,7 +356,7 @@ fn a_full_state_directory_fails_the_apply_with_nothing_changed() {
             "write {nth}: {msg}"
         );
         assert_eq!(e.errno(), Some(libc::ENOSPC), "write {nth}");
-        faults::new_process();
+        libtaskisol::policy::state::new_process();
         engine::restore(&t.root, &t.files).unwrap();
         assert!(changed(&pristine, &snapshot(&t)).is_empty(), "write {nth}");
     }

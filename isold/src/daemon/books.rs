@@ -183,10 +183,10 @@ impl Books {
     pub fn policy_changed(&mut self, config_path: &std::path::Path, policy: &Policy) {
         self.last_word.clear();
         self.status.config = config_path.display().to_string();
-        self.status.preset = policy.config.preset.name().to_string();
+        self.status.preset = policy.preset().name().to_string();
         self.status.isolated = policy.isolated.to_string();
         self.status.housekeeping = policy.housekeeping.to_string();
-        self.status.on_stop = policy.config.on_stop.name().into();
+        self.status.on_stop = policy.on_stop().name().into();
         if let Some((m, scope)) = &self.metrics {
             m.policy(policy);
             *scope.lock().unwrap_or_else(|e| e.into_inner()) = crate::metrics::scope_of(policy);

@@ -96,21 +96,6 @@ impl Claims {
     }
 }
 
-/// The CPUs a claim may ever have isolated beyond the configuration: `[containers] cpus`
-/// and those of the claims in force. Effects on them that no live claim wants are given
-/// back at the start, whatever happened to the claims file.
-pub fn claimable(policy: &libtaskisol::policy::Policy, list: &[Claim]) -> libtaskisol::CpuSet {
-    let table = policy
-        .config
-        .containers
-        .as_ref()
-        .map(|c| c.cpus.clone())
-        .unwrap_or_default();
-    table
-        .union(&claims::isolated_by(list))
-        .intersection(&policy.online)
-}
-
 /// What a claim made: the reply's sentence.
 pub fn made(claim: &Claim, changed: usize, problems: usize) -> String {
     let isolated = claim.isolated_set();

@@ -48,10 +48,7 @@ impl Change {
 pub const CLAIM_ITEMS: &[&str] = &["workqueue", "irq_affinity", "tasks", "pm_qos", "cpufreq"];
 
 fn claims_policy(policy: &Policy) -> Policy {
-    Policy {
-        config: policy.config.only(CLAIM_ITEMS),
-        ..policy.clone()
-    }
+    policy.only(CLAIM_ITEMS)
 }
 
 pub(super) struct Daemon {
@@ -269,7 +266,7 @@ impl Daemon {
         if new == self.policy {
             self.env.log.info("reload: the configuration is unchanged");
         } else {
-            if self.policy.config.metrics != new.config.metrics {
+            if self.policy.metrics() != new.metrics() {
                 self.env.log.info(
                     "reload: [metrics] changed: the listener and the textfile change at the next restart",
                 );
@@ -309,7 +306,7 @@ impl Daemon {
         };
         // A narrowed thread the new plan does not list (it is off the isolated CPUs now) keeps
         // its narrowing while the item is on: give_back widens it by the freed CPUs only.
-        let tasks_kept = new.config.tasks;
+        let tasks_kept = new.narrows_tasks();
         // The stall guard's loans are its own to end (it knows when a thread has run).
         self.restore_uncovered(why, |id| {
             ids.contains(id)
@@ -461,7 +458,7 @@ impl Daemon {
 
     /// `[containers] nri`: the plugin's thread started (it dials and registers by itself).
     pub(super) fn start_nri(&mut self) {
-        let Some(c) = self.base.config.containers.as_ref().filter(|c| c.nri) else {
+        let Some(c) = self.base.containers().filter(|c| c.nri) else {
             return;
         };
         let view = super::nri::Published::default();
@@ -598,7 +595,7 @@ impl Daemon {
         // isold's only while isold watches it.
         self.stop_stall_guard();
         self.stop_noise_ledger();
-        let kind = match self.policy.config.on_stop {
+        let kind = match self.policy.on_stop() {
             OnStop::Keep => None,
             OnStop::Restore => Some(lifecycle::stop_kind()),
         };
@@ -651,7 +648,7 @@ impl Daemon {
 impl Daemon {
     /// The stall guard started for the policy in force, when `[stalls]` has it on.
     pub(super) fn start_stall_guard(&mut self) {
-        let st = &self.policy.config.stalls;
+        let st = self.policy.stalls();
         let watch = stalls::watch_of(&self.policy, &self.env.files);
         let fair = stalls::fair_server_said(&self.env.root, &watch.cpus);
         let guard = if !st.enabled {
@@ -700,11 +697,11 @@ impl Daemon {
     /// A new policy in force: the guard watches its CPUs with its settings (started or
     /// stopped when `[stalls] enabled` changed).
     fn follow_stalls(&mut self) {
-        let on = self.policy.config.stalls.enabled;
+        let on = self.policy.stalls().enabled;
         match (&self.stalls, on) {
             (Some(g), true) => {
                 self.books.status_lend_for =
-                    format!("{} s", self.policy.config.stalls.lend_for.as_secs_f64());
+                    format!("{} s", self.policy.stalls().lend_for.as_secs_f64());
                 g.send(stalls::Ctl::Watch(Box::new(stalls::watch_of(
                     &self.policy,
                     &self.env.files,
@@ -750,14 +747,14 @@ impl Daemon {
     fn noise_cpus(&self) -> libtaskisol::CpuSet {
         self.policy
             .isolated
-            .difference(&self.policy.config.noise.ignore_cpus)
+            .difference(&self.policy.noise().ignore_cpus)
     }
 
     /// The noise ledger started for the policy in force, when `[noise]` has it on. It
     /// enables its events now, at the daemon's start, before the workload should run
     /// (enabling interrupts every CPU once).
     pub(super) fn start_noise_ledger(&mut self) {
-        let cfg = self.policy.config.noise.clone();
+        let cfg = self.policy.noise().clone();
         let state = if !cfg.enabled {
             "off ([noise] enabled = false)".to_string()
         } else {
@@ -805,11 +802,11 @@ impl Daemon {
     /// A new policy in force: the ledger records its CPUs (started or stopped when
     /// `[noise] enabled` changed).
     fn follow_noise(&mut self) {
-        match (&self.noise, self.policy.config.noise.enabled) {
+        match (&self.noise, self.policy.noise().enabled) {
             (Some(n), true) => n.send(super::noise::Ctl::Watch(
                 self.noise_cpus(),
                 Box::new(crate::metrics::scope_of(&self.policy)),
-                self.policy.config.noise.clone(),
+                self.policy.noise().clone(),
             )),
             (Some(_), false) | (None, true) => {
                 self.stop_noise_ledger();

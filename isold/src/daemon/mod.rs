@@ -102,7 +102,7 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
         Err(code) => return code,
     };
     let policy = libtaskisol::claims::policy_with(&base, &claims.list);
-    let claimable = claims::claimable(&policy, &claims.list);
+    let claimable = libtaskisol::claims::claimable(&policy, &claims.list);
     if root.is_host() {
         // Never a source of noise itself: nothing of isold runs on an isolated CPU.
         if let Err(e) = sched::set_affinity(0, &policy.housekeeping) {

@@ -27,11 +27,8 @@ pub struct Partition {
 
 /// Only the partition item of `policy`.
 fn partition_policy(policy: &Policy) -> Option<Policy> {
-    policy.config.cgroup_partition.as_ref()?;
-    Some(Policy {
-        config: policy.config.only(&["cgroup_partition"]),
-        ..policy.clone()
-    })
+    policy.cgroup_partition()?;
+    Some(policy.only(&["cgroup_partition"]))
 }
 
 impl Partition {
@@ -44,14 +41,14 @@ impl Partition {
 
     /// The partition is configured but not watched by inotify.
     pub fn unwatched_now(&self, policy: &Policy) -> bool {
-        self.inotify.is_none() && policy.config.cgroup_partition.is_some()
+        self.inotify.is_none() && policy.cgroup_partition().is_some()
     }
 
     /// The partition checked (three reads) and, when it is not an isolated partition of the
     /// isolated CPUs, made again. `event`: a watched file changed (else a periodic check,
     /// skipped while the last attempt failed: retried on an event, a uevent or a reload).
     pub fn check(&mut self, env: &Env, policy: &Policy, books: &mut Books, event: bool) {
-        let Some(dir) = policy.config.cgroup_partition.clone() else {
+        let Some(dir) = policy.cgroup_partition().map(str::to_string) else {
             return;
         };
         if self.failed && !event {
@@ -108,7 +105,7 @@ impl Partition {
     /// checks the partition every interval.
     pub fn watch(&mut self, env: &Env, policy: &Policy) {
         self.inotify = None;
-        let Some(dir) = &policy.config.cgroup_partition else {
+        let Some(dir) = policy.cgroup_partition() else {
             return;
         };
         use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};

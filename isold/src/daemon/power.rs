@@ -38,7 +38,7 @@ impl DmaLatency {
     /// Hold the policy's request, or drop it when there is none: the value held. A plain
     /// stop releases it (systemd empties the store of a unit that stops).
     pub fn hold(&mut self, env: &Env, policy: &Policy) -> Option<u32> {
-        let Some(us) = policy.config.pm_qos else {
+        let Some(us) = policy.pm_qos() else {
             if self.file.take().is_some() && self.stored {
                 lifecycle::notify_with_fds(
                     &format!("FDSTOREREMOVE=1\nFDNAME={}", lifecycle::DMA_FDNAME),

@@ -13,7 +13,7 @@ use crate::metrics;
 
 /// The metrics of `policy` published as its `[metrics]` table says, or `None` without one.
 pub fn start(env: &Env, policy: &Policy, holds: bool) -> Option<Published> {
-    let cfg = policy.config.metrics.clone()?;
+    let cfg = policy.metrics().cloned()?;
     let published = Arc::new(metrics::Metrics::new(policy));
     published.holds(holds);
     let scope = Arc::new(Mutex::new(metrics::scope_of(policy)));

@@ -58,19 +58,17 @@ impl std::fmt::Debug for StallGuard {
 /// The CPUs the guard watches under `policy`: every isolated one (the configuration's and
 /// the claimed ones) but `ignore_cpus`.
 pub fn watched(policy: &Policy) -> CpuSet {
-    policy
-        .isolated
-        .difference(&policy.config.stalls.ignore_cpus)
+    policy.isolated.difference(&policy.stalls().ignore_cpus)
 }
 
 /// What the guard watches under `policy`.
 pub fn watch_of(policy: &Policy, files: &StateFiles) -> Watch {
     Watch {
         cpus: watched(policy),
-        settings: policy.config.stalls.clone(),
+        settings: policy.stalls().clone(),
         files: files.clone(),
         isolated: policy.isolated.to_string(),
-        config: policy.config.file.display().to_string(),
+        config: policy.config_file().display().to_string(),
     }
 }
 

@@ -293,7 +293,7 @@ impl Tasks {
         check: &mut Vec<Ask>,
         engine: &mut Vec<(i32, i32)>,
     ) {
-        let rules = &cx.policy.config.kthread_priority;
+        let rules = cx.policy.kthread_priority();
         match event {
             ProcEvent::Fork {
                 parent_tgid,

@@ -267,10 +267,21 @@ impl ClaimError {
 /// `[containers] cpus` (none beyond the isolated ones without the table).
 pub fn allowed_cpus(policy: &Policy) -> CpuSet {
     let stat = policy.static_isolated();
-    match &policy.config.containers {
+    match policy.containers() {
         Some(c) => stat.union(&c.cpus),
         None => stat,
     }
+}
+
+/// The CPUs a claim may ever have isolated beyond the configuration: `[containers] cpus`
+/// and those of the claims in force (`list`), online. Effects on them that no live claim
+/// wants are given back at the daemon's start, whatever happened to its claims file.
+pub fn claimable(policy: &Policy, list: &[Claim]) -> CpuSet {
+    let table = policy
+        .containers()
+        .map(|c| c.cpus.clone())
+        .unwrap_or_default();
+    table.union(&isolated_by(list)).intersection(&policy.online)
 }
 
 /// A power setting a claim asks for.

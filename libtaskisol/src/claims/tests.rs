@@ -859,3 +859,13 @@ proptest::proptest! {
         proptest::prop_assert!(Message::parse(text.as_bytes()).is_err());
     }
 }
+
+/// What a claim may ever have isolated beyond the configuration: `[containers] cpus` and the
+/// claims' own, online; never the configuration's isolated CPUs by themselves.
+#[test]
+fn claimable_cpus_are_the_tables_and_the_claims() {
+    let p = allowing("2", Some("3-4"));
+    assert_eq!(claimable(&p, &[]).to_string(), "3-4");
+    assert_eq!(claimable(&p, &[claim("5-6", "5-6")]).to_string(), "3-6");
+    assert_eq!(claimable(&policy("2"), &[claim("9", "9")]).to_string(), "");
+}

@@ -14,6 +14,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use super::common::{failed, in_runs, report, set_aside_note, write_file};
+pub use super::common::{lock, lock_path, StateLock};
 use super::partition;
 use super::plan::{plan, Op, Target};
 pub use super::restore::{forget_gone_threads, give_back, restore, restore_where};
@@ -42,12 +44,6 @@ enum Eval {
     Done(Status),
     /// It must change: the original, and the value shown before.
     Change { original: Original, from: String },
-}
-
-pub(super) fn failed(e: impl std::fmt::Display) -> Status {
-    Status::Failed {
-        error: e.to_string(),
-    }
 }
 
 fn gone(e: &Error) -> bool {
@@ -186,34 +182,6 @@ fn want_shown(t: &Target) -> String {
     }
 }
 
-/// Write a whole file atomically, keeping its owner and mode, creating its directory (see
-/// [`super::files::replace`]).
-pub(super) fn write_file(root: &SysRoot, abs: &str, content: &str) -> Result<()> {
-    let path = root.path(abs);
-    let err = |source| Error::Write {
-        path: path.clone(),
-        data: content.lines().next().unwrap_or("").to_string(),
-        source,
-    };
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir).map_err(err)?;
-    }
-    super::files::replace(&path, content.as_bytes(), None).map_err(err)
-}
-
-pub(super) fn remove_file(root: &SysRoot, abs: &str) -> Result<()> {
-    let path = root.path(abs);
-    match fs::remove_file(&path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(Error::Write {
-            path,
-            data: "(remove)".into(),
-            source,
-        }),
-    }
-}
-
 /// The outermost ancestor of `abs` that does not exist (what `create_dir_all` would make).
 fn first_missing_dir(root: &SysRoot, abs: &str) -> Option<String> {
     let mut missing = None;
@@ -227,22 +195,6 @@ fn first_missing_dir(root: &SysRoot, abs: &str) -> Option<String> {
         dir = d.parent();
     }
     missing
-}
-
-/// Remove the directories between `abs` and `created` (inclusive) that are empty: the ones
-/// apply made for the file. A directory something else has filled since stays (removing it
-/// fails, and so does removing any directory above it).
-pub(super) fn remove_created_dirs(root: &SysRoot, abs: &str, created: Option<&str>) {
-    let Some(created) = created else {
-        return;
-    };
-    for d in Path::new(abs)
-        .ancestors()
-        .skip(1)
-        .take_while(|d| d.starts_with(created))
-    {
-        let _ = fs::remove_dir(root.path(d));
-    }
 }
 
 /// Make the change `t` asks for, and read it back. The flag says whether a write took effect
@@ -421,62 +373,6 @@ fn irq_written(
     }
 }
 
-/// An exclusive lock next to the state file, so two isold commands never interleave.
-pub struct StateLock {
-    _lock: nix::fcntl::Flock<fs::File>,
-}
-
-impl std::fmt::Debug for StateLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("StateLock")
-    }
-}
-
-/// The lock file of the state file `state_path`.
-pub fn lock_path(state_path: &Path) -> PathBuf {
-    state_path
-        .parent()
-        .unwrap_or(Path::new("."))
-        .join(".isold.lock")
-}
-
-/// Take the lock of the state file `state_path` (waiting for another isold command).
-pub fn lock(state_path: &Path) -> Result<StateLock> {
-    let dir = state_path.parent().unwrap_or(Path::new("."));
-    let lock_path = lock_path(state_path);
-    let werr = |p: &Path, source| Error::Write {
-        path: p.into(),
-        data: "(lock)".into(),
-        source,
-    };
-    super::files::private_dir(dir).map_err(|e| werr(dir, e))?;
-    let f = {
-        use std::os::unix::fs::OpenOptionsExt;
-        fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(super::files::NOFOLLOW)
-            .open(&lock_path)
-            .map_err(|e| werr(&lock_path, e))?
-    };
-    let lock = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, errno)| Error::syscall(format!("flock({})", lock_path.display()), errno))?;
-    Ok(StateLock { _lock: lock })
-}
-
-pub(super) fn report(command: &str, policy: Option<&Policy>) -> Report {
-    Report {
-        command: command.into(),
-        isolated: policy.map(|p| p.isolated.to_string()).unwrap_or_default(),
-        housekeeping: policy
-            .map(|p| p.housekeeping.to_string())
-            .unwrap_or_default(),
-        ..Report::default()
-    }
-}
-
 fn outcome(t: &Target, status: Status) -> Outcome {
     Outcome {
         item: t.item.into(),
@@ -648,21 +544,6 @@ fn rejected_notes(ledger: &Ledger, rep: &mut Report) {
     set_aside_note(ledger, rep);
 }
 
-/// The journal lines that were not entries (an append cut short by a full disk), said once
-/// per report: the originals before and after them are used.
-pub(super) fn set_aside_note(ledger: &Ledger, rep: &mut Report) {
-    let n = ledger.state.set_aside.len();
-    if n > 0 {
-        let journal = state::journal_path(ledger.runtime_path());
-        rep.set_aside = n;
-        rep.notes.push(format!(
-            "{}: {n} line(s) are not whole isold entries (a write cut short by a full disk or a crash, or changed since); every other line is used, and these are kept in {} for you to look at",
-            journal.display(),
-            state::set_aside_path(ledger.runtime_path()).display()
-        ));
-    }
-}
-
 /// Evaluate, record, persist, change, read back: apply's steps on a loaded ledger. Returns
 /// each target's status.
 fn apply_loaded(
@@ -791,18 +672,6 @@ fn per_thread(op: &Op) -> bool {
     matches!(op, Op::Affinity { .. } | Op::Sched { .. })
 }
 
-/// Whether restoring `o` puts back one thread's value and nothing else (see [`per_thread`]).
-pub(super) fn per_thread_original(o: &Original) -> bool {
-    matches!(
-        o,
-        Original::Affinity { .. } | Original::Sched { .. } | Original::Loan { .. }
-    )
-}
-
-/// Threads changed or restored at once per worker, at least (a worker's start costs about
-/// as much as a few dozen changes).
-const THREADS_PER_WORKER: usize = 1000;
-
 /// [`change`] of each pending target (index in `targets`, recorded original, value before),
 /// in order: runs of thread changes on this process's CPUs ([`crate::par`]), every other
 /// change alone, in plan order.
@@ -824,28 +693,6 @@ fn change_all(
         "thread changes (wall)",
         one,
     )
-}
-
-/// `one` of each item, in order: runs of items that `independent` says touch one thread
-/// each on this process's CPUs ([`crate::par`], timed as `workers what`), every other item
-/// alone, in order.
-pub(super) fn in_runs<T: Sync, R: Send>(
-    items: &[T],
-    independent: impl Fn(&T) -> bool,
-    what: &str,
-    one: impl Fn(&T) -> R + Sync,
-) -> Vec<R> {
-    let mut out = Vec::with_capacity(items.len());
-    for run in items.chunk_by(|a, b| independent(a) == independent(b)) {
-        if independent(&run[0]) {
-            out.extend(crate::cost::stage("workers", what, || {
-                crate::par::map(run, THREADS_PER_WORKER, &one)
-            }));
-        } else {
-            out.extend(run.iter().map(&one));
-        }
-    }
-    out
 }
 
 fn notes_after_apply(rep: &mut Report) {
@@ -1049,6 +896,7 @@ fn grub_waiting(root: &SysRoot) -> Option<Outcome> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::common::THREADS_PER_WORKER;
     use super::super::restore::restore_one;
     use super::*;
     use crate::policy::config::{Config, CpuSpec};

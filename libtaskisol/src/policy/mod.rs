@@ -25,13 +25,12 @@
 //! ```
 
 pub mod bootargs;
+mod common;
 pub mod config;
-pub mod durable;
 pub mod engine;
 pub mod fastpath;
 pub mod files;
 pub mod grub;
-mod journal;
 pub mod partition;
 pub mod paths;
 pub mod plan;
@@ -39,6 +38,8 @@ pub mod preset;
 mod restore;
 pub mod salvage;
 pub mod state;
+/// The durable writes: [`state::durable`], where the state room keeps them.
+pub use state::durable;
 pub mod threads;
 pub mod watch;
 
@@ -179,6 +180,71 @@ impl Policy {
     /// irqbalance's banned CPUs and the boot-time files follow these only.
     pub fn static_isolated(&self) -> CpuSet {
         self.isolated.difference(&self.claimed)
+    }
+
+    /// This policy with only the items named in `items` (the rest off): what a change that
+    /// touches only those applies.
+    pub fn only(&self, items: &[&str]) -> Policy {
+        Policy {
+            config: self.config.only(items),
+            ..self.clone()
+        }
+    }
+
+    /// Whether the `tasks` item is on: wide tasks are narrowed off the isolated CPUs.
+    pub fn narrows_tasks(&self) -> bool {
+        self.config.tasks
+    }
+
+    /// The configuration file it came from.
+    pub fn config_file(&self) -> &std::path::Path {
+        &self.config.file
+    }
+
+    /// Its preset.
+    pub fn preset(&self) -> preset::Preset {
+        self.config.preset
+    }
+
+    /// What stopping `isold run` does (`on_stop`).
+    pub fn on_stop(&self) -> config::OnStop {
+        self.config.on_stop
+    }
+
+    /// The stall guard's settings (`[stalls]`).
+    pub fn stalls(&self) -> &config::StallsConfig {
+        &self.config.stalls
+    }
+
+    /// The noise ledger's settings (`[noise]`).
+    pub fn noise(&self) -> &config::NoiseConfig {
+        &self.config.noise
+    }
+
+    /// What `isold run` publishes (`[metrics]`), when the table is there.
+    pub fn metrics(&self) -> Option<&config::MetricsConfig> {
+        self.config.metrics.as_ref()
+    }
+
+    /// What containers' claims may take (`[containers]`), when the table is there.
+    pub fn containers(&self) -> Option<&config::ContainersConfig> {
+        self.config.containers.as_ref()
+    }
+
+    /// The cgroup v2 isolated partition's directory, when the item is on.
+    pub fn cgroup_partition(&self) -> Option<&str> {
+        self.config.cgroup_partition.as_deref()
+    }
+
+    /// The PM QoS resume latency limit of the isolated CPUs (microseconds), when the item is
+    /// on.
+    pub fn pm_qos(&self) -> Option<u32> {
+        self.config.pm_qos
+    }
+
+    /// The kernel threads' scheduling rules: name pattern and policy.
+    pub fn kthread_priority(&self) -> &[(String, crate::sched::SchedPolicy)] {
+        &self.config.kthread_priority
     }
 
     /// This policy with containers' claims in force instead of the ones it had: the CPUs

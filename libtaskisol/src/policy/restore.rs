@@ -3,9 +3,9 @@
 //! CPU isold took it off; a file isold edited byte for byte while it holds isold's text, else
 //! only isold's lines out); and, when CPUs stop being isolated, the freed CPUs given back to
 //! the values the policy narrowed. The apply side is in [`super::engine`], which re-exports
-//! [`restore`], [`restore_where`] and [`give_back`].
+//! [`restore`], [`restore_where`] and [`give_back`]; what both use is in [`super::common`].
 
-use super::engine::{
+use super::common::{
     failed, in_runs, lock, per_thread_original, remove_created_dirs, remove_file, report,
     set_aside_note, write_file,
 };

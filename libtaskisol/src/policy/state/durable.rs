@@ -209,12 +209,6 @@ pub mod faults {
         }
     }
 
-    /// Forget what this process remembers of the state files (the last one read), as a new
-    /// process after a crash or a reboot would: the next load reads them from the disk.
-    pub fn new_process() {
-        crate::policy::state::forget();
-    }
-
     /// Stop here, as the machine would.
     pub(super) fn crash() -> ! {
         std::panic::resume_unwind(Box::new(Crash))

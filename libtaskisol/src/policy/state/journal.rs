@@ -3,14 +3,14 @@
 //! however many originals are kept. Each line is one JSON object with its entry's length and
 //! CRC-32 in front (`journal_line`); a whole line whose mark does not match is set aside for
 //! the administrator (`state.journal.bad`, `keep_set_aside`), everything else is used. The
-//! state file ([`super::state`]) reads it and folds it in at its next whole write; it
+//! state file ([`super::file`]) reads it and folds it in at its next whole write; it
 //! re-exports what others use.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::durable;
-use super::state::Entry;
+use super::entry::Entry;
 use crate::error::{Error, Result};
 
 /// The journal of a state file: entries recorded since its last whole write, one JSON line
@@ -116,7 +116,7 @@ pub const JOURNAL_MAX: u64 = 1 << 20;
 /// Append `entries` to the journal of the state file at `path`: one write of whole lines and
 /// one fdatasync, whatever the number of entries already recorded. `Ok(false)`, and nothing
 /// written, when the journal has grown past 1 MiB and should be folded into a whole write
-/// ([`super::state::State::save`]). The caller holds the lock and has checked that no entry's id is
+/// ([`super::file::State::save`]). The caller holds the lock and has checked that no entry's id is
 /// recorded yet.
 pub fn append_entries(path: &Path, entries: &[Entry]) -> Result<bool> {
     let jpath = journal_path(path);
@@ -192,12 +192,12 @@ pub fn set_aside_kept(path: &Path) -> Option<usize> {
 pub(crate) fn open_journal(jpath: &Path) -> std::io::Result<fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     if let Some(dir) = jpath.parent().filter(|d| !d.as_os_str().is_empty()) {
-        super::files::private_dir(dir)?;
+        crate::policy::files::private_dir(dir)?;
     }
     fs::OpenOptions::new()
         .create(true)
         .append(true)
         .mode(0o600)
-        .custom_flags(super::files::NOFOLLOW)
+        .custom_flags(crate::policy::files::NOFOLLOW)
         .open(jpath)
 }
