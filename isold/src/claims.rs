@@ -81,8 +81,8 @@ pub fn send(socket: &Path, msg: &Message) -> Result<Reply, Option<String>> {
 /// (at creation) or release (at poststop) its CPUs. Exit 0 lets the container go on; 1 stops
 /// its start (a refused claim, a bad annotation, and a daemon not running with `--if-down
 /// fail`).
-pub fn hook(socket: &Path, args: &HookArgs, syslog: bool) -> i32 {
-    SYSLOG.store(syslog, std::sync::atomic::Ordering::Relaxed);
+pub fn hook(root: &SysRoot, socket: &Path, args: &HookArgs) -> i32 {
+    SYSLOG.store(root.is_host(), std::sync::atomic::Ordering::Relaxed);
     let mut input = Vec::new();
     if let Err(e) = std::io::stdin()
         .take(MAX_INPUT as u64 + 1)
@@ -138,7 +138,7 @@ pub fn hook(socket: &Path, args: &HookArgs, syslog: bool) -> i32 {
         cpus: &cpu_list,
         name: name.as_deref(),
     };
-    let kubelet = CpuManagerState::read(&SysRoot::host());
+    let kubelet = CpuManagerState::read(root);
     if let Err(why @ NotExclusive::State(_)) = exclusive(&kube, &kubelet) {
         // Whether the kubelet gave it CPUs cannot be told: refused, not let through.
         return refused(

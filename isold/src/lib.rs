@@ -161,9 +161,7 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
         },
         Command::Run(args) => daemon::run(&root, &config_path, &files, args),
         Command::Status(args) => status::status(&root, &config_path, &state_path, args.json),
-        Command::Hook(args) => {
-            claims::hook(&claims::socket_path(&state_path), args, root.is_host())
-        }
+        Command::Hook(args) => claims::hook(&root, &claims::socket_path(&state_path), args),
         Command::Claims(args) => claims::list(&claims::socket_path(&state_path), args.json),
     };
     if let Some(t) = started {

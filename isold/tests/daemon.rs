@@ -1172,6 +1172,35 @@ fn a_containers_claim_isolates_its_cpus_while_it_runs_and_gives_them_back() {
         err.contains("its pod is Burstable (not Guaranteed)"),
         "{err}"
     );
+    // A Guaranteed pod's container with a fractional CPU request (shares 1536): the kubelet
+    // gives it the shared pool, so the hook claims nothing, as NRI does.
+    std::fs::write(
+        pool.join("config.json"),
+        r#"{"annotations":{"isold.io/isolate":"true"},"linux":{"cgroupsPath":"kubepods-pod1.slice:crio:g1","resources":{"cpu":{"cpus":"0-3","shares":1536}}}}"#,
+    )
+    .unwrap();
+    let (code, err) = hook(&t, &[], &state("g1", "created", CONTAINER_PID, &pool));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("its CPU request is not a whole number of CPUs (cpu shares 1536"),
+        "{err}"
+    );
+    // Whole CPUs, but the kubelet's state cannot be read: isold cannot tell whether the
+    // kubelet gave it those CPUs, so the start fails with the reason.
+    std::fs::write(
+        pool.join("config.json"),
+        r#"{"annotations":{"isold.io/isolate":"true"},"linux":{"cgroupsPath":"kubepods-pod1.slice:crio:g2","resources":{"cpu":{"cpus":"3","shares":1024}}}}"#,
+    )
+    .unwrap();
+    std::fs::create_dir_all(t.root.join("var/lib/kubelet")).unwrap();
+    std::fs::write(t.root.join("var/lib/kubelet/cpu_manager_state"), "{").unwrap();
+    let (code, err) = hook(&t, &[], &state("g2", "created", CONTAINER_PID, &pool));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("claim refused: the kubelet's CPU manager state cannot be read"),
+        "{err}"
+    );
+    std::fs::remove_file(t.root.join("var/lib/kubelet/cpu_manager_state")).unwrap();
     let nocpus = bundle(&t, "nocpus", r#""isold.io/isolate":"true""#, None);
     let (code, err) = hook(
         &t,
