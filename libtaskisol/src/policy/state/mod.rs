@@ -6,11 +6,11 @@
 //! - [`durable`]: writes, fsyncs and renames that survive a crash (and the fault injector of
 //!   the library's own tests);
 //! - `journal`: entries appended one line at a time, with their length and CRC-32;
-//! - [`file`]: a state file ([`State`]) and where the two live ([`StateFiles`]), over the
+//! - [`mod@file`]: a state file ([`State`]) and where the two live ([`StateFiles`]), over the
 //!   three above;
-//! - `ledger`: both files as one, what apply, verify and restore work on, over [`file`].
+//! - `ledger`: both files as one, what apply, verify and restore work on, over [`mod@file`].
 //!
-//! Nothing here imports the policy engine, and nothing below [`file`] imports it.
+//! Nothing here imports the policy engine, and nothing below [`mod@file`] imports it.
 
 pub mod durable;
 pub mod entry;
