@@ -359,6 +359,8 @@ stat_refresh_bg() {
 sg_lent_any() { [ -n "$(lent_threads | tr -d ' ')" ]; }
 # sg_cpu2_irqs: CPU 2's local timer, rescheduling, function call and irq work interrupts.
 sg_cpu2_irqs() { awk '$1 ~ /^(LOC|RES|CAL|IWI):$/ { n += $4 } END { print n }' /proc/interrupts; }
+# no_lent_thread: no thread runs SCHED_DEADLINE now.
+no_lent_thread() { [ -z "$(lent_threads)" ]; }
 sg_no_loan() { ! grep -q '^isold_stall_loans [1-9]' /tmp/sg.prom; }
 # sg_hog_lent: the hog has a loan out: SCHED_DEADLINE now, or its loan recorded in the state
 # (SCHED_FIFO pulses, its own policy between them).
@@ -512,6 +514,10 @@ stall_guard_case() {
     grep 'stall guard: ' /tmp/sg.log | sed 's/^/log: /'
     wait_for 5 grep -q '^isold_stall_rescues_total' /tmp/sg.prom
     grep '^isold_stall' /tmp/sg.prom | sed 's/^/metric: /'
+    # No loan is left behind: the loop still runs, so a kworker can starve and be lent again
+    # (vmstat's work every stat_interval) at any moment; a loan lasts 3 s at most, so a
+    # leaked one is a thread still lent after 30 s with no moment free of loans.
+    wait_for 30 no_lent_thread
     echo "lent_after_rescues=$(lent_threads)"
     # A SCHED_OTHER hog on CPU 3: it starves again after each loan; a stop (SIGTERM) while
     # it is lent gives it back, a kill -9 leaves it lent until `isold restore`.
@@ -590,6 +596,8 @@ stall_guard_served() {
     isold status | sed 's/^/status: /'
     grep 'stall guard: ' /tmp/sg.log | sed 's/^/log: /'
     grep '^isold_stall' /tmp/sg.prom | sed 's/^/metric: /'
+    # As above: a loan may start again while the loop runs; a leaked one never ends.
+    wait_for 30 no_lent_thread
     echo "lent_after_rescues=$(lent_threads)"
     stall_guard_cleanup
     echo "lent_at_end=$(lent_threads)"
