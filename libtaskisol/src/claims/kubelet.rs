@@ -447,6 +447,68 @@ mod tests {
         assert_eq!(state("other", "1-3", &[]).computed_checksum(), 1394507217);
     }
 
+    /// The dump the checksum hashes, with two pods: entries joined by a space, in key order.
+    #[test]
+    fn the_checksum_covers_every_pod_in_order() {
+        let fnv = |t: &str| {
+            t.bytes().fold(0x811c_9dc5u32, |h, b| {
+                (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+            })
+        };
+        let st = state(
+            "static",
+            "0-1",
+            &[("u2", &[("b", "3")]), ("u1", &[("a", "2"), ("c", "4-5")])],
+        );
+        assert_eq!(
+            st.computed_checksum(),
+            fnv("(*state.CPUManagerCheckpoint){PolicyName:(string)static DefaultCPUSet:(string)0-1 Entries:(map[string]map[string]string)map[u1:map[a:2 c:4-5] u2:map[b:3]] Checksum:(checksum.Checksum)0}")
+        );
+    }
+
+    /// The file below a root: none is no kubelet; one that cannot be read, or too big, is an
+    /// error naming it.
+    #[test]
+    fn the_state_file_is_read_below_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = SysRoot::new(dir.path());
+        assert_eq!(CpuManagerState::read(&root), Ok(None));
+        let path = dir.path().join("var/lib/kubelet/cpu_manager_state");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(
+            &path,
+            br#"{"policyName":"static","defaultCpuSet":"0-3","checksum":0}"#,
+        )
+        .unwrap();
+        let s = CpuManagerState::read(&root).unwrap().unwrap();
+        assert_eq!(
+            (s.policy_name.as_str(), s.default_cpu_set.as_str()),
+            ("static", "0-3")
+        );
+        // Exactly the limit reads; a byte more is refused.
+        let mut big = br#"{"policyName":"static","checksum":0}"#.to_vec();
+        big.resize(MAX_STATE, b' ');
+        std::fs::write(&path, &big).unwrap();
+        assert!(CpuManagerState::read(&root).unwrap().is_some());
+        big.push(b' ');
+        std::fs::write(&path, &big).unwrap();
+        assert!(matches!(
+            CpuManagerState::read(&root),
+            Err(StateError::TooBig { len, .. }) if len == MAX_STATE + 1
+        ));
+        assert!(matches!(
+            CpuManagerState::parse(&big, "p"),
+            Err(StateError::TooBig { .. })
+        ));
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        let e = CpuManagerState::read(&root).unwrap_err();
+        assert!(
+            matches!(&e, StateError::Read { path: p, .. } if p.ends_with("cpu_manager_state")),
+            "{e}"
+        );
+    }
+
     #[test]
     fn a_state_is_read_as_the_kubelet_reads_it() {
         let ok = br#"{"policyName":"none","defaultCpuSet":"1-3","entries":{"pod":{"container1":"4-6","container2":"1-3"}},"checksum":3610638499}"#;
@@ -530,6 +592,12 @@ mod tests {
         assert!(whats[2].contains("db of pod u2 holds exclusive CPUs 4-5; 5 are neither"));
         assert!(whats[3].contains("reservedSystemCPUs 1-2 include isolated CPUs 2"));
         assert!(whats[4].contains("shared pool 0-5 includes isolated CPUs 2"));
+        // The same container name on other CPUs, or the same CPUs under another name: the
+        // kubelet did not give those CPUs to that container.
+        for c in [claim("work", "4"), claim("db", "3")] {
+            let d = disagreements(&st, None, &iso, &set("2-5"), &[c.clone()]);
+            assert_eq!(d.len(), 1, "{c:?}: {d:?}");
+        }
     }
 
     #[test]
@@ -561,6 +629,8 @@ mod tests {
             ("kubepods-besteffort-pod99.slice:crio:c1", Some("99")),
             ("/k8s.io/c1", None),
             ("/kubepods/pod/c1", None),
+            // A relative cgroupfs path is not the systemd driver's for lacking a slash.
+            ("kubepods/pod12/c1", Some("12")),
         ] {
             assert_eq!(pod_uid(path).as_deref(), uid, "{path}");
         }
