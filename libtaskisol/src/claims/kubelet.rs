@@ -595,7 +595,7 @@ mod tests {
         // The same container name on other CPUs, or the same CPUs under another name: the
         // kubelet did not give those CPUs to that container.
         for c in [claim("work", "4"), claim("db", "3")] {
-            let d = disagreements(&st, None, &iso, &set("2-5"), &[c.clone()]);
+            let d = disagreements(&st, None, &iso, &set("2-5"), std::slice::from_ref(&c));
             assert_eq!(d.len(), 1, "{c:?}: {d:?}");
         }
     }
