@@ -507,6 +507,12 @@ mod tests {
             matches!(&e, StateError::Read { path: p, .. } if p.ends_with("cpu_manager_state")),
             "{e}"
         );
+        // An open that fails for another reason than a missing file (ENOTDIR) is an error
+        // too, not "no kubelet".
+        std::fs::remove_dir_all(dir.path().join("var/lib/kubelet")).unwrap();
+        std::fs::write(dir.path().join("var/lib/kubelet"), b"").unwrap();
+        let e = CpuManagerState::read(&root).unwrap_err();
+        assert!(e.to_string().contains("Not a directory"), "{e}");
     }
 
     #[test]
