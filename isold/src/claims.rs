@@ -138,21 +138,23 @@ pub fn hook(root: &SysRoot, socket: &Path, args: &HookArgs) -> i32 {
         cpus: &cpu_list,
         name: name.as_deref(),
     };
-    let kubelet = CpuManagerState::read(root);
-    if let Err(why @ NotExclusive::State(_)) = exclusive(&kube, &kubelet) {
+    match exclusive(&kube, &CpuManagerState::read(root)) {
+        Ok(()) => {}
         // Whether the kubelet gave it CPUs cannot be told: refused, not let through.
-        return refused(
-            args,
-            &state.id,
-            &format!("container {}: claim refused: {why}", short(&state.id)),
-        );
-    }
-    if let Err(why) = exclusive(&kube, &kubelet) {
-        eprintln!(
-            "isold: container {} asks for isolated CPUs, but {why}: it is left as it is",
-            short(&state.id),
-        );
-        return 0;
+        Err(why @ NotExclusive::State(_)) => {
+            return refused(
+                args,
+                &state.id,
+                &format!("container {}: claim refused: {why}", short(&state.id)),
+            );
+        }
+        Err(why) => {
+            eprintln!(
+                "isold: container {} asks for isolated CPUs, but {why}: it is left as it is",
+                short(&state.id),
+            );
+            return 0;
+        }
     }
     if state.pid <= 0 {
         return hook_fail(&format!(

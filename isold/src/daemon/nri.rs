@@ -606,17 +606,14 @@ impl<'a> Session<'a> {
     /// What container `c` of `pod` may claim, judged now: the annotations, the kubelet's
     /// word, the administrator's rule against the claims in force.
     fn judge(&self, pod: &api::PodSandbox, c: &api::Container) -> Judged {
-        // Most containers ask for nothing: answered without reading anything.
-        if matches!(nri_proto::claim_of(pod, c), Ok(None)) {
-            return Judged::Nothing;
-        }
-        let kubelet = libtaskisol::claims::kubelet::CpuManagerState::read(&self.ctx.root);
+        // Most containers ask for nothing: claim_for reads the kubelet's state only for one
+        // that asks.
         let view = self.ctx.view.get();
         claim_for(
             &self.ctx.root,
             pod,
             c,
-            &kubelet,
+            || libtaskisol::claims::kubelet::CpuManagerState::read(&self.ctx.root),
             view.as_ref().map(|v| (&v.policy, v.claims.as_slice())),
         )
     }

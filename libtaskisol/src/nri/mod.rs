@@ -76,8 +76,8 @@ pub enum Judged {
 
 /// What container `c` of `pod` may claim: what its annotations ask ([`claim_of`]), only if
 /// it holds exclusive CPUs as the kubelet decides (its QoS class, its CPU request, the
-/// kubelet's `cpu_manager_state` when there is one: `kubelet`; one that cannot be read
-/// refuses), and within the
+/// kubelet's `cpu_manager_state` when there is one, read by `kubelet` only for a container
+/// that asks; one that cannot be read refuses), and within the
 /// administrator's rule against the claims in force (`view`: the policy and the claims,
 /// `None` when the daemon has not said them yet, which refuses). The OCI hook judges the
 /// same way ([`kubelet::exclusive`], [`Claim::admissible`] in the daemon).
@@ -85,7 +85,7 @@ pub fn claim_for(
     root: &SysRoot,
     pod: &api::PodSandbox,
     c: &api::Container,
-    kubelet: &Result<Option<kubelet::CpuManagerState>, kubelet::StateError>,
+    kubelet: impl FnOnce() -> Result<Option<kubelet::CpuManagerState>, kubelet::StateError>,
     view: Option<(&Policy, &[Claim])>,
 ) -> Judged {
     let req = match claim_of(pod, c) {
@@ -105,7 +105,7 @@ pub fn claim_for(
         cpus: &c.cpus,
         name: (!c.name.is_empty()).then_some(c.name.as_str()),
     };
-    match kubelet::exclusive(&k, kubelet) {
+    match kubelet::exclusive(&k, &kubelet()) {
         Ok(()) => {}
         // isold cannot tell whether the kubelet gave it CPUs: refused, not let through.
         Err(e @ kubelet::NotExclusive::State(_)) => {

@@ -644,7 +644,7 @@ fn only_a_container_with_exclusive_cpus_claims() {
             cpus: cpus.into(),
             ..container()
         };
-        claim_for(&root, &pod(), &c, &none, view)
+        claim_for(&root, &pod(), &c, || none.clone(), view)
     };
     for path in [
         "kubepods-burstable-pod1_2.slice:cri-containerd:abc",
@@ -694,7 +694,7 @@ fn only_a_container_with_exclusive_cpus_claims() {
         ..container()
     };
     assert!(matches!(
-        claim_for(&root, &pod(), &c, &rec, view),
+        claim_for(&root, &pod(), &c, || rec.clone(), view),
         Judged::NotExclusive(w) if w.contains("not the CPUs the kubelet gave it (2")
     ));
     let c2 = Container {
@@ -702,7 +702,7 @@ fn only_a_container_with_exclusive_cpus_claims() {
         ..c.clone()
     };
     assert!(matches!(
-        claim_for(&root, &pod(), &c2, &rec, view),
+        claim_for(&root, &pod(), &c2, || rec.clone(), view),
         Judged::Claim(_)
     ));
     // The kubelet's state unreadable: isold cannot tell, so it refuses.
@@ -711,12 +711,12 @@ fn only_a_container_with_exclusive_cpus_claims() {
         error: "Permission denied (EACCES)".into(),
     });
     assert!(matches!(
-        claim_for(&root, &pod(), &c2, &broken, view),
+        claim_for(&root, &pod(), &c2, || broken.clone(), view),
         Judged::Refused { reason: "kubelet_state", message, .. } if message.contains("EACCES")
     ));
     // No view yet: refused, not let through.
     assert!(matches!(
-        claim_for(&root, &pod(), &c2, &rec, None),
+        claim_for(&root, &pod(), &c2, || rec.clone(), None),
         Judged::Refused {
             reason: "starting",
             ..
@@ -729,11 +729,14 @@ fn only_a_container_with_exclusive_cpus_claims() {
         annotations: BTreeMap::new(),
         ..c2.clone()
     };
-    assert_eq!(claim_for(&root, &p, &plain, &rec, view), Judged::Nothing);
+    assert_eq!(
+        claim_for(&root, &p, &plain, || rec.clone(), view),
+        Judged::Nothing
+    );
     p.annotations
         .insert("isold.io/isolate".into(), "yes".into());
     assert!(matches!(
-        claim_for(&root, &p, &plain, &rec, view),
+        claim_for(&root, &p, &plain, || rec.clone(), view),
         Judged::Refused {
             reason: "invalid",
             claim: None,
