@@ -41,7 +41,10 @@ install-files:
 	$(INSTALL) -Dm755 $(RELEASE_DIR)/isold $(DESTDIR)$(BINDIR)/isold
 	$(INSTALL) -Dm755 $(RELEASE_DIR)/chisol $(DESTDIR)$(BINDIR)/chisol
 	$(INSTALL) -Dm644 man/isold.8 $(DESTDIR)$(MANDIR)/man8/isold.8
-	$(INSTALL) -Dm644 man/isold.toml.5 $(DESTDIR)$(MANDIR)/man5/isold.toml.5
+	# The items' paragraphs come from their declarations in the library (isold items).
+	$(INSTALL) -d $(DESTDIR)$(MANDIR)/man5
+	$(RELEASE_DIR)/isold items --man-page man/isold.toml.5 >$(DESTDIR)$(MANDIR)/man5/isold.toml.5
+	chmod 644 $(DESTDIR)$(MANDIR)/man5/isold.toml.5
 	$(INSTALL) -Dm644 man/chisol.1 $(DESTDIR)$(MANDIR)/man1/chisol.1
 	$(INSTALL) -d $(DESTDIR)$(UNITDIR)
 	sed 's|\([= ]\)/etc/isold/|\1$(SYSCONFDIR)/isold/|g; s|^ExecStart=/usr/bin/isold run|ExecStart=$(BINDIR)/isold --config $(SYSCONFDIR)/isold/isold.toml run|' \

@@ -93,6 +93,17 @@ pub enum Command {
     Hook(HookArgs),
     /// The containers' claims `isold run` holds.
     Claims(StatusArgs),
+    /// Every item of the configuration's `[items]`: what it sets and its value in each preset.
+    Items(ItemsArgs),
+}
+
+/// Options of `isold items`.
+#[derive(Debug, Args)]
+pub struct ItemsArgs {
+    /// Print the isold.toml(5) page TEMPLATE with the items' paragraphs in place of its
+    /// `.\" @ITEMS@` line (how the installed page is made).
+    #[arg(long = "man-page", value_name = "TEMPLATE", hide = true)]
+    pub man_page: Option<std::path::PathBuf>,
 }
 
 /// Options of `isold hook`.

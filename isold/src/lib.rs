@@ -163,6 +163,7 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
         Command::Status(args) => status::status(&root, &config_path, &state_path, args.json),
         Command::Hook(args) => claims::hook(&root, &claims::socket_path(&state_path), args),
         Command::Claims(args) => claims::list(&claims::socket_path(&state_path), args.json),
+        Command::Items(args) => items(args),
     };
     if let Some(t) = started {
         eprint!(
@@ -359,6 +360,43 @@ pub fn human(rep: &Report, verbose: bool) -> String {
     }
     s.push('\n');
     s
+}
+
+/// `isold items`: each item, its line of documentation and its value in each preset; or the
+/// man page of the configuration file made from a template.
+fn items(args: &cli::ItemsArgs) -> i32 {
+    use libtaskisol::policy::config::{Config, CpuSpec};
+    use libtaskisol::policy::items;
+    use libtaskisol::policy::preset::Preset;
+    if let Some(template) = &args.man_page {
+        let text = match std::fs::read_to_string(template) {
+            Ok(t) => t,
+            Err(e) => return fail(format!("{}: {e}", template.display())),
+        };
+        let Some(page) = items::man_page(&text) else {
+            return fail(format!(
+                "{}: no line .\\\" @ITEMS@ to put the items in",
+                template.display()
+            ));
+        };
+        // A closed pipe (`| head`) ends the output, quietly.
+        let _ = std::io::Write::write_all(&mut std::io::stdout(), page.as_bytes());
+        return EXIT_OK;
+    }
+    let presets: Vec<(Preset, Config)> = Preset::ALL
+        .into_iter()
+        .map(|p| (p, Config::defaults(p, CpuSpec::Auto)))
+        .collect();
+    let mut text = String::new();
+    for item in items::ALL {
+        let values: Vec<String> = presets
+            .iter()
+            .map(|(p, c)| format!("{p} {}", items::shown_value(c, item.name)))
+            .collect();
+        text.push_str(&format!("{}: {}\n  {}\n", item.name, item.doc, values.join(", ")));
+    }
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
+    EXIT_OK
 }
 
 #[cfg(test)]

@@ -6,12 +6,12 @@ use std::process::Command;
 
 fn make_install(destdir: &Path, vars: &[&str]) -> std::process::Output {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    // Stand-ins for the release binaries: install-files copies whatever is there.
+    // The release binaries: install-files copies whatever is there, and runs isold to make
+    // the configuration's man page (a stand-in for chisol).
     let bins = destdir.join("built");
     std::fs::create_dir_all(&bins).unwrap();
-    for b in ["isold", "chisol"] {
-        std::fs::write(bins.join(b), format!("#!/bin/sh\necho {b}\n")).unwrap();
-    }
+    std::fs::copy(env!("CARGO_BIN_EXE_isold"), bins.join("isold")).unwrap();
+    std::fs::write(bins.join("chisol"), "#!/bin/sh\necho chisol\n").unwrap();
     Command::new("make")
         .current_dir(repo)
         .arg("install-files")
@@ -68,6 +68,17 @@ fn make_install_puts_binaries_man_pages_unit_and_example_in_their_places() {
     .unwrap();
     assert_eq!(hook["hook"]["path"], "/usr/bin/isold");
     assert_eq!(hook["stages"], serde_json::json!(["prestart", "poststop"]));
+    // The configuration's page lists every item, from its declaration, where the source
+    // has its mark.
+    let page = std::fs::read_to_string(root.join("usr/share/man/man5/isold.toml.5")).unwrap();
+    assert!(!page.contains("@ITEMS@"), "the mark is replaced");
+    for item in libtaskisol::policy::items::ALL {
+        assert!(
+            page.contains(&format!(".TP\n.B {}\n{}", item.name, item.man)),
+            "{}",
+            item.name
+        );
+    }
     // The example is a valid configuration.
     let example = root.join("etc/isold/isold.toml.example");
     libtaskisol::policy::config::Config::load(&example).unwrap();

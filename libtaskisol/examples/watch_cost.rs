@@ -32,11 +32,12 @@ fn main() {
         std::path::Path::new("bench.toml"),
     )
     .expect("config");
-    let mut policy = Policy::resolve(cfg, &root).expect("policy");
     // What the daemon's scan thread watches: no thread or partition items.
-    policy.config.tasks = false;
-    policy.config.kthread_priority.clear();
-    policy.config.cgroup_partition = None;
+    let policy = Policy::resolve(cfg, &root).expect("policy").without(&[
+        "tasks",
+        "kthread_priority",
+        "cgroup_partition",
+    ]);
     let dir = tempfile::tempdir().expect("temp dir");
     let files = libtaskisol::policy::state::StateFiles::new(
         dir.path().join("state.json"),

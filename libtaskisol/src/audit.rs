@@ -171,20 +171,7 @@ pub struct IrqExposure {
     pub fix: String,
 }
 
-/// A setting that decides whether the kernel puts work on the CPU.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Setting {
-    /// What it is (`tick`, `kernel.timer_migration`, ...).
-    pub name: String,
-    /// Its value here.
-    pub value: String,
-    /// Whether it keeps the CPU quiet.
-    pub ok: bool,
-    /// What it does to the CPU when not ok.
-    pub why: String,
-    /// What changes it (an isold item, a sysctl, a boot argument); empty when ok.
-    pub fix: String,
-}
+pub use crate::policy::items::Setting;
 
 /// Who can disturb one CPU.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -606,7 +593,7 @@ impl<'a> Workloads<'a> {
             .entry(t.pid)
             .or_insert_with(|| tasks::cgroup_of(self.root, t.pid).ok().flatten());
         cg.as_deref().is_some_and(|cg| {
-            crate::policy::plan::allowed_cgroup(&self.scope.allow_cgroup, cg).is_some()
+            crate::policy::items::tasks::allowed_cgroup(&self.scope.allow_cgroup, cg).is_some()
         })
     }
 }
@@ -675,113 +662,14 @@ fn irq_exposures(
 
 /// Machine-wide settings, each with whether it keeps isolated CPUs quiet.
 fn machine_settings(root: &SysRoot, threads: &[Thread], cpus: &CpuSet) -> Result<Vec<Setting>> {
+    let m = crate::policy::items::Machine {
+        root,
+        threads,
+        cpus,
+    };
     let mut out = Vec::new();
-    let mut add =
-        |name: &str, value: Option<String>, ok: &dyn Fn(&str) -> bool, why: &str, fix: &str| {
-            if let Some(v) = value {
-                let good = ok(&v);
-                out.push(Setting {
-                    name: name.into(),
-                    value: v,
-                    ok: good,
-                    why: why.into(),
-                    fix: if good { String::new() } else { fix.into() },
-                });
-            }
-        };
-    let sysctl = |n: &str| crate::sysctl::read(root, n).ok().flatten();
-    add(
-        "kernel.timer_migration",
-        sysctl("kernel.timer_migration"),
-        &|v| v == "0",
-        "timers armed on housekeeping CPUs may migrate to isolated ones",
-        "sysctl kernel.timer_migration = 0 (isold preset)",
-    );
-    add(
-        "vm.stat_interval",
-        sysctl("vm.stat_interval"),
-        &|v| v.parse::<u32>().is_ok_and(|s| s >= 10),
-        "vmstat work runs on every CPU that has counters to fold, each interval",
-        "sysctl vm.stat_interval = 10 (isold preset)",
-    );
-    add(
-        "kernel.sched_rt_runtime_us",
-        sysctl("kernel.sched_rt_runtime_us"),
-        &|v| v == "-1",
-        "RT throttling takes the CPU from a SCHED_FIFO workload for part of every second",
-        "sysctl kernel.sched_rt_runtime_us = -1 (isold preset, except cpu-partitioning)",
-    );
-    add(
-        "kernel.nmi_watchdog",
-        sysctl("kernel.nmi_watchdog"),
-        &|v| v == "0",
-        "the NMI watchdog's perf event interrupts every CPU periodically",
-        "sysctl kernel.nmi_watchdog = 0 (isold preset)",
-    );
-    let thp = root
-        .read_value_opt("/sys/kernel/mm/transparent_hugepage/enabled")?
-        .map(|v| crate::policy::plan::choice_of(&v).to_string());
-    add(
-        "transparent_hugepage",
-        thp,
-        &|v| v != "always",
-        "khugepaged scans and collapses pages of every process, also on isolated CPUs",
-        "isold item thp (never)",
-    );
-    add(
-        "ksm",
-        root.read_value_opt("/sys/kernel/mm/ksm/run")?,
-        &|v| v != "1",
-        "ksmd merges pages, and its changes to mappings send TLB shootdowns",
-        "isold item ksm",
-    );
-    let level =
-        sysctl("kernel.printk").and_then(|v| v.split_whitespace().next().map(str::to_string));
-    let consoles = root.read_to_string("/proc/consoles").ok();
-    let serial: Vec<String> = consoles
-        .as_deref()
-        .unwrap_or("")
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with("ttyS") || n.starts_with("ttyAMA"))
-        .map(str::to_string)
-        .collect();
-    if let Some(level) = level {
-        let quiet_enough = level.parse::<u32>().is_ok_and(|l| l <= 4);
-        let value = if serial.is_empty() {
-            format!("console loglevel {level}")
-        } else {
-            format!(
-                "console loglevel {level}, serial console {}",
-                serial.join(", ")
-            )
-        };
-        add(
-            "printk",
-            Some(value),
-            &|_| serial.is_empty() || quiet_enough,
-            "a kernel message on a slow serial console can hold the printing CPU for over 10 ms",
-            "isold item printk (4)",
-        );
-    }
-    // The consoles' printing kthreads (6.12+: pr/ttyS0 for nbcon consoles, pr/legacy on
-    // PREEMPT_RT) write to the console outside the caller's context.
-    let printers: Vec<&Thread> = threads
-        .iter()
-        .filter(|t| t.is_kthread() && t.comm.starts_with("pr/"))
-        .collect();
-    if !printers.is_empty() {
-        let value: Vec<String> = printers
-            .iter()
-            .map(|t| format!("{} on CPUs {}", t.comm, t.affinity))
-            .collect();
-        add(
-            "console printing threads",
-            Some(value.join(", ")),
-            &|_| printers.iter().all(|t| t.affinity.is_disjoint(cpus)),
-            "a console's printing thread may run on the isolated CPUs and spend milliseconds there on a serial port",
-            "isold item tasks (moves it to the housekeeping CPUs)",
-        );
+    for item in crate::policy::items::ALL {
+        (item.audit)(&m, &mut out)?;
     }
     Ok(out)
 }
@@ -1583,14 +1471,14 @@ ERR:          0\n";
                 ("vm.stat_interval", "1", false),
                 ("kernel.sched_rt_runtime_us", "-1", true),
                 ("kernel.nmi_watchdog", "1", false),
+                ("printk", "console loglevel 7, serial console ttyS0", false),
                 ("transparent_hugepage", "always", false),
                 ("ksm", "1", false),
-                ("printk", "console loglevel 7, serial console ttyS0", false),
                 ("console printing threads", "pr/ttyS0 on CPUs 0-1", true),
             ]
         );
         assert!(got.iter().all(|s| s.ok == s.fix.is_empty()), "{got:?}");
-        assert_eq!(got[6].fix, "isold item printk (4)");
+        assert_eq!(got[4].fix, "isold item printk (4)");
         // Without a serial console the log level does not matter; a file the kernel lacks
         // is no setting.
         put(

@@ -43,6 +43,7 @@ pub mod cpuset;
 pub mod cpuwatch;
 pub mod error;
 pub mod events;
+pub mod glob;
 pub mod irq;
 pub mod isolation;
 pub mod launch;

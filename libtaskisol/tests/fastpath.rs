@@ -165,9 +165,7 @@ fn workloads_allow_listed_names_and_a_replaced_state_file_are_not_its_to_change(
 fn a_watch_sees_a_drifted_value_and_a_new_irq_and_nothing_else() {
     use libtaskisol::policy::watch::Watch;
     let s = setup("isolated_cpus = \"2-3\"\n");
-    let mut scan = s.policy.clone();
-    scan.config.tasks = false;
-    scan.config.kthread_priority.clear();
+    let scan = s.policy.without(&["tasks", "kthread_priority"]);
     let w = Watch::of(&s.root, &scan, &s.files).unwrap();
     assert!(w.len() > 20, "{}", w.len());
     assert_eq!(w.drifted(&s.root), None, "right after apply");
@@ -218,9 +216,7 @@ fn a_watch_sees_a_drifted_value_and_a_new_irq_and_nothing_else() {
 fn a_drift_names_its_targets_and_applying_them_alone_keeps_the_originals() {
     use libtaskisol::policy::watch::{Drift, Watch};
     let s = setup("isolated_cpus = \"2-3\"\n");
-    let mut scan = s.policy.clone();
-    scan.config.tasks = false;
-    scan.config.kthread_priority.clear();
+    let scan = s.policy.without(&["tasks", "kthread_priority"]);
     let w = Watch::of(&s.root, &scan, &s.files).unwrap();
     assert_eq!(w.drift(&s.root), Drift::None);
     let si = s.tree.join("proc/sys/vm/stat_interval");
@@ -332,9 +328,7 @@ fn a_watch_sees_a_changed_policy_file() {
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     std::fs::write(&file, "#IRQBALANCE_ONESHOT=\n").unwrap();
     engine::apply(&s.root, &s.policy, &s.files).unwrap();
-    let mut scan = s.policy.clone();
-    scan.config.tasks = false;
-    scan.config.kthread_priority.clear();
+    let scan = s.policy.without(&["tasks", "kthread_priority"]);
     let w = Watch::of(&s.root, &scan, &s.files).unwrap();
     assert!(!w.is_empty());
     assert!(Watch::default().is_empty());

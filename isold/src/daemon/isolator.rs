@@ -871,7 +871,7 @@ mod tests {
             Path::new("isold.toml"),
         )
         .unwrap();
-        assert!(!c.sysctl.is_empty() && c.cgroup_partition.is_some() && c.irqbalance);
+        assert!(!c.sysctl.is_empty() && c.on("cgroup_partition") && c.on("irqbalance"));
         let p = Policy {
             config: c.clone(),
             online: "0-3".parse().unwrap(),
@@ -882,9 +882,9 @@ mod tests {
         };
         let q = claims_policy(&p);
         assert_eq!(q.config, c.only(CLAIM_ITEMS));
-        assert!(q.config.sysctl.is_empty() && q.config.cgroup_partition.is_none());
-        assert!(!q.config.irqbalance && q.config.kvm.is_empty());
-        assert!(q.config.tasks && q.config.irq_affinity && q.config.workqueue);
+        assert!(q.config.sysctl.is_empty() && q.config.value("cgroup_partition").is_none());
+        assert!(!q.config.on("irqbalance") && q.config.kvm.is_empty());
+        assert!(q.config.on("tasks") && q.config.on("irq_affinity") && q.config.on("workqueue"));
         assert_eq!(q.isolated, p.isolated);
     }
 }

@@ -11,7 +11,6 @@
 //! `status`/`stat` files instead of calling the kernel, so the whole engine can run on
 //! fixtures.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::common::{failed, in_runs, report, set_aside_note, write_file};
@@ -438,7 +437,7 @@ pub fn write_owned_file(
 }
 
 /// [`write_owned_file`] of several files at once, in order, under one lock: each path must
-/// be a file isold may write for `item` ([`super::paths::owned_item`]), such as GRUB's
+/// be a file isold may write for `item` ([`super::items::owned_item`]), such as GRUB's
 /// `/etc/default/grub` with an argument replaced besides the drop-in. Each original is
 /// recorded before its file is written; a file edited records what isold wrote too, so
 /// that restore puts the original back byte for byte while the file still holds isold's
@@ -450,7 +449,7 @@ pub fn write_owned_files(
     writes: &[(String, String)],
 ) -> Result<Report> {
     for (path, _) in writes {
-        if super::paths::owned_item(path) != Some(item) {
+        if super::items::owned_item(path) != Some(item) {
             return Err(Error::Invalid(format!(
                 "{path} is not a file isold writes for {item}"
             )));
@@ -696,27 +695,15 @@ fn change_all(
 }
 
 fn notes_after_apply(rep: &mut Report) {
-    let changed = |item: &str| {
-        rep.outcomes
+    for item in super::items::ALL {
+        let changed = rep
+            .outcomes
             .iter()
-            .any(|o| o.item == item && matches!(o.status, Status::Changed { .. }))
-    };
-    let mut notes = Vec::new();
-    if changed("kvm") {
-        notes.push(
-            "kvm: the module options take effect when the kvm modules are next loaded".to_string(),
-        );
+            .any(|o| o.item == item.name && matches!(o.status, Status::Changed { .. }));
+        if let Some(note) = item.applied_note.filter(|_| changed) {
+            rep.notes.push(note.to_string());
+        }
     }
-    if changed("irqbalance") {
-        notes.push(
-            "irqbalance: restart it (systemctl try-restart irqbalance) to use the banned CPUs"
-                .to_string(),
-        );
-    }
-    if changed("systemd_cpuaffinity") {
-        notes.push("systemd CPUAffinity: takes effect after `systemctl daemon-reexec`".to_string());
-    }
-    rep.notes.extend(notes);
 }
 
 /// Compare the live system with `policy`, read-only. Targets the last apply found
@@ -769,101 +756,14 @@ pub fn waiting(root: &SysRoot, policy: &Policy) -> Result<Vec<Outcome>> {
 /// Whether a file that holds what the policy wants is in effect: `Waiting` with what it
 /// takes, else `AlreadyRight`.
 fn takes_effect(root: &SysRoot, t: &Target) -> Status {
-    let Op::File { content, .. } = &t.op else {
+    if !matches!(t.op, Op::File { .. }) {
         return Status::AlreadyRight;
-    };
-    let until = match t.item {
-        "kvm" => kvm_waiting(root, content),
-        "systemd_cpuaffinity" => cpuaffinity_waiting(root, t),
-        "irqbalance" => irqbalance_waiting(root, t),
-        _ => None,
-    };
+    }
+    let until = super::items::by_name(t.item).and_then(|i| (i.waiting)(root, t));
     match until {
         Some(until) => Status::Waiting { until },
         None => Status::AlreadyRight,
     }
-}
-
-/// A module parameter's value as sysfs shows it and as modprobe.d writes it, compared as
-/// the kernel parses them (`Y`, `1` and `on` are one boolean).
-fn same_param(shown: &str, written: &str) -> bool {
-    fn norm(v: &str) -> String {
-        match v.trim().to_ascii_lowercase().as_str() {
-            "y" | "yes" | "1" | "on" | "true" => "1".into(),
-            "n" | "no" | "0" | "off" | "false" => "0".into(),
-            other => other.to_string(),
-        }
-    }
-    norm(shown) == norm(written)
-}
-
-fn kvm_waiting(root: &SysRoot, content: &str) -> Option<String> {
-    let mut differ = Vec::new();
-    for line in content.lines() {
-        let mut w = line.split_whitespace();
-        if w.next() != Some("options") {
-            continue;
-        }
-        let Some(module) = w.next() else { continue };
-        for opt in w {
-            let Some((p, v)) = opt.split_once('=') else {
-                continue;
-            };
-            let path = format!("/sys/module/{module}/parameters/{p}");
-            if let Ok(Some(now)) = root.read_value_opt(&path) {
-                if !same_param(&now, v) {
-                    differ.push(format!("{module}.{p} is {now}, the file says {v}"));
-                }
-            }
-        }
-    }
-    (!differ.is_empty()).then(|| {
-        format!(
-            "the kvm modules are loaded again (or a reboot): {}",
-            differ.join(", ")
-        )
-    })
-}
-
-/// systemd reads its drop-in as PID 1 at boot (and at `systemctl daemon-reexec`, which
-/// leaves no trace isold could read): one written since the boot is not in effect. (PID 1's
-/// own affinity says nothing: the tasks item narrows it at once.)
-fn cpuaffinity_waiting(root: &SysRoot, t: &Target) -> Option<String> {
-    let Op::File { path, .. } = &t.op else {
-        return None;
-    };
-    let changed = fs::metadata(root.path(path)).ok()?.modified().ok()?;
-    let changed = changed
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_secs();
-    let booted = tasks::boot_time_unix(root).ok()?;
-    (changed >= booted).then(|| {
-        "the next boot (or `systemctl daemon-reexec`): written after systemd (PID 1) started".into()
-    })
-}
-
-/// irqbalance reads its defaults file when it starts: a daemon started before the file's
-/// last change still bans the CPUs it read then.
-fn irqbalance_waiting(root: &SysRoot, t: &Target) -> Option<String> {
-    let Op::File { path, .. } = &t.op else {
-        return None;
-    };
-    let changed = fs::metadata(root.path(path)).ok()?.modified().ok()?;
-    let changed = changed
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_secs();
-    let pid = tasks::pids_named(root, "irqbalance")
-        .ok()?
-        .into_iter()
-        .next()?;
-    let started = tasks::process_start_unix(root, pid).ok()??;
-    (started < changed).then(|| {
-        format!(
-            "a restart of irqbalance (systemctl try-restart irqbalance): pid {pid} read {path} before it was changed"
-        )
-    })
 }
 
 /// The GRUB drop-in of `isold bootargs --write-grub`, when the running kernel lacks some of

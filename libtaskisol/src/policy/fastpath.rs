@@ -210,7 +210,7 @@ impl TaskFixer {
             return Ok(Fix::Fine);
         }
         let c = &policy.config;
-        if !c.tasks {
+        if !policy.on("tasks") {
             return Ok(Fix::Fine);
         }
         let stat = match TaskStat::read_path(root, &format!("/proc/{pid}/task/{tid}/stat")) {

@@ -31,6 +31,7 @@ pub mod engine;
 pub mod fastpath;
 pub mod files;
 pub mod grub;
+pub mod items;
 pub mod partition;
 pub mod paths;
 pub mod plan;
@@ -38,6 +39,7 @@ pub mod preset;
 mod restore;
 pub mod salvage;
 pub mod state;
+pub mod target;
 /// The durable writes: [`state::durable`], where the state room keeps them.
 pub use state::durable;
 pub mod threads;
@@ -191,9 +193,17 @@ impl Policy {
         }
     }
 
+    /// This policy with the items named in `items` off (see [`Config::without`]).
+    pub fn without(&self, items: &[&str]) -> Policy {
+        Policy {
+            config: self.config.without(items),
+            ..self.clone()
+        }
+    }
+
     /// Whether the `tasks` item is on: wide tasks are narrowed off the isolated CPUs.
     pub fn narrows_tasks(&self) -> bool {
-        self.config.tasks
+        self.config.on("tasks")
     }
 
     /// The configuration file it came from.
@@ -233,13 +243,23 @@ impl Policy {
 
     /// The cgroup v2 isolated partition's directory, when the item is on.
     pub fn cgroup_partition(&self) -> Option<&str> {
-        self.config.cgroup_partition.as_deref()
+        self.config.value("cgroup_partition")
+    }
+
+    /// The value of item `item` when it is on (see [`Config::value`]).
+    pub fn value(&self, item: &str) -> Option<&str> {
+        self.config.value(item)
+    }
+
+    /// Whether item `item` is on.
+    pub fn on(&self, item: &str) -> bool {
+        self.config.on(item)
     }
 
     /// The PM QoS resume latency limit of the isolated CPUs (microseconds), when the item is
     /// on.
     pub fn pm_qos(&self) -> Option<u32> {
-        self.config.pm_qos
+        self.config.value("pm_qos").and_then(|v| v.parse().ok())
     }
 
     /// The kernel threads' scheduling rules: name pattern and policy.

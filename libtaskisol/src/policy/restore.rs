@@ -241,21 +241,23 @@ fn restore_file(
 ///   the administrator's and stay; a line of isold's form added right after isold's block
 ///   is taken for isold's.
 fn written_before_0_2(path: &str, original: Option<&str>, current: &str) -> Option<String> {
-    if super::paths::IRQBALANCE_FILES.contains(&path) {
+    if super::items::irqbalance::IRQBALANCE_FILES.contains(&path) {
         let value = current
             .lines()
             .find_map(|l| l.trim_start().strip_prefix("IRQBALANCE_BANNED_CPULIST="))?;
         let cpus = CpuSet::parse_list(value.trim()).ok()?;
-        return Some(super::plan::with_banned_cpus(original.unwrap_or(""), &cpus));
+        return Some(super::items::irqbalance::with_banned_cpus(
+            original.unwrap_or(""),
+            &cpus,
+        ));
     }
     if original.is_some() {
         return None;
     }
-    let ours = |l: &str| match super::paths::owned_item(path) {
-        Some("kvm") => l.starts_with("options "),
-        Some("systemd_cpuaffinity") => l == "[Manager]" || l.starts_with("CPUAffinity="),
+    let ours = |l: &str| match super::items::owned_item(path) {
         Some("bootargs") => l.starts_with('#') || l.starts_with("GRUB_CMDLINE_LINUX_DEFAULT="),
-        _ => false,
+        Some(item) => super::items::by_name(item).is_some_and(|i| (i.line_before_0_2)(l)),
+        None => false,
     };
     let mut lines = current.lines();
     let head = lines.next().filter(|l| l.starts_with("# Written by"))?;

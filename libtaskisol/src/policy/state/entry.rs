@@ -127,7 +127,6 @@ impl Entry {
     /// what is wrong; such an entry is never written back (a state file edited to say
     /// `/proc/sys/../../../etc/shadow` writes nothing there).
     pub fn check(&self) -> std::result::Result<(), String> {
-        use crate::policy::paths;
         let (kind, key) = self.id.split_once(':').unwrap_or((self.id.as_str(), ""));
         // A thread's entry is named by its kind, tid and start time: a pid reused since is
         // never mistaken for it.
@@ -155,60 +154,20 @@ impl Entry {
                 ))
             }
         };
-        let cpu_of = |key: &str| {
-            key.strip_prefix("cpu")
-                .and_then(|n| n.parse::<usize>().ok())
-        };
         match &self.original {
             Original::Attr {
                 path,
                 content,
                 restore,
             } => {
-                let (it, want) = match (kind, key) {
-                    ("sysctl", name) if !name.is_empty() => (
-                        "sysctl",
-                        crate::sysctl::path_of(name).map_err(|e| e.to_string())?,
-                    ),
-                    ("printk", "") => ("printk", paths::PRINTK.to_string()),
-                    ("thp", "") => ("thp", paths::THP_ENABLED.to_string()),
-                    ("ksm", "") => ("ksm", paths::KSM_RUN.to_string()),
-                    ("machinecheck", n)
-                        if n.strip_prefix("machinecheck")
-                            .is_some_and(|d| d.parse::<u32>().is_ok()) =>
-                    {
-                        (
-                            "machinecheck",
-                            format!("{}/{n}/ignore_ce", paths::MACHINECHECK_DIR),
-                        )
-                    }
-                    ("workqueue", "") => ("workqueue", crate::workqueue::unbound_cpumask_path()),
-                    ("workqueue", q)
-                        if !q.contains('/') && q != "." && q != ".." && !q.is_empty() =>
-                    {
-                        ("workqueue", crate::workqueue::queue_cpumask_path(q))
-                    }
-                    ("pm_qos", k) if cpu_of(k).is_some() => (
-                        "pm_qos",
-                        crate::power::resume_latency_path(cpu_of(k).unwrap_or_default()),
-                    ),
-                    ("cpufreq", k) if cpu_of(k).is_some() => (
-                        "cpufreq",
-                        crate::power::governor_path(cpu_of(k).unwrap_or_default()),
-                    ),
-                    ("irq", "default") => ("irq_affinity", paths::DEFAULT_SMP_AFFINITY.to_string()),
-                    ("irq", n) if n.parse::<u32>().is_ok() => (
-                        "irq_affinity",
-                        crate::irq::irq_file(n.parse().unwrap_or_default(), "smp_affinity_list"),
-                    ),
-                    _ => return Err(format!("{} names no kernel value isold sets", self.id)),
-                };
+                let (it, want) = crate::policy::items::restored_file(kind, key)
+                    .ok_or_else(|| format!("{} names no kernel value isold sets", self.id))?;
                 if *path != want {
                     return Err(format!("{path} is not the file of {} ({want})", self.id));
                 }
                 item(it)?;
                 let plain = content.trim_end_matches('\n');
-                if restore != plain && restore != crate::policy::plan::choice_of(content) {
+                if restore != plain && restore != crate::policy::target::choice_of(content) {
                     return Err(format!(
                         "the text to write back ({restore:?}) is not the content recorded ({plain:?})"
                     ));
@@ -221,7 +180,7 @@ impl Entry {
                 if kind != "file" || key != path {
                     return Err(format!("{path} is not the file of {}", self.id));
                 }
-                let Some(it) = paths::owned_item(path) else {
+                let Some(it) = crate::policy::items::owned_item(path) else {
                     return Err(format!("{path} is not a file isold writes"));
                 };
                 item(it)?;
