@@ -393,7 +393,12 @@ fn items(args: &cli::ItemsArgs) -> i32 {
             .iter()
             .map(|(p, c)| format!("{p} {}", items::shown_value(c, item.name)))
             .collect();
-        text.push_str(&format!("{}: {}\n  {}\n", item.name, item.doc, values.join(", ")));
+        text.push_str(&format!(
+            "{}: {}\n  {}\n",
+            item.name,
+            item.doc,
+            values.join(", ")
+        ));
     }
     let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
     EXIT_OK

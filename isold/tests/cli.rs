@@ -142,3 +142,33 @@ fn status_tells_permission_denied_from_not_running() {
     assert_eq!(rc, 4, "{err}");
     assert!(err.contains("not an isold status file"), "{err}");
 }
+
+/// `isold items`: every item in the order of apply, with its value in each preset, without a
+/// configuration or privileges; `--man-page` refuses a template without the mark.
+#[test]
+fn items_lists_every_item_and_its_preset_values() {
+    let (rc, out, err) = isold_unprivileged(&["--config", "/nonexistent.toml", "items"]);
+    assert_eq!((rc, err.as_str()), (0, ""));
+    let names: Vec<&str> = out
+        .lines()
+        .filter(|l| !l.starts_with(' '))
+        .filter_map(|l| l.split_once(':').map(|(n, _)| n))
+        .collect();
+    let all: Vec<&str> = libtaskisol::policy::items::ALL
+        .iter()
+        .map(|i| i.name)
+        .collect();
+    assert_eq!(names, all);
+    assert!(
+        out.contains("ksm: KSM run: 0 stop, 1 run, 2 stop and unmerge\n  realtime-virtual-host 2, realtime-virtual-guest off, realtime off, cpu-partitioning 2\n"),
+        "{out}"
+    );
+    assert!(out.contains("\n  realtime-virtual-host 12 rows,"), "{out}");
+    assert!(out.contains("cgroup_partition: a cgroup v2 isolated partition of the isolated CPUs\n  realtime-virtual-host off,"), "{out}");
+    let (rc, _, err) = isold_unprivileged(&["items", "--man-page", "/etc/hostname"]);
+    assert_eq!(rc, 1);
+    assert!(
+        err.contains("/etc/hostname: no line .\\\" @ITEMS@"),
+        "{err}"
+    );
+}
