@@ -93,10 +93,18 @@ fn snapshot(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         for e in std::fs::read_dir(d).unwrap() {
             let e = e.unwrap();
             let p = e.path();
-            if e.file_type().unwrap().is_dir() {
+            let ty = e.file_type().unwrap();
+            if ty.is_dir() {
                 if p != base.join("run") {
                     walk(base, &p, out);
                 }
+            } else if ty.is_symlink() {
+                // A link (/sys/class/net/DEV) is its target.
+                let to = std::fs::read_link(&p).unwrap();
+                out.insert(
+                    p.strip_prefix(base).unwrap().into(),
+                    to.into_os_string().into_encoded_bytes(),
+                );
             } else {
                 out.insert(
                     p.strip_prefix(base).unwrap().into(),
@@ -1343,4 +1351,179 @@ fn timings_say_where_each_command_went() {
     let (code, _, err) = isold(r, &["verify"]);
     assert_eq!(code, 1);
     assert!(!err.contains("timings"), "only when asked: {err}");
+}
+
+/// A network device in the kernel's sysfs layout: its directory below `devpath`, the
+/// `/sys/class/net` link, its queues with these masks, and (a driver with channels) the
+/// tree's stand-in for the channels ioctl.
+fn add_netdev(
+    r: &Path,
+    devpath: &str,
+    name: &str,
+    ifindex: u32,
+    rps: &[&str],
+    xps: &[&str],
+    channels: Option<&str>,
+) {
+    let d = format!("{devpath}/{name}");
+    put(r, &format!("{d}/ifindex"), &format!("{ifindex}\n"));
+    for (i, m) in rps.iter().enumerate() {
+        put(r, &format!("{d}/queues/rx-{i}/rps_cpus"), &format!("{m}\n"));
+    }
+    for (i, m) in xps.iter().enumerate() {
+        put(r, &format!("{d}/queues/tx-{i}/xps_cpus"), &format!("{m}\n"));
+    }
+    if let Some(c) = channels {
+        put(r, &format!("{d}/ethtool_channels"), &format!("{c}\n"));
+    }
+    std::fs::create_dir_all(r.join("sys/class/net")).unwrap();
+    let up = "../../".to_string() + devpath.strip_prefix("sys/").unwrap();
+    std::os::unix::fs::symlink(
+        format!("{up}/{name}"),
+        r.join(format!("sys/class/net/{name}")),
+    )
+    .unwrap();
+}
+
+/// The devices of the 6.12-rt guest: virtio-net with 4 queue pairs (its XPS spread over
+/// the CPUs at probe), a veth with 4 rx and 4 tx queues, lo; rps_default_mask 0.
+fn add_network(r: &Path) {
+    add_netdev(
+        r,
+        "sys/devices/pci0000:00/0000:00:03.0/virtio0/net",
+        "eth0",
+        2,
+        &["0", "0", "0", "0"],
+        &["1", "2", "4", "8"],
+        Some("0 0 0 4 0 0 0 4"),
+    );
+    add_netdev(
+        r,
+        "sys/devices/virtual/net",
+        "veth0",
+        4,
+        &["0", "0", "0", "0"],
+        &["0", "0", "0", "0"],
+        Some("4 4 0 0 4 4 0 0"),
+    );
+    add_netdev(r, "sys/devices/virtual/net", "lo", 1, &["0"], &[], None);
+    put(r, "proc/sys/net/core/rps_default_mask", "0\n");
+}
+
+#[test]
+fn network_queues_are_shrunk_and_steered_then_restored_byte_for_byte() {
+    let t = tree_with("isolated_cpus = \"2-3\"\n[items]\nrps = true\n");
+    let r = t.path();
+    add_network(r);
+    let before = snapshot(r);
+    let (rc, out, err) = isold(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(
+        out.contains("eth0 channels: changed: combined 4 -> combined 2"),
+        "{out}"
+    );
+    let dev = "sys/devices/pci0000:00/0000:00:03.0/virtio0/net/eth0";
+    assert_eq!(
+        read(r, &format!("{dev}/ethtool_channels")),
+        "0 0 0 4 0 0 0 2\n"
+    );
+    assert!(!r.join(format!("{dev}/queues/rx-2")).exists());
+    // A veth keeps its channels (virtual), every rx queue of it and of lo is steered to the
+    // housekeeping CPUs, and so is every device made from now on.
+    let veth = "sys/devices/virtual/net/veth0";
+    assert_eq!(
+        read(r, &format!("{veth}/ethtool_channels")),
+        "4 4 0 0 4 4 0 0\n"
+    );
+    for q in 0..4 {
+        assert_eq!(read(r, &format!("{veth}/queues/rx-{q}/rps_cpus")), "3\n");
+        assert_eq!(read(r, &format!("{veth}/queues/tx-{q}/xps_cpus")), "0\n");
+    }
+    assert_eq!(
+        read(r, "sys/devices/virtual/net/lo/queues/rx-0/rps_cpus"),
+        "3\n"
+    );
+    assert_eq!(read(r, "proc/sys/net/core/rps_default_mask"), "3\n");
+    // A physical NIC's RPS is left alone unless [net] rps_physical names it.
+    assert_eq!(read(r, &format!("{dev}/queues/rx-0/rps_cpus")), "0\n");
+    let (rc, out, _) = isold(r, &["verify"]);
+    assert_eq!(rc, 0, "{out}");
+    // A mask put back by hand is a deviation; so are channels raised again.
+    std::fs::write(r.join(format!("{veth}/queues/rx-1/rps_cpus")), "0\n").unwrap();
+    let (rc, out, _) = isold(r, &["verify"]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("veth0 rx-1 rps_cpus"), "{out}");
+    std::fs::write(r.join(format!("{veth}/queues/rx-1/rps_cpus")), "3\n").unwrap();
+    std::fs::write(
+        r.join(format!("{dev}/ethtool_channels")),
+        "0 0 0 4 0 0 0 3\n",
+    )
+    .unwrap();
+    let (rc, out, _) = isold(r, &["verify"]);
+    assert_eq!(rc, 1, "{out}");
+    assert!(out.contains("eth0 channels"), "{out}");
+    std::fs::write(
+        r.join(format!("{dev}/ethtool_channels")),
+        "0 0 0 4 0 0 0 2\n",
+    )
+    .unwrap();
+    // Restore: the channels back first, then every queue's mask (the regrown queues' too),
+    // then the default mask.
+    let (rc, out, err) = isold(r, &["restore"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert_eq!(
+        changed_paths(&before, &snapshot(r)),
+        Vec::<PathBuf>::new(),
+        "restore puts back every byte"
+    );
+}
+
+#[test]
+fn a_device_gone_before_restore_leaves_without_an_error_and_devices_refuse_alone() {
+    let t = tree_with("isolated_cpus = \"2-3\"\n[items]\nrps = true\n");
+    let r = t.path();
+    add_network(r);
+    // A NIC with 4 channels that its RSS table keeps from going below 3.
+    add_netdev(
+        r,
+        "sys/devices/pci0000:00/0000:00:04.0/net",
+        "enp0s4",
+        3,
+        &["0"],
+        &["0"],
+        Some("0 0 0 4 0 0 0 4 3"),
+    );
+    let (rc, out, err) = isold(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(
+        out.contains("enp0s4 channels: not changeable: the kernel refuses: ioctl(SIOCETHTOOL, ETHTOOL_SCHANNELS combined 2) of enp0s4 failed with EINVAL: Invalid argument"),
+        "{out}"
+    );
+    assert!(out.contains("eth0 channels: changed"), "{out}");
+    std::fs::remove_file(r.join("sys/class/net/veth0")).unwrap();
+    std::fs::remove_dir_all(r.join("sys/devices/virtual/net/veth0")).unwrap();
+    let (rc, out, err) = isold(r, &["restore"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(out.contains("veth0 rx-0 rps_cpus: gone"), "{out}");
+    assert_eq!(read(r, "proc/sys/net/core/rps_default_mask"), "0\n");
+}
+
+#[test]
+fn without_the_network_items_nothing_of_the_network_changes() {
+    let t = tree_with("isolated_cpus = \"2-3\"\n[items]\nnet_queues = false\n");
+    let r = t.path();
+    add_network(r);
+    let before = snapshot(r);
+    let (rc, out, err) = isold(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    let after = snapshot(r);
+    let net: Vec<PathBuf> = changed_paths(&before, &after)
+        .into_iter()
+        .filter(|p| {
+            p.starts_with("sys/devices/virtual/net")
+                || p.starts_with("sys/devices/pci0000:00")
+                || p.starts_with("proc/sys/net/core/rps_default_mask")
+        })
+        .collect();
+    assert_eq!(net, Vec::<PathBuf>::new());
 }

@@ -47,6 +47,7 @@ pub mod glob;
 pub mod irq;
 pub mod isolation;
 pub mod launch;
+pub mod net;
 pub mod noise;
 pub mod nri;
 pub mod osnoise;

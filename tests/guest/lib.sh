@@ -225,8 +225,14 @@ isold_snapshot() {
             /sys/devices/virtual/workqueue/cpumask /sys/devices/virtual/workqueue/*/cpumask \
             /sys/devices/system/cpu/cpu*/power/pm_qos_resume_latency_us \
             /sys/devices/system/cpu/cpu*/cpufreq/scaling_governor \
-            /proc/irq/default_smp_affinity /proc/irq/*/smp_affinity_list /proc/irq/*/smp_affinity; do
-            [ -r "$_f" ] && echo "$_f $(tr '\n\t ' '|__' <"$_f")"
+            /proc/irq/default_smp_affinity /proc/irq/*/smp_affinity_list /proc/irq/*/smp_affinity \
+            /proc/sys/net/core/rps_default_mask /sys/class/net/*/queues/*/rps_cpus \
+            /sys/class/net/*/queues/*/xps_cpus; do
+            [ -r "$_f" ] && echo "$_f $(tr '\n\t ' '|__' <"$_f" 2>/dev/null)"
+        done
+        # Each network device's queue counts (its channels, as the kernel made the queues).
+        for _d in /sys/class/net/*; do
+            echo "$_d/queues $(ls -d "$_d"/queues/rx-* 2>/dev/null | wc -l)rx_$(ls -d "$_d"/queues/tx-* 2>/dev/null | wc -l)tx"
         done
         # Two processes for all threads (a fork per thread is too slow under TCG): the stat
         # lines (tid first; fields counted after the last ") ", comm may hold spaces) and the
@@ -330,6 +336,20 @@ lent_threads() {
         [ "${39}" = 6 ] && printf '%s ' "${_f#/proc/*/task/}" | sed "s,/stat ,:$_c ,"
     done
     echo
+}
+
+# net_masks DEV: the rps_cpus of each of DEV's rx queues, on one line.
+net_masks() { cat /sys/class/net/"$1"/queues/rx-*/rps_cpus | tr '\n' ' '; }
+# net_rx_count DEV: DEV's rx queues.
+net_rx_count() { ls -d /sys/class/net/"$1"/queues/rx-* | wc -l; }
+# net_steered DEV MASK: every rx queue of DEV steered to MASK.
+net_steered() { [ -z "$(cat /sys/class/net/"$1"/queues/rx-*/rps_cpus | grep -vx "$2")" ]; }
+# nic_irqs_on CPUS: the queue interrupts of the virtio NIC whose affinity names a CPU of the
+# pattern CPUS ("[23]").
+nic_irqs_on() {
+    for _i in $(grep -E 'virtio[0-9]+-(input|output)' /proc/interrupts | cut -d: -f1); do
+        grep -q "$1" /proc/irq/$_i/smp_affinity_list && echo "$_i:$(cat /proc/irq/$_i/smp_affinity_list)"
+    done | tr '\n' ' '
 }
 
 # sg_isold_up: isold run (config /tmp/sg.toml) started in the background, its pid in

@@ -52,6 +52,14 @@ fn gone(e: &Error) -> bool {
 fn evaluate(root: &SysRoot, isolated: &CpuSet, t: &Target) -> Eval {
     match &t.op {
         Op::Known(s) => Eval::Done(s.clone()),
+        Op::Channels { dev, ifindex, want } => {
+            match super::channels::evaluate(root, dev, *ifindex, want) {
+                super::channels::Found::Done(s) => Eval::Done(s),
+                super::channels::Found::Change { from, original } => {
+                    Eval::Change { from, original }
+                }
+            }
+        }
         Op::Partition(p) => match partition::evaluate(root, p) {
             Err(e) => Eval::Done(failed(e)),
             Ok(partition::Found::Done(s)) => Eval::Done(s),
@@ -177,6 +185,7 @@ fn want_shown(t: &Target) -> String {
         Op::File { .. } => "isold's content".into(),
         Op::Sched { want, .. } => want.to_string(),
         Op::Known(s) => s.to_string(),
+        Op::Channels { want, .. } => crate::net::counts_shown(want),
         Op::Partition(p) => format!("isolated partition of CPUs {}, workloads in it", p.cpus),
     }
 }
@@ -209,6 +218,7 @@ fn change(
 ) -> (Status, bool) {
     match &t.op {
         Op::Known(s) => (s.clone(), false),
+        Op::Channels { dev, want, .. } => super::channels::change(root, dev, want, from),
         Op::Partition(p) => match original {
             Original::Partition(o) => partition::change(root, o, &p.cpus, from),
             _ => (failed(format!("{}: no partition original", t.id)), false),

@@ -25,6 +25,7 @@
 //! ```
 
 pub mod bootargs;
+mod channels;
 mod common;
 pub mod config;
 pub mod engine;

@@ -126,6 +126,7 @@ pub const SETTINGS: &[Setting] = &[
         &[RVH, CP],
         "realtime-virtual-host, cpu-partitioning",
     ),
+    s("net_queues", "true", RT3, "realtime ([net] channels)"),
     s("irq_affinity", "true", ALL, "realtime"),
     s("tasks", "true", ALL, "realtime"),
     s(

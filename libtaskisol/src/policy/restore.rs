@@ -22,12 +22,24 @@ use crate::{irq, tasks};
 pub(super) fn restore_one(root: &SysRoot, o: &Original) -> Status {
     match o {
         Original::Partition(p) => partition::restore(root, p),
+        Original::Channels {
+            dev,
+            ifindex,
+            count,
+            masks,
+            irqs,
+        } => super::channels::restore(root, dev, *ifindex, count, masks, irqs),
         Original::Attr {
             path,
             content,
             restore,
         } => {
             if let Err(e) = root.write_attr(path, restore) {
+                // A value whose file is gone with its device (a veth's queue): nothing to
+                // put back.
+                if e.errno() == Some(libc::ENOENT) && !root.exists(path) {
+                    return Status::Gone;
+                }
                 // A write the kernel refuses (an IRQ whose affinity it owns: EPERM) after
                 // an apply killed between recording the original and learning the refusal:
                 // the value never changed, so it is already back.

@@ -109,6 +109,15 @@ pub enum Op {
         /// The wanted policy.
         want: SchedPolicy,
     },
+    /// A network device's channel counts (rx, tx, other, combined; `net_queues`).
+    Channels {
+        /// The device.
+        dev: String,
+        /// Its ifindex when planned.
+        ifindex: u32,
+        /// The counts wanted.
+        want: [u32; 4],
+    },
     /// Nothing to write: the planner already knows the outcome (left alone, not movable).
     Known(Status),
     /// The cgroup v2 isolated partition and the workloads to move into it.

@@ -507,6 +507,12 @@ pub struct Scenario {
     /// memory once booted (switch_root empties the rootfs). With [`Scenario::disk_mb`] it goes
     /// on with persist-init (no test does both yet).
     pub tmpfs_root: bool,
+    /// QEMU runs in a network namespace of its own, and the request `nic` hot-plugs a
+    /// virtio-net NIC with this many queue pairs (`mq=on`) on a multi-queue tap device QEMU
+    /// makes there: the host's network is untouched, and the guest's eth0 has real queues,
+    /// queue interrupts and channels (after the steps that capture fixtures, whose IRQs it
+    /// would change). See [`Scenario::with_nic`].
+    pub nic_queues: Option<u32>,
 }
 
 /// The image tarball of the containers root (`scripts/setup-debroot libvirt`): busybox-static's
@@ -542,6 +548,7 @@ impl Scenario {
             cpus: 4,
             files: Vec::new(),
             disk_mb: None,
+            nic_queues: None,
             debroot: DebRoot::Base,
             tmpfs_root: false,
         }
@@ -702,6 +709,23 @@ impl Scenario {
         self
     }
 
+    /// A step that hot-plugs the virtio-net NIC of `queues` queue pairs (QEMU in its own
+    /// network namespace) and waits for the guest's eth0 with all its queues.
+    pub fn with_nic(&mut self, queues: u32) -> &mut Self {
+        self.nic_queues = Some(queues);
+        self.modules(&["virtio_pci", "virtio_net"]);
+        self.on_request("nic", hotplug_mq_nic(queues));
+        let last = queues - 1;
+        self.step(
+            "hotplug_multiqueue_nic",
+            &format!(
+                "host_request nic\nwait_for 60 test -e /sys/class/net/eth0/queues/rx-{last} || echo timeout=yes\n\
+                 ls /sys/class/net/eth0/queues"
+            ),
+            vec![Expect::exit(0), Expect::output_lacks("timeout=yes")],
+        )
+    }
+
     pub fn on_request(&mut self, name: &str, qmp_commands: Vec<Value>) -> &mut Self {
         self.requests.insert(name.into(), qmp_commands);
         self
@@ -745,6 +769,16 @@ impl Scenario {
             vec![Expect::exit(0)],
         )
     }
+}
+
+/// QMP commands that hot-plug a virtio-net NIC of `queues` queue pairs on a multi-queue tap
+/// (QEMU's own network namespace: [`Scenario::nic_queues`]).
+pub fn hotplug_mq_nic(queues: u32) -> Vec<Value> {
+    vec![
+        serde_json::json!({"execute": "netdev_add", "arguments": {"type": "tap", "id": "n0", "ifname": "tq0", "script": "no", "downscript": "no", "vhost": false, "queues": queues}}),
+        // vectors: one per queue of each pair, one for the configuration.
+        serde_json::json!({"execute": "device_add", "arguments": {"driver": "virtio-net-pci", "id": "nic0", "netdev": "n0", "mq": true, "vectors": 2 * queues + 2}}),
+    ]
 }
 
 /// QMP commands that hot-plug a virtio-net NIC (no backend: only its IRQs matter).

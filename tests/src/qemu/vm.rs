@@ -535,10 +535,15 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
 
     let start = Instant::now();
     let mut command = Command::new(&qemu);
-    // SAFETY: the closure runs in the forked child before exec and only calls prctl, which
-    // is async-signal-safe.
+    let own_netns = s.nic_queues.is_some();
+    // SAFETY: the closure runs in the forked child before exec and only calls prctl and
+    // unshare, which are async-signal-safe.
     unsafe {
-        command.pre_exec(|| {
+        command.pre_exec(move || {
+            // The NIC's tap device is made by QEMU in a network namespace of its own.
+            if own_netns && libc::unshare(libc::CLONE_NEWNET) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             // QEMU writes to files, so it would never notice its parent (the test) dying:
             // take it down with the test instead of leaving a guest running.
             if libc::prctl(
@@ -559,15 +564,8 @@ pub fn run(s: &Scenario) -> Result<Outcome, HarnessError> {
         .arg(s.cpus.to_string())
         .arg("-m")
         .arg(s.memory_mb.to_string())
-        .args([
-            "-nographic",
-            "-display",
-            "none",
-            "-monitor",
-            "none",
-            "-nic",
-            "none",
-        ])
+        .args(["-nographic", "-display", "none", "-monitor", "none"])
+        .args(["-nic", "none"])
         // A guest that reboots (a reboot step) is reset by QEMU and boots the same kernel
         // and initramfs again; otherwise a reset (a panic, with panic=-1) ends QEMU.
         .args(if boots > 1 {

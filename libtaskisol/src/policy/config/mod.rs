@@ -153,7 +153,30 @@ pub struct Config {
     pub stalls: StallsConfig,
     /// `[noise]`: the noise ledger of `isold run` (on unless turned off).
     pub noise: NoiseConfig,
+    /// `[net]`: which network devices the `net_queues` and `rps` items take.
+    pub net: NetConfig,
 }
+
+/// `[net]` of the configuration: the network devices of the `net_queues` and `rps` items.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetConfig {
+    /// `channels`: the most channels a device keeps (default: the housekeeping CPUs).
+    pub channels: Option<u32>,
+    /// `rps_physical`: name patterns of devices that are not virtual whose rx queues the
+    /// `rps` item takes too (by default it takes virtual devices only).
+    pub rps_physical: Vec<String>,
+    /// `ignore`: name patterns of devices both items leave alone.
+    pub ignore: Vec<String>,
+}
+
+impl NetConfig {
+    /// Whether device `name` is left alone (`ignore`).
+    pub fn ignores(&self, name: &str) -> bool {
+        self.ignore.iter().any(|p| glob_match(p, name))
+    }
+}
+
+const NET_KEYS: &[&str] = &["channels", "rps_physical", "ignore"];
 
 /// `[stalls]` of the configuration: how `isold run` finds threads starved on the isolated
 /// CPUs (runnable there, not run for `threshold`) and what it lends them.

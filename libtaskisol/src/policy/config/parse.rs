@@ -24,6 +24,7 @@ const TOP_KEYS: &[&str] = &[
     "containers",
     "stalls",
     "noise",
+    "net",
 ];
 const TASK_KEYS: &[&str] = &["allow_comm", "allow_cgroup"];
 const IRQ_KEYS: &[&str] = &["allow"];
@@ -93,6 +94,7 @@ impl Config {
             containers: None,
             stalls: StallsConfig::default(),
             noise: NoiseConfig::default(),
+            net: NetConfig::default(),
         };
         for s in preset::settings(preset) {
             let r = match s.key.split_once(':') {
@@ -508,6 +510,11 @@ impl Config {
             let mut n = NoiseConfig::default();
             walk(t, "noise", &mut |k, v| n.set(k, v))?;
             c.noise = n;
+        }
+        if let Some(t) = table("net")? {
+            let mut n = NetConfig::default();
+            walk(t, "net", &mut |k, v| n.set(k, v))?;
+            c.net = n;
         }
         Ok(c)
     }

@@ -1,13 +1,13 @@
-//! The tables of `isold run`'s own settings: `[stalls]`, `[noise]`, `[metrics]`, one
-//! `key = value` at a time.
+//! The tables of `isold run`'s own settings (`[stalls]`, `[noise]`, `[metrics]`) and the
+//! network items' `[net]`, one `key = value` at a time.
 
 use std::path::Path;
 
 use toml_edit::Value;
 
 use super::{
-    unknown, MetricsConfig, NoiseConfig, StallsConfig, METRICS_KEYS, NOISE_KEYS, STALLS_KEYS,
-    TICK_US,
+    unknown, MetricsConfig, NetConfig, NoiseConfig, StallsConfig, METRICS_KEYS, NET_KEYS,
+    NOISE_KEYS, STALLS_KEYS, TICK_US,
 };
 use crate::cpuset::CpuSet;
 
@@ -205,6 +205,43 @@ impl MetricsConfig {
                 self.interval = std::time::Duration::from_secs_f64(secs);
             }
             _ => return Err(unknown("key", key, METRICS_KEYS)),
+        }
+        Ok(())
+    }
+}
+
+impl NetConfig {
+    /// One `key = value` of the table.
+    pub(super) fn set(&mut self, key: &str, v: &Value) -> Result<(), String> {
+        let patterns = |v: &Value| -> Result<Vec<String>, String> {
+            let Value::Array(a) = v else {
+                return Err(format!(
+                    "net.{key} must be a list of device name patterns ([\"eth*\"])"
+                ));
+            };
+            a.iter()
+                .map(|p| match p {
+                    Value::String(s) if !s.value().is_empty() && !s.value().contains('/') => {
+                        Ok(s.value().clone())
+                    }
+                    Value::String(s) => Err(format!(
+                        "net.{key}: {:?} is not a device name pattern",
+                        s.value()
+                    )),
+                    _ => Err(format!("net.{key}: each entry must be a string")),
+                })
+                .collect()
+        };
+        match key {
+            "channels" => match v {
+                Value::Integer(n) if (1..=65535).contains(n.value()) => {
+                    self.channels = Some(*n.value() as u32)
+                }
+                _ => return Err("net.channels must be a whole number from 1 to 65535".into()),
+            },
+            "rps_physical" => self.rps_physical = patterns(v)?,
+            "ignore" => self.ignore = patterns(v)?,
+            _ => return Err(unknown("key", key, NET_KEYS)),
         }
         Ok(())
     }

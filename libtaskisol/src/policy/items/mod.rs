@@ -30,8 +30,10 @@ pub mod ksm;
 pub mod kthread_priority;
 pub mod kvm;
 pub mod machinecheck;
+pub mod net_queues;
 pub mod pm_qos;
 pub mod printk;
+pub mod rps;
 pub mod sysctl;
 pub mod systemd_cpuaffinity;
 pub mod tasks;
@@ -39,7 +41,9 @@ pub mod thp;
 pub mod workqueue;
 
 /// Every item, in the order apply sets them (restore goes backwards): the kernel's settings,
-/// then the workqueues (per-workqueue masks before the global one), power, IRQs, threads, the
+/// then the workqueues (per-workqueue masks before the global one), power, the network's
+/// channels and masks (before the IRQs: a driver respreads its queues' interrupts when its
+/// channels change), IRQs, threads, the
 /// partition (after the threads: the workloads it moves in keep their CPUs, the rest already
 /// left), and the files read at boot last.
 pub const ALL: &[&Item] = &[
@@ -51,6 +55,8 @@ pub const ALL: &[&Item] = &[
     &workqueue::ITEM,
     &pm_qos::ITEM,
     &cpufreq::ITEM,
+    &net_queues::ITEM,
+    &rps::ITEM,
     &irq_affinity::ITEM,
     &tasks::ITEM,
     &kthread_priority::ITEM,

@@ -74,6 +74,25 @@ pub enum Original {
         /// Real-time priority.
         rt_priority: u32,
     },
+    /// A network device's channel counts (`net_queues`), and the masks of every queue it had
+    /// before isold changed them: a channel change destroys the queues above the new count
+    /// with their masks, and regrows them at restore with the default mask (virtio-net also
+    /// rewrites every queue's XPS), so restore sets the counts, then writes each mask back.
+    Channels {
+        /// The device's name.
+        dev: String,
+        /// Its ifindex: restore finds a renamed device by it.
+        ifindex: u32,
+        /// rx, tx, other and combined counts.
+        count: [u32; 4],
+        /// Each queue's mask: queue (`rx-3`), attribute (`rps_cpus`), content as read.
+        masks: Vec<(String, String, String)>,
+        /// The affinity (`smp_affinity_list`) of each of its IRQs before the change: a
+        /// driver respreads them when its channels change (virtio-net), so restore writes
+        /// them back after the counts.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        irqs: Vec<(u32, String)>,
+    },
     /// The `cgroup_partition` item: the cgroup directory and the workloads moved into it.
     Partition(crate::policy::partition::PartitionOriginal),
     /// A thread the stall guard lent a slice (SCHED_DEADLINE, or SCHED_FIFO where the
@@ -240,6 +259,33 @@ impl Entry {
                     return Err(format!("nice {nice}"));
                 }
                 sched(*policy, *rt_priority)
+            }
+            Original::Channels {
+                dev,
+                count,
+                masks,
+                irqs,
+                ..
+            } => {
+                if kind != "net_queues" || key != dev || !crate::net::valid_name(dev) {
+                    return Err(format!("{dev:?} is not the device of {}", self.id));
+                }
+                item("net_queues")?;
+                if count[0] + count[3] == 0 || count[1] + count[3] == 0 {
+                    return Err(format!("channels {count:?} leave no queue"));
+                }
+                for (queue, attr, content) in masks {
+                    if !crate::net::valid_queue_attr(queue, attr) {
+                        return Err(format!("{queue}/{attr} is not a queue mask isold records"));
+                    }
+                    crate::cpuset::CpuSet::parse_mask(content)
+                        .map_err(|e| format!("{queue}/{attr} {content:?}: {e}"))?;
+                }
+                for (irq, list) in irqs {
+                    crate::cpuset::CpuSet::parse_list(list.trim())
+                        .map_err(|e| format!("IRQ {irq} {list:?}: {e}"))?;
+                }
+                Ok(())
             }
             Original::Partition(p) => {
                 if kind != "cgroup_partition"

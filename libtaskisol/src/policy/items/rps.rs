@@ -1,0 +1,152 @@
+//! `rps`: receive packet steering of virtual devices (a pod's veth) onto the housekeeping
+//! CPUs, as OpenShift's performance profiles do, and `net.core.rps_default_mask` so that a
+//! device is born with it. Off by default: steering costs throughput.
+//!
+//! No XPS setting: XPS picks the tx queue a sending CPU uses; it puts no work on a CPU (a
+//! packet an isolated CPU sends is the workload's own), and the queue's completion interrupt
+//! follows the IRQ affinity `irq_affinity` keeps.
+
+use super::{Item, Machine, Planning, Setting, BASE};
+use crate::cpuset::CpuSet;
+use crate::error::Result;
+use crate::net::{self, NetDev, RPS_DEFAULT_MASK};
+use crate::policy::config::glob_match;
+use crate::policy::target::{attr, Want};
+use crate::policy::Policy;
+
+/// The `rps` item.
+pub const ITEM: Item = Item {
+    name: "rps",
+    doc: "rps_cpus of virtual devices' rx queues and rps_default_mask = the housekeeping CPUs",
+    man: MAN,
+    plan,
+    restores,
+    audit,
+    ..BASE
+};
+
+const MAN: &str = r#"The
+.I rps_cpus
+of every rx queue of every virtual device (veth, bridge, bond, VLAN, lo; a device that is not
+virtual only where
+.B [net] rps_physical
+names it) and
+.B net.core.rps_default_mask
+(Linux 6.3 and later: new rx queues are born with it) = the housekeeping CPUs, as OpenShift's
+performance profiles do for pods: the packets a pod's veth receives are processed on the
+housekeeping CPUs, not on the isolated CPU that happened to send or receive them (default
+off: steering costs throughput).
+The kernel keeps only CPUs that are housekeeping for it and online when a mask is written.
+Devices and queues that appear while
+.B isold run
+runs (a pod's veth) get it within a second, from the kernel's device events, also on
+kernels without rps_default_mask; a device that goes away leaves the state file without an
+error.
+Each mask is recorded before it is first written, 0 included, and
+.B isold restore
+writes it back byte for byte, rps_default_mask after the queues.
+XPS is left alone: it picks the tx queue a sending CPU uses and puts no work on a CPU.
+Only the host's network namespace is seen."#;
+
+/// Whether the item takes device `d`'s rx queues.
+fn takes(policy: &Policy, d: &NetDev) -> bool {
+    let net = &policy.config.net;
+    !net.ignores(&d.name)
+        && (d.is_virtual || net.rps_physical.iter().any(|p| glob_match(p, &d.name)))
+}
+
+fn plan(p: &mut Planning<'_>) -> Result<()> {
+    if !p.policy.on("rps") {
+        return Ok(());
+    }
+    let hk = &p.policy.housekeeping;
+    // The default first: a queue born while the rest is written is born right.
+    if p.root.exists(RPS_DEFAULT_MASK) {
+        p.out.push(attr(
+            "rps",
+            "rps:default".into(),
+            "net.core.rps_default_mask".into(),
+            RPS_DEFAULT_MASK.into(),
+            Want::Mask(hk.clone()),
+        ));
+    }
+    for d in net::devices(p.root)? {
+        if !takes(p.policy, &d) {
+            continue;
+        }
+        for n in &d.rx {
+            p.out.push(attr(
+                "rps",
+                format!("rps:{}:rx-{n}", d.name),
+                format!("{} rx-{n} rps_cpus", d.name),
+                net::queue_file(&d.name, &format!("rx-{n}"), "rps_cpus"),
+                Want::Mask(hk.clone()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn restores(kind: &str, key: &str) -> Option<String> {
+    if kind != "rps" {
+        return None;
+    }
+    if key == "default" {
+        return Some(RPS_DEFAULT_MASK.into());
+    }
+    let (dev, queue) = key.split_once(':')?;
+    (net::valid_name(dev) && net::valid_queue_attr(queue, "rps_cpus") && queue.starts_with("rx-"))
+        .then(|| net::queue_file(dev, queue, "rps_cpus"))
+}
+
+/// Virtual devices whose rx queues are steered nowhere (0) or onto audited CPUs.
+fn audit(m: &Machine<'_>, out: &mut Vec<Setting>) -> Result<()> {
+    let reaches = |text: &str| match CpuSet::parse_mask(text.trim()) {
+        Ok(set) => set.is_empty() || !set.is_disjoint(m.cpus),
+        Err(_) => false,
+    };
+    let mut open = Vec::new();
+    let mut virtual_devices = 0;
+    for d in net::devices(m.root)?.into_iter().filter(|d| d.is_virtual) {
+        virtual_devices += 1;
+        let off = d.rx.iter().any(|n| {
+            m.root
+                .read_to_string(net::queue_file(&d.name, &format!("rx-{n}"), "rps_cpus"))
+                .is_ok_and(|t| reaches(&t))
+        });
+        if off {
+            open.push(d.name);
+        }
+    }
+    if virtual_devices > 0 {
+        let value = match open.len() {
+            0 => format!(
+                "{virtual_devices} virtual device(s), every rx queue steered off these CPUs"
+            ),
+            n if n > 8 => format!(
+                "{}, ... ({n} of {virtual_devices} virtual devices)",
+                open[..8].join(", ")
+            ),
+            n => format!(
+                "{} ({n} of {virtual_devices} virtual devices)",
+                open.join(", ")
+            ),
+        };
+        out.extend(Setting::judged(
+            "RPS of virtual devices",
+            Some(value),
+            |_| open.is_empty(),
+            "packets a veth receives are processed on the CPU they arrive on, an isolated one too (RPS off or reaching it)",
+            "isold item rps",
+        ));
+    }
+    let default = m.root.read_value_opt(RPS_DEFAULT_MASK)?;
+    out.extend(Setting::judged(
+        "net.core.rps_default_mask",
+        default,
+        |v| !reaches(v),
+        "a device made from now on (a pod's veth) starts without RPS off the isolated CPUs",
+        "isold item rps",
+    ));
+    Ok(())
+}
