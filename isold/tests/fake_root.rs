@@ -1454,19 +1454,27 @@ fn network_queues_are_shrunk_and_steered_then_restored_byte_for_byte() {
     assert_eq!(rc, 1, "{out}");
     assert!(out.contains("veth0 rx-1 rps_cpus"), "{out}");
     std::fs::write(r.join(format!("{veth}/queues/rx-1/rps_cpus")), "3\n").unwrap();
+    // Channels raised by hand (ethtool -L eth0 combined 3: a third queue pair).
     std::fs::write(
         r.join(format!("{dev}/ethtool_channels")),
         "0 0 0 4 0 0 0 3\n",
     )
     .unwrap();
+    put(r, &format!("{dev}/queues/rx-2/rps_cpus"), "0\n");
+    put(r, &format!("{dev}/queues/tx-2/xps_cpus"), "0\n");
     let (rc, out, _) = isold(r, &["verify"]);
     assert_eq!(rc, 1, "{out}");
-    assert!(out.contains("eth0 channels"), "{out}");
+    assert!(
+        out.contains("eth0 channels: is combined 3, policy wants combined 2"),
+        "{out}"
+    );
     std::fs::write(
         r.join(format!("{dev}/ethtool_channels")),
         "0 0 0 4 0 0 0 2\n",
     )
     .unwrap();
+    std::fs::remove_dir_all(r.join(format!("{dev}/queues/rx-2"))).unwrap();
+    std::fs::remove_dir_all(r.join(format!("{dev}/queues/tx-2"))).unwrap();
     // Restore: the channels back first, then every queue's mask (the regrown queues' too),
     // then the default mask.
     let (rc, out, err) = isold(r, &["restore"]);
@@ -1489,8 +1497,8 @@ fn a_device_gone_before_restore_leaves_without_an_error_and_devices_refuse_alone
         "sys/devices/pci0000:00/0000:00:04.0/net",
         "enp0s4",
         3,
-        &["0"],
-        &["0"],
+        &["0", "0", "0", "0"],
+        &["0", "0", "0", "0"],
         Some("0 0 0 4 0 0 0 4 3"),
     );
     let (rc, out, err) = isold(r, &["apply"]);

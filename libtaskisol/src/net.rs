@@ -212,9 +212,18 @@ struct EthtoolChannels {
 const ETHTOOL_GCHANNELS: u32 = 0x3c;
 const ETHTOOL_SCHANNELS: u32 = 0x3d;
 
+/// The ioctl on a generic netlink socket, as ethtool falls back to: the kernel passes a
+/// device ioctl on any socket to the device (netlink has none of its own), and isold.service
+/// allows no IP socket (RestrictAddressFamilies=AF_UNIX AF_NETLINK).
 fn ethtool(dev: &str, ch: &mut EthtoolChannels) -> std::result::Result<(), Errno> {
     // SAFETY: socket(2) with constant arguments; the descriptor is owned at once.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_GENERIC,
+        )
+    };
     if fd < 0 {
         return Err(Errno::last());
     }

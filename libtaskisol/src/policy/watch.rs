@@ -93,6 +93,7 @@ impl Watch {
     pub fn of(root: &SysRoot, policy: &Policy, files: &StateFiles) -> Result<Watch> {
         let unchangeable = State::unchangeable_of(&files.runtime)?;
         let mut items = Vec::new();
+        let mut opened = 0;
         for t in plan::plan(policy, root)? {
             if unchangeable.contains_key(&t.id) {
                 continue;
@@ -110,11 +111,15 @@ impl Watch {
                 Op::File { path, content } => (path.clone(), Check::Content(content.clone())),
                 _ => continue,
             };
-            // Kernel attributes stay open; the policy's own files are read by path.
+            // Kernel attributes stay open, up to OPEN_MAX of them (a node with a thousand
+            // veths has four thousand rx queues: the rest are read by path); the policy's
+            // own files are read by path.
             let file = match check {
                 Check::Content(_) => None,
+                _ if opened >= OPEN_MAX => None,
                 _ => File::open(root.path(&path)).ok(),
             };
+            opened += usize::from(file.is_some());
             items.push(Item {
                 target: t,
                 path,
@@ -186,6 +191,10 @@ impl Watch {
         }
     }
 }
+
+/// The most attributes a watch keeps open: the daemon's descriptors stay well under the
+/// usual limit of 1024 whatever the machine (thousands of IRQs, of rx queues).
+const OPEN_MAX: usize = 512;
 
 /// The longest kernel attribute read through its open file: more than any value watched
 /// (a mask of 8192 CPUs is 2 KiB); a longer one reads as unreadable, so it is compared by the

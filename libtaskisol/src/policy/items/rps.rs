@@ -150,3 +150,100 @@ fn audit(m: &Machine<'_>, out: &mut Vec<Setting>) -> Result<()> {
     ));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Machine, Setting, ALL};
+    use crate::cpuset::CpuSet;
+    use crate::sysroot::SysRoot;
+
+    fn put(d: &std::path::Path, rel: &str, text: &str) {
+        let p = d.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    /// A tree with a 4-channel NIC and a veth whose rx queue reaches CPU 3.
+    fn tree(veth_mask: &str, channels: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        put(d, "sys/devices/system/cpu/online", "0-3\n");
+        put(d, "proc/sys/net/core/rps_default_mask", "0\n");
+        for (path, name, mask, ch) in [
+            (
+                "sys/devices/pci0000:00/0000:00:03.0/net",
+                "eth0",
+                "0",
+                Some(channels),
+            ),
+            ("sys/devices/virtual/net", "veth0", veth_mask, None),
+        ] {
+            put(d, &format!("{path}/{name}/ifindex"), "2\n");
+            put(
+                d,
+                &format!("{path}/{name}/queues/rx-0/rps_cpus"),
+                &format!("{mask}\n"),
+            );
+            if let Some(c) = ch {
+                put(
+                    d,
+                    &format!("{path}/{name}/ethtool_channels"),
+                    &format!("{c}\n"),
+                );
+            }
+            std::fs::create_dir_all(d.join("sys/class/net")).unwrap();
+            let up = format!("../../{}/{name}", path.strip_prefix("sys/").unwrap());
+            std::os::unix::fs::symlink(up, d.join(format!("sys/class/net/{name}"))).unwrap();
+        }
+        dir
+    }
+
+    fn findings(root: &SysRoot) -> Vec<Setting> {
+        let cpus: CpuSet = "2-3".parse().unwrap();
+        let m = Machine {
+            root,
+            threads: &[],
+            cpus: &cpus,
+        };
+        let mut out = Vec::new();
+        for item in ALL
+            .iter()
+            .filter(|i| ["net_queues", "rps"].contains(&i.name))
+        {
+            (item.audit)(&m, &mut out).unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn the_audit_names_devices_that_reach_the_isolated_cpus_and_the_item_that_fixes_it() {
+        let t = tree("8", "0 0 0 4 0 0 0 4");
+        let got = findings(&SysRoot::new(t.path()));
+        let v: Vec<(&str, &str, bool, &str)> = got
+            .iter()
+            .map(|s| (s.name.as_str(), s.value.as_str(), s.ok, s.fix.as_str()))
+            .collect();
+        assert_eq!(
+            v,
+            [
+                (
+                    "network channels",
+                    "eth0 combined 4 (2 housekeeping CPU(s))",
+                    false,
+                    "isold item net_queues"
+                ),
+                (
+                    "RPS of virtual devices",
+                    "veth0 (1 of 1 virtual devices)",
+                    false,
+                    "isold item rps"
+                ),
+                ("net.core.rps_default_mask", "0", false, "isold item rps"),
+            ]
+        );
+        // Steered off the audited CPUs and no more channels than housekeeping CPUs: quiet.
+        let t = tree("3", "0 0 0 4 0 0 0 2");
+        std::fs::write(t.path().join("proc/sys/net/core/rps_default_mask"), "3\n").unwrap();
+        assert!(findings(&SysRoot::new(t.path())).iter().all(|s| s.ok));
+    }
+}
