@@ -190,6 +190,12 @@ mod tests {
                     &format!("{path}/{name}/ethtool_channels"),
                     &format!("{c}\n"),
                 );
+                // A queue pair per combined channel, as the kernel makes them.
+                let n: u32 = c.rsplit(' ').next().unwrap().parse().unwrap();
+                for q in 0..n {
+                    put(d, &format!("{path}/{name}/queues/rx-{q}/rps_cpus"), "0\n");
+                    put(d, &format!("{path}/{name}/queues/tx-{q}/xps_cpus"), "0\n");
+                }
             }
             std::fs::create_dir_all(d.join("sys/class/net")).unwrap();
             let up = format!("../../{}/{name}", path.strip_prefix("sys/").unwrap());
