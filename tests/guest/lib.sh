@@ -342,8 +342,16 @@ lent_threads() {
 net_masks() { cat /sys/class/net/"$1"/queues/rx-*/rps_cpus | tr '\n' ' '; }
 # net_rx_count DEV: DEV's rx queues.
 net_rx_count() { ls -d /sys/class/net/"$1"/queues/rx-* | wc -l; }
-# net_steered DEV MASK: every rx queue of DEV steered to MASK.
-net_steered() { [ -z "$(cat /sys/class/net/"$1"/queues/rx-*/rps_cpus | grep -vx "$2")" ]; }
+# net_steered DEV MASK: DEV has rx queues, every one steered to MASK.
+net_steered() {
+    _m=$(cat /sys/class/net/"$1"/queues/rx-*/rps_cpus 2>/dev/null)
+    [ -n "$_m" ] && [ -z "$(echo "$_m" | grep -vx "$2")" ]
+}
+# veth_pair A B: a veth pair with 4 rx and 4 tx queues on each end, by iproute2's ip (busybox's
+# applet has no veth).
+veth_pair() {
+    /usr/sbin/ip link add "$1" numtxqueues 4 numrxqueues 4 type veth peer name "$2" numtxqueues 4 numrxqueues 4
+}
 # nic_irqs_on CPUS: the queue interrupts of the virtio NIC whose affinity names a CPU of the
 # pattern CPUS ("[23]").
 nic_irqs_on() {

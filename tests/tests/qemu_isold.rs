@@ -198,7 +198,7 @@ fn with_network(s: &mut Scenario) {
 fn net_steps(s: &mut Scenario) {
     s.step(
         "net_setup",
-        "ip link add vA numtxqueues 4 numrxqueues 4 type veth peer name vB numtxqueues 4 numrxqueues 4\n\
+        "veth_pair vA vB\n\
          echo eth0_rx=$(net_rx_count eth0) vA_rx=$(net_rx_count vA)\n\
          echo vA_masks=\"$(net_masks vA)\"\n\
          echo nic_irqs=$(grep -cE 'virtio[0-9]+-(input|output)' /proc/interrupts)\n\
@@ -221,7 +221,7 @@ fn net_steps(s: &mut Scenario) {
              echo nic_irqs_on_isolated=$(nic_irqs_on '[23]')none\n\
              [ -e /proc/sys/net/core/rps_default_mask ] && echo rps_default_mask=$(cat /proc/sys/net/core/rps_default_mask)\n\
              t0=$(now_cs)\n\
-             ip link add vC numtxqueues 4 numrxqueues 4 type veth peer name vD numtxqueues 4 numrxqueues 4\n\
+             veth_pair vC vD\n\
              wait_for 3 net_steered vC 3 && wait_for 1 net_steered vD 3 && echo later_steered=yes\n\
              echo later_ms=$(( ($(now_cs) - t0) * 10 ))\n\
              echo vC_masks=\"$(net_masks vC)\"\n\
@@ -230,7 +230,7 @@ fn net_steps(s: &mut Scenario) {
              echo 0 >/sys/class/net/vA/queues/rx-1/rps_cpus\n\
              isold --config /tmp/net.toml verify >/tmp/net.verify2; echo verify_by_hand_rc=$?\n\
              grep 'vA rx-1' /tmp/net.verify2\n\
-             ip link del vC\n\
+             /usr/sbin/ip link del vC\n\
              isold restore >/tmp/net.restore 2>&1; echo restore_rc=$?\n\
              grep -c ': gone' /tmp/net.restore | sed 's/^/gone=/'\n\
              isold_snapshot /tmp/net.after\n\

@@ -20,7 +20,7 @@ printf 'isolated_cpus = "2-3"\n' >/tmp/nb0.toml
 pairs() { _i=$2; while [ $_i -lt $3 ]; do echo "link add $1a$_i type veth peer name $1b$_i"; _i=$((_i + 1)); done; }
 steered() { read -r _m <"/sys/class/net/$1/queues/rx-0/rps_cpus" && [ "$_m" = 3 ]; }
 pairs n 0 500 >/tmp/nb.batch
-t0=$(now_cs); ip -batch /tmp/nb.batch; echo create_1000_veths_seconds=$(secs $(($(now_cs) - t0)))
+t0=$(now_cs); /usr/sbin/ip -batch /tmp/nb.batch; echo create_1000_veths_seconds=$(secs $(($(now_cs) - t0)))
 echo devices=$(ls /sys/class/net | wc -l)
 t0=$(now_cs); isold --config /tmp/nb0.toml apply >/dev/null; echo apply_rc=$?
 echo apply_without_rps_seconds=$(secs $(($(now_cs) - t0)))
@@ -35,7 +35,7 @@ wait_for 300 isold status >/dev/null && echo daemon=up
 sleep 5
 i=0
 while [ $i -lt 30 ]; do
-    ip link add ca$i type veth peer name cb$i
+    /usr/sbin/ip link add ca$i type veth peer name cb$i
     t=$(now_cs)
     while ! steered ca$i && [ $(($(now_cs) - t)) -lt 1000 ]; do usleep 10000; done
     echo "lat_ms $(( ($(now_cs) - t) * 10 ))"
@@ -47,7 +47,7 @@ c0=$(cpu); t0=$(now_cs)
 s=0
 while [ $s -lt 10 ]; do
     pairs r $((s * 50)) $((s * 50 + 50)) >/tmp/nb.b$s
-    ip -batch /tmp/nb.b$s
+    /usr/sbin/ip -batch /tmp/nb.b$s
     s=$((s + 1))
     while [ $(($(now_cs) - t0)) -lt $((s * 100)) ]; do usleep 20000; done
 done
