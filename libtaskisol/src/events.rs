@@ -316,6 +316,19 @@ pub struct Uevent {
     pub subsystem: Option<String>,
 }
 
+impl Uevent {
+    /// The network device this event is about, for a device (`net`) or one of its queues
+    /// (`queues`): the name after `/net/` in its path. `None` for any other event.
+    pub fn net_device(&self) -> Option<&str> {
+        if !matches!(self.subsystem.as_deref(), Some("net" | "queues")) {
+            return None;
+        }
+        let (_, rest) = self.devpath.rsplit_once("/net/")?;
+        let name = rest.split('/').next()?;
+        (!name.is_empty()).then_some(name)
+    }
+}
+
 /// A kernel uevent datagram ("add@/devices/...\0ACTION=add\0SUBSYSTEM=pci\0..."); `None` for
 /// udev's re-broadcasts ("libudev" header) and anything else.
 pub fn parse_uevent(buf: &[u8]) -> Option<Uevent> {
@@ -363,6 +376,25 @@ impl Uevents {
 impl AsFd for Uevents {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod net_tests {
+    use super::*;
+
+    #[test]
+    fn a_network_device_and_its_queues_name_the_device() {
+        let ev = |text: &str| parse_uevent(text.replace(' ', "\0").as_bytes()).unwrap();
+        let e = ev("add@/devices/virtual/net/vC/queues/rx-0 ACTION=add SUBSYSTEM=queues");
+        assert_eq!(e.net_device(), Some("vC"));
+        let e =
+            ev("add@/devices/pci0000:00/0000:00:03.0/virtio0/net/eth0 ACTION=add SUBSYSTEM=net");
+        assert_eq!(e.net_device(), Some("eth0"));
+        let e = ev("add@/devices/pci0000:00/0000:00:03.0/virtio0 ACTION=add SUBSYSTEM=virtio");
+        assert_eq!(e.net_device(), None);
+        let e = ev("add@/devices/virtual/net/x ACTION=add SUBSYSTEM=pci");
+        assert_eq!(e.net_device(), None);
     }
 }
 

@@ -31,6 +31,10 @@ pub fn scan_policy(policy: &Policy) -> Policy {
 pub enum Ctl {
     /// Look now (a device came or went): after 100 ms, once its driver has requested its IRQs.
     Rescan,
+    /// Network devices (or their queues) came: plan and apply the items that take network
+    /// devices for them alone, not the whole machine (a node starting pods makes veths all
+    /// day).
+    Devices(std::collections::BTreeSet<String>),
     /// Stop, before the restore.
     Stop,
 }
@@ -157,6 +161,27 @@ impl Scan {
                         }
                     }
                 }
+                Ok(Ctl::Devices(mut names)) => {
+                    // A burst of devices (a pair's two ends, their queues) is one plan; a
+                    // rescan meanwhile covers them.
+                    std::thread::sleep(Duration::from_millis(20));
+                    while let Ok(c) = ctl.try_recv() {
+                        match c {
+                            Ctl::Stop => return,
+                            Ctl::Rescan => full = true,
+                            Ctl::Devices(more) => names.extend(more),
+                        }
+                    }
+                    if !full {
+                        for msg in self.devices(names) {
+                            if tx.send(msg).is_err() {
+                                return;
+                            }
+                            let _ = notify_main.write_all(b"r");
+                        }
+                        continue;
+                    }
+                }
                 Err(RecvTimeoutError::Timeout) => {
                     // A check that ran late moves the next one, never bunches them.
                     next = (next + period).max(Instant::now() + period / 2);
@@ -211,6 +236,30 @@ impl Scan {
             self.watch = Watch::of(&self.root, &self.scan, &self.files).ok();
         }
         msgs
+    }
+
+    /// The items that take network devices, for these devices only: planned, applied (the
+    /// originals recorded first) and added to the watch.
+    fn devices(&mut self, names: std::collections::BTreeSet<String>) -> Vec<ScanMsg> {
+        let now = Instant::now();
+        let (root, scan, files) = (&self.root, &self.scan, &self.files);
+        let targets = match plan::plan_devices(scan, root, names) {
+            Ok(t) => t,
+            Err(e) => return vec![ScanMsg::Failed(e.to_string())],
+        };
+        let contests = &self.contests;
+        let targets: Vec<plan::Target> = targets
+            .into_iter()
+            .filter(|t| !contests.waiting(&t.id, now))
+            .collect();
+        if targets.is_empty() {
+            return Vec::new();
+        }
+        if let Some(w) = self.watch.as_mut() {
+            w.add(root, &targets);
+        }
+        let out = engine::apply_only(root, scan, files, targets);
+        self.messages(vec![out], false, now)
     }
 
     /// The reports of a check's applies, with the contests they changed.

@@ -402,9 +402,23 @@ impl Daemon {
             Ok((evs, lost)) => {
                 if !evs.is_empty() || lost {
                     self.env.log.trace(&format!("{} uevent(s)", evs.len()));
+                }
+                // Network devices and their queues alone (veths, a pod's): planned for those
+                // devices only. Anything else, or events lost, is a rescan of everything.
+                let others = lost || evs.iter().any(|e| e.net_device().is_none());
+                if others {
                     // A CPU that came or went may let a failed partition be made.
                     self.partition.failed = false;
                     scanner.send(Ctl::Rescan);
+                } else if !evs.is_empty() {
+                    let names = evs
+                        .iter()
+                        .filter(|e| e.action != "remove")
+                        .filter_map(|e| e.net_device().map(str::to_string))
+                        .collect::<std::collections::BTreeSet<String>>();
+                    if !names.is_empty() {
+                        scanner.send(Ctl::Devices(names));
+                    }
                 }
             }
             Err(e) => self.env.log.warn(&format!("uevents: {e}")),

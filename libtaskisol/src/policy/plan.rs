@@ -31,6 +31,23 @@ pub fn plan(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {
     Ok(p.out)
 }
 
+/// The targets of the network devices `names` only (those that exist): a daemon's answer to
+/// devices that appeared, without planning the rest of the machine. The items that plan per
+/// device are those that take network devices (`net_queues`, `rps`); every other item plans
+/// nothing here.
+pub fn plan_devices(
+    policy: &Policy,
+    root: &SysRoot,
+    names: std::collections::BTreeSet<String>,
+) -> Result<Vec<Target>> {
+    let mut p = Planning::new(policy, root);
+    p.devices = Some(names);
+    for item in items::ALL.iter().filter(|i| i.per_device) {
+        (item.plan)(&mut p)?;
+    }
+    Ok(p.out)
+}
+
 /// The targets of the configuration files the policy writes (a part of [`plan`], without its
 /// task scan).
 pub fn file_targets(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {

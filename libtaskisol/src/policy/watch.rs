@@ -139,6 +139,22 @@ impl Watch {
         })
     }
 
+    /// Watch these targets too (a new device's): the attributes among them, read by path.
+    pub fn add(&mut self, root: &SysRoot, targets: &[Target]) {
+        for t in targets {
+            if let Op::Attr { path, want } = &t.op {
+                if root.exists(path) && !self.items.iter().any(|i| i.target.id == t.id) {
+                    self.items.push(Item {
+                        target: t.clone(),
+                        path: path.clone(),
+                        check: Check::Want(want.clone()),
+                        file: None,
+                    });
+                }
+            }
+        }
+    }
+
     /// Whether the IRQs under `/proc/irq` are still those the watch was made with (a read
     /// that fails says no: the caller then compares everything).
     fn same_irqs(&self, root: &SysRoot) -> bool {

@@ -103,6 +103,9 @@ pub struct Item {
     /// Whether a line of a file it wrote belongs to it, for state files older than 0.2 that
     /// did not record what isold wrote.
     pub line_before_0_2: fn(&str) -> bool,
+    /// Whether it plans per network device, honouring [`Planning::devices`]: a device's
+    /// events make `isold run` plan it for that device alone.
+    pub per_device: bool,
 }
 
 impl std::fmt::Debug for Item {
@@ -125,6 +128,7 @@ pub const BASE: Item = Item {
     applied_note: None,
     waiting: |_, _| None,
     line_before_0_2: |_| false,
+    per_device: false,
 };
 
 /// `true` or `false`.
@@ -187,6 +191,9 @@ pub struct Planning<'a> {
     pub root: &'a SysRoot,
     /// The targets so far.
     pub out: Vec<Target>,
+    /// Only these network devices, for the items that plan per device (a daemon's answer
+    /// to the devices' events); `None`: the whole machine.
+    pub devices: Option<std::collections::BTreeSet<String>>,
     threads: Option<Rc<Vec<Thread>>>,
 }
 
@@ -197,7 +204,23 @@ impl<'a> Planning<'a> {
             policy,
             root,
             out: Vec::new(),
+            devices: None,
             threads: None,
+        }
+    }
+
+    /// The network devices to plan: those named by [`Planning::devices`] that exist, or every
+    /// device of the namespace.
+    pub fn net_devices(&self) -> Result<Vec<crate::net::NetDev>> {
+        match &self.devices {
+            None => crate::net::devices(self.root),
+            Some(names) => {
+                let mut out = Vec::new();
+                for n in names.iter().filter(|n| crate::net::valid_name(n)) {
+                    out.extend(crate::net::device(self.root, n)?);
+                }
+                Ok(out)
+            }
         }
     }
 

@@ -17,6 +17,7 @@ pub const ITEM: Item = Item {
     man: MAN,
     plan,
     audit,
+    per_device: true,
     ..BASE
 };
 
@@ -56,7 +57,7 @@ fn plan(p: &mut Planning<'_>) -> Result<()> {
         return Ok(());
     }
     let n = most(p);
-    for d in net::devices(p.root)? {
+    for d in p.net_devices()? {
         if d.is_virtual || p.policy.config.net.ignores(&d.name) {
             continue;
         }

@@ -22,6 +22,7 @@ pub const ITEM: Item = Item {
     plan,
     restores,
     audit,
+    per_device: true,
     ..BASE
 };
 
@@ -60,8 +61,9 @@ fn plan(p: &mut Planning<'_>) -> Result<()> {
         return Ok(());
     }
     let hk = &p.policy.housekeeping;
-    // The default first: a queue born while the rest is written is born right.
-    if p.root.exists(RPS_DEFAULT_MASK) {
+    // The default first: a queue born while the rest is written is born right (not in a
+    // plan of named devices only).
+    if p.devices.is_none() && p.root.exists(RPS_DEFAULT_MASK) {
         p.out.push(attr(
             "rps",
             "rps:default".into(),
@@ -70,7 +72,7 @@ fn plan(p: &mut Planning<'_>) -> Result<()> {
             Want::Mask(hk.clone()),
         ));
     }
-    for d in net::devices(p.root)? {
+    for d in p.net_devices()? {
         if !takes(p.policy, &d) {
             continue;
         }
