@@ -27,6 +27,10 @@ pub fn scan_policy(policy: &Policy) -> Policy {
     }
 }
 
+/// How long the scan thread gathers the devices that come before it plans them: each plan
+/// reads the state file once (a thousand veths' originals), whatever the devices.
+const DEVICES_SETTLE: Duration = Duration::from_millis(150);
+
 /// What the main thread tells the scan thread.
 pub enum Ctl {
     /// Look now (a device came or went): after 100 ms, once its driver has requested its IRQs.
@@ -162,9 +166,10 @@ impl Scan {
                     }
                 }
                 Ok(Ctl::Devices(mut names)) => {
-                    // A burst of devices (a pair's two ends, their queues) is one plan; a
-                    // rescan meanwhile covers them.
-                    std::thread::sleep(Duration::from_millis(20));
+                    // A burst of devices (a pair's two ends, their queues; a node starting
+                    // pods) is one plan and one read of the state file; a rescan meanwhile
+                    // covers them.
+                    std::thread::sleep(DEVICES_SETTLE);
                     while let Ok(c) = ctl.try_recv() {
                         match c {
                             Ctl::Stop => return,
@@ -252,11 +257,23 @@ impl Scan {
             .into_iter()
             .filter(|t| !contests.waiting(&t.id, now))
             .collect();
-        if targets.is_empty() {
-            return Vec::new();
-        }
         if let Some(w) = self.watch.as_mut() {
             w.add(root, &targets);
+        }
+        // What is right already (a device born with rps_default_mask) costs no read of the
+        // state file: one read of each value here.
+        let targets: Vec<plan::Target> = targets
+            .into_iter()
+            .filter(|t| match &t.op {
+                plan::Op::Attr { path, want } => !root
+                    .read_to_string(path)
+                    .is_ok_and(|raw| want.matches(&raw)),
+                plan::Op::Known(libtaskisol::policy::Status::AlreadyRight) => false,
+                _ => true,
+            })
+            .collect();
+        if targets.is_empty() {
+            return Vec::new();
         }
         let out = engine::apply_only(root, scan, files, targets);
         self.messages(vec![out], false, now)
