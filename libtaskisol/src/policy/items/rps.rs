@@ -254,4 +254,23 @@ mod tests {
         std::fs::write(t.path().join("proc/sys/net/core/rps_default_mask"), "3\n").unwrap();
         assert!(findings(&SysRoot::new(t.path())).iter().all(|s| s.ok));
     }
+
+    /// Machines past 32 CPUs: the mask written has the comma groups the kernel parses and
+    /// no more than it needs; what the kernel prints back (zero-padded to nr_cpu_ids) is
+    /// read as the same CPUs.
+    #[test]
+    fn masks_of_big_machines_in_the_kernels_format() {
+        use crate::policy::target::Want;
+        let hk: CpuSet = "0-3,32-35".parse().unwrap();
+        let w = Want::Mask(hk);
+        assert_eq!(w.write_text("00000000,00000000\n"), "f,0000000f");
+        assert!(w.matches("0000000f,0000000f\n"));
+        assert!(!w.matches("0000000f,0000000e\n"));
+        let hk: CpuSet = "0-7,440-447".parse().unwrap();
+        let w = Want::Mask(hk.clone());
+        let printed = hk.to_mask_string_width(448);
+        assert_eq!(printed.split(',').count(), 14);
+        assert!(w.matches(&format!("{printed}\n")));
+        assert_eq!(w.write_text("0\n"), printed.trim_start_matches('0'));
+    }
 }
