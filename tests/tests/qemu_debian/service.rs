@@ -546,13 +546,14 @@ kill $w
         "racer",
         &format!(
             "{PRE}field() {{ isold status --json | tr -d ' \\n' | grep -o \"$1\" | grep -o '[0-9]*$'; }}\n\
-             printf 'isolated_cpus = \"2-3\"\\non_stop = \"restore\"\\n' >/etc/isold/isold.toml\n\
+             printf 'isolated_cpus = \"2-3\"\\non_stop = \"restore\"\\n[metrics]\\ntextfile = \"/run/isold/isold.prom\"\\ninterval = 1\\n' >/etc/isold/isold.toml\n\
              systemctl start isold; echo start_rc=$?\n\
              echo owner_pins_before=$(field '\"owner_pins\":{{\"count\":[0-9]*' || echo 0)\n\
              echo tasks_before=$(field '\"tasks\":[0-9]*')\n\
              taskset -c 0-3 isol-pinner race {threads} 2000 150000 1000 2 3 >/tmp/race.out; echo race_rc=$?\n\
              cat /tmp/race.out\n\
              echo owner_pins_after=$(field '\"owner_pins\":{{\"count\":[0-9]*' || echo 0)\n\
+             sleep 2; echo owner_pins_metric=$(sed -n 's/^isold_owner_pins_total \\([0-9]*\\).*/\\1/p' /run/isold/isold.prom)\n\
              echo tasks_after=$(field '\"tasks\":[0-9]*')\n\
              echo active=$(systemctl is-active isold)\n\
              isold status | grep -E \"owner's pin|corrections\"\n\
@@ -581,6 +582,8 @@ kill $w
             // The pins isold saw change under it are counted as their owners' (306 in the
             // first run; isold before the count had none).
             at_least("owner_pins_after", 1.0),
+            // And in the metrics (`isold_owner_pins_total`).
+            at_least("owner_pins_metric", 1.0),
             // The originals of the racer's exited threads leave the state (every thousand
             // exits, and a minute after the last pass): the live narrowed threads' are left,
             // about a hundred (13,000 stayed until the stop before).
