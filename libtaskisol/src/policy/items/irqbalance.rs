@@ -1,12 +1,10 @@
 //! `irqbalance`: IRQBALANCE_BANNED_CPULIST = the isolated CPUs in irqbalance's defaults
 //! file, where it exists.
 
-use std::fs;
-
 use super::{read_file_opt, Item, Planning, BASE};
 use crate::cpuset::CpuSet;
 use crate::error::Result;
-use crate::policy::target::{Op, Target};
+use crate::policy::target::Target;
 use crate::sysroot::SysRoot;
 
 /// irqbalance's defaults files isold edits: Debian's, then Red Hat's.
@@ -78,14 +76,7 @@ pub fn with_banned_cpus(text: &str, cpus: &CpuSet) -> String {
 /// irqbalance reads its defaults file when it starts: a daemon started before the file's
 /// last change still bans the CPUs it read then.
 fn waiting(root: &SysRoot, t: &Target) -> Option<String> {
-    let Op::File { path, .. } = &t.op else {
-        return None;
-    };
-    let changed = fs::metadata(root.path(path)).ok()?.modified().ok()?;
-    let changed = changed
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_secs();
+    let (path, changed) = super::file_changed(root, t)?;
     let pid = crate::tasks::pids_named(root, "irqbalance")
         .ok()?
         .into_iter()

@@ -182,6 +182,20 @@ pub fn read_file_opt(root: &SysRoot, path: &str) -> Result<Option<String>> {
     }
 }
 
+/// A file target's path and when the file last changed (seconds since the epoch): what an
+/// item's `waiting` compares with the time its reader started.
+fn file_changed(root: &SysRoot, t: &Target) -> Option<(String, u64)> {
+    let super::target::Op::File { path, .. } = &t.op else {
+        return None;
+    };
+    let changed = std::fs::metadata(root.path(path)).ok()?.modified().ok()?;
+    let secs = changed
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs();
+    Some((path.clone(), secs))
+}
+
 /// What an item's plan reads and where it puts its targets.
 #[derive(Debug)]
 pub struct Planning<'a> {

@@ -1,11 +1,9 @@
 //! `systemd_cpuaffinity`: systemd's CPUAffinity = the housekeeping CPUs, in a drop-in read
 //! at boot.
 
-use std::fs;
-
 use super::{Item, Planning, BASE};
 use crate::error::Result;
-use crate::policy::target::{Op, Target};
+use crate::policy::target::Target;
 use crate::sysroot::SysRoot;
 
 /// systemd's drop-in isold owns.
@@ -52,14 +50,7 @@ fn plan(p: &mut Planning<'_>) -> Result<()> {
 /// leaves no trace isold could read): one written since the boot is not in effect. (PID 1's
 /// own affinity says nothing: the tasks item narrows it at once.)
 fn waiting(root: &SysRoot, t: &Target) -> Option<String> {
-    let Op::File { path, .. } = &t.op else {
-        return None;
-    };
-    let changed = fs::metadata(root.path(path)).ok()?.modified().ok()?;
-    let changed = changed
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_secs();
+    let (_, changed) = super::file_changed(root, t)?;
     let booted = crate::tasks::boot_time_unix(root).ok()?;
     (changed >= booted).then(|| {
         "the next boot (or `systemctl daemon-reexec`): written after systemd (PID 1) started".into()
