@@ -250,8 +250,11 @@ fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
         "stop_restores_every_original",
         // A process isold narrowed at its exec, then pinned by its owner onto CPU 3 (as DPDK
         // pins its main lcore): the stop's restore leaves that pin; everything else is back.
+        // Until taskset has run, the forked shell reads the shell's own 0-1: poll only once
+        // sleep is exec'd.
         "aff() { sed -n 's/^Cpus_allowed_list:\t//p' /proc/$1/status; }\n\
          setsid taskset -c 0-3 sleep 100000 </dev/null >/dev/null 2>&1 &\np=$!\n\
+         m=0; while [ \"$(cat /proc/$p/comm)\" != sleep ] && [ $m -lt 300 ]; do /usr/bin/busybox usleep 10000; m=$((m + 1)); done\n\
          n=0; while [ \"$(aff $p)\" != 0-1 ] && [ $n -lt 300 ]; do /usr/bin/busybox usleep 100000; n=$((n + 1)); done\n\
          echo owner_narrowed=$(aff $p)\necho owner_narrowed_polls=$n\n\
          if [ \"$(aff $p)\" != 0-1 ]; then grep -E '^(Name|Pid|PPid|Cpus_allowed_list):' /proc/$p/status >&2; isold status >&2; journalctl -u isold -n 20 --no-pager -o cat >&2; fi\n\
