@@ -927,8 +927,8 @@ fn rt7_audit_tick_reason() {
 /// ISOL23, skew_tick, nosoftlockup, amd_pstate=disable; 7.x boots also get tsc=reliable):
 /// bootargs finds nothing missing; isold apply makes the isolated partition over the
 /// boot-isolated CPUs (7.x accepts it); a SCHED_FIFO loop started in it with chisol leaves
-/// both CPUs quiet in the audit; restore removes the partition. (What the kernel itself does
-/// to the root cgroup's tasks when the partition goes is pinned below: a known gap.)
+/// both CPUs quiet in the audit; restore removes the partition and gives init back the CPUs
+/// the kernel gave it at boot (removing the partition widened it).
 #[test]
 fn rt7_booted_isolated_partition_fifo_loop_quiet() {
     let args = format!(
@@ -970,11 +970,10 @@ fn rt7_booted_isolated_partition_fifo_loop_quiet() {
             Expect::output_has("audit: 2 of 2 CPUs quiet"),
             Expect::field("restore_rc", "0"),
             Expect::field("dir", "absent"),
-            // Known and not mended yet: removing the partition makes the kernel reset the
-            // root cgroup's tasks to every CPU, so init, which isolcpus= kept on 0-1 at boot,
-            // comes out of restore on 0-3 (not isold's write; see docs/TESTING.md).
+            // Removing the partition makes the kernel reset the root cgroup's tasks to every
+            // CPU; restore narrows back init, which isolcpus= kept on 0-1 at boot.
             Expect::field("init_before", "0-1"),
-            Expect::field("init", "0-3"),
+            Expect::field("init", "0-1"),
         ],
     );
     run(&s).unwrap_or_else(|e| panic!("{e}")).assert_ok();

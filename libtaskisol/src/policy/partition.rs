@@ -40,6 +40,24 @@ pub struct Moved {
     pub threads: Vec<(i32, u64, String)>,
 }
 
+/// A thread outside the partition whose affinity, when the plan read it, reached neither all
+/// of the partition's CPUs nor none but them: the kernel's own narrowing (`isolcpus=` keeps
+/// init and every task it forks on the housekeeping CPUs at boot), a cgroup's, or an owner's.
+/// Removing the partition makes the kernel reset the tasks of the cgroups around it to their
+/// cgroup's CPUs (for the root cgroup: every CPU but other partitions'), which widens such a
+/// thread unless its owner's own `sched_setaffinity` mask holds it; restore narrows it back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Narrow {
+    /// Process id.
+    pub pid: i32,
+    /// Thread id.
+    pub tid: i32,
+    /// Start time: only the same thread is written.
+    pub starttime: u64,
+    /// `Cpus_allowed_list` as the plan read it.
+    pub cpus: String,
+}
+
 /// The partition's original state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionOriginal {
@@ -58,6 +76,10 @@ pub struct PartitionOriginal {
     pub partition: Option<String>,
     /// The workloads moved in.
     pub moved: Vec<Moved>,
+    /// The threads whose narrow affinity restore keeps when the partition goes (state files
+    /// before 0.3 have none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub narrow: Vec<Narrow>,
 }
 
 /// The `cgroup_partition` target as planned.
@@ -69,6 +91,8 @@ pub struct PartitionPlan {
     pub cpus: CpuSet,
     /// The workload processes outside it, with their threads.
     pub workloads: Vec<(Thread, String, Vec<Thread>)>,
+    /// The threads a removal of the partition may widen ([`Narrow`]).
+    pub narrow: Vec<Narrow>,
 }
 
 /// The cgroup path of `dir` as `/proc/PID/cgroup` shows it.
@@ -215,7 +239,27 @@ pub fn plan(root: &SysRoot, dir: &str, cpus: &CpuSet, threads: &[Thread]) -> Res
         dir: dir.to_string(),
         cpus: cpus.clone(),
         workloads,
+        narrow: narrow(threads, cpus),
     })
+}
+
+/// The threads of `threads` a removal of a partition of `cpus` may widen: those with some
+/// CPU outside it and not all of it. Per-CPU kthreads (the kernel refuses their affinity) and
+/// threads inside it (workloads) are not. A thread with every CPU of the partition comes out
+/// of the removal with them again.
+fn narrow(threads: &[Thread], cpus: &CpuSet) -> Vec<Narrow> {
+    threads
+        .iter()
+        .filter(|t| {
+            !t.is_pinned_by_kernel() && !t.affinity.is_subset(cpus) && !cpus.is_subset(&t.affinity)
+        })
+        .map(|t| Narrow {
+            pid: t.pid,
+            tid: t.tid,
+            starttime: t.starttime,
+            cpus: t.affinity.to_string(),
+        })
+        .collect()
 }
 
 fn file(dir: &str, name: &str) -> String {
@@ -355,6 +399,7 @@ pub fn evaluate(root: &SysRoot, p: &PartitionPlan) -> Result<Found> {
             cpus,
             exclusive,
             partition,
+            narrow: p.narrow.clone(),
             moved: p
                 .workloads
                 .iter()
@@ -488,7 +533,7 @@ pub fn change(
         Ok(to) => (Status::Changed { from, to }, true),
         Err(why) => {
             let (undo, left) = match undo(root, o) {
-                Ok(()) => ("undone, nothing left behind".to_string(), false),
+                Ok(_) => ("undone, nothing left behind".to_string(), false),
                 Err(e) => (format!("and undoing it failed too: {e}"), true),
             };
             (
@@ -553,9 +598,12 @@ fn build(
     ))
 }
 
-fn undo(root: &SysRoot, o: &PartitionOriginal) -> Result<()> {
+/// Undo apply's steps; returns how many threads the removal widened and got their
+/// affinity back ([`Narrow`]).
+fn undo(root: &SysRoot, o: &PartitionOriginal) -> Result<usize> {
     let dir = &o.dir;
     let part = file(dir, "cpuset.cpus.partition");
+    let before = narrow_now(root, &o.narrow);
     if root.exists(&part) {
         let was = o
             .partition
@@ -590,32 +638,80 @@ fn undo(root: &SysRoot, o: &PartitionOriginal) -> Result<()> {
     if o.enabled_cpuset {
         root.write_attr(file(parent(dir), "cgroup.subtree_control"), "-cpuset")?;
     }
-    Ok(())
+    narrow_back(root, &before)
+}
+
+/// Each recorded thread that is still the same, with its affinity right now (before the
+/// partition goes) and as recorded. One that is gone or unreadable is left out.
+fn narrow_now<'a>(root: &SysRoot, narrow: &'a [Narrow]) -> Vec<(&'a Narrow, CpuSet, CpuSet)> {
+    narrow
+        .iter()
+        .filter_map(|n| {
+            let was = CpuSet::parse_list(&n.cpus).ok()?;
+            if !tasks::is_same_thread(root, n.pid, n.tid, n.starttime).ok()? {
+                return None;
+            }
+            let now = super::threads::affinity(root, n.pid, n.tid)?;
+            Some((n, now, was))
+        })
+        .collect()
+}
+
+/// After the partition went: a thread whose affinity the removal changed (it reads other
+/// than right before) and that is not its recorded affinity gets that back, written only if
+/// it still reads what the removal made (compare and write). A thread its owner pinned
+/// meanwhile keeps the pin: the kernel keeps an owner's `sched_setaffinity` mask through the
+/// removal, and a pin that came between the two reads is not overwritten.
+fn narrow_back(root: &SysRoot, before: &[(&Narrow, CpuSet, CpuSet)]) -> Result<usize> {
+    let mut back = 0;
+    for (n, then, was) in before {
+        let Some(now) = super::threads::affinity(root, n.pid, n.tid) else {
+            continue;
+        };
+        if now == *then || now == *was {
+            continue;
+        }
+        match super::threads::set_thread_affinity_if(root, n.pid, n.tid, &now, was) {
+            Ok(None) => back += 1,
+            Ok(Some(_)) => {}
+            Err(e) => match super::threads::refusal(&e) {
+                super::threads::Refusal::Failed => return Err(e),
+                _ => {} // exited, or the kernel will not change it
+            },
+        }
+    }
+    Ok(back)
 }
 
 /// Restore the partition's original state: the steps of apply undone, newest first, and checked.
 pub fn restore(root: &SysRoot, o: &PartitionOriginal) -> Status {
-    if let Err(e) = undo(root, o) {
-        return Status::Failed {
-            error: e.to_string(),
-        };
-    }
-    if o.created {
+    let back = match undo(root, o) {
+        Ok(n) => n,
+        Err(e) => {
+            return Status::Failed {
+                error: e.to_string(),
+            }
+        }
+    };
+    let to = if o.created {
         if root.exists(&o.dir) {
             return Status::Failed {
                 error: format!("{} is still there", root.path(&o.dir).display()),
             };
         }
-        return Status::Restored {
-            to: "removed".into(),
-        };
-    }
-    Status::Restored {
-        to: o
-            .partition
+        "removed".to_string()
+    } else {
+        o.partition
             .as_deref()
             .map_or("as it was", |p| p.trim())
-            .to_string(),
+            .to_string()
+    };
+    Status::Restored {
+        to: if back == 0 {
+            to
+        } else {
+            format!("{to}; {back} thread(s) the removal widened narrowed back")
+        },
     }
 }
 
@@ -671,6 +767,7 @@ mod tests {
             dir: "/sys/fs/cgroup/isolated".into(),
             cpus: l("2-3"),
             workloads: Vec::new(),
+            narrow: Vec::new(),
         };
         let me = std::process::id() as i32;
         let mine = [
@@ -762,6 +859,74 @@ mod tests {
         .unwrap()
     }
 
+    /// The threads a partition's removal may widen are recorded at plan; after the removal,
+    /// those the kernel widened get their recorded affinity back, and none other: not a
+    /// thread its owner pinned meanwhile, not one gone or replaced, not the wide ones.
+    #[test]
+    fn threads_the_removal_widened_are_narrowed_back() {
+        let t = tree();
+        let r = t.path();
+        let root = SysRoot::new(r);
+        task(r, 1, "/init.scope", &[(1, "0-1", false)]); // isolcpus= at boot
+        task(r, 20, "/", &[(20, "0-3", false)]);
+        task(r, 30, "/", &[(30, "0-1", false), (31, "0-1", false)]);
+        task(r, 40, "/", &[(40, "3", false)]); // a workload: moved in, not recorded
+        task(r, 50, "/", &[(50, "0-1", false)]);
+        task(r, 60, "/", &[(60, "1-2", false)]);
+        task(r, 70, "/", &[(70, "0-1", false)]);
+        let p = planned(&root);
+        let rec: Vec<(i32, &str)> = p.narrow.iter().map(|n| (n.tid, n.cpus.as_str())).collect();
+        assert_eq!(
+            rec,
+            [
+                (1, "0-1"),
+                (30, "0-1"),
+                (31, "0-1"),
+                (50, "0-1"),
+                (60, "1-2"),
+                (70, "0-1")
+            ]
+        );
+        let aff = |tid: i32, pid: i32| {
+            crate::policy::threads::affinity(&root, pid, tid)
+                .unwrap()
+                .to_string()
+        };
+        let set = |pid: i32, tid: i32, cpus: &str| {
+            crate::policy::threads::set_thread_affinity(
+                &root,
+                pid,
+                tid,
+                &CpuSet::parse_list(cpus).unwrap(),
+            )
+            .unwrap()
+        };
+        // While the partition is there: the kernel narrowed 60 off it; the owner of 31 pinned
+        // it; 50 exited; 70's pid went to another thread.
+        set(60, 60, "1");
+        set(30, 31, "1");
+        std::fs::remove_dir_all(r.join("proc/50")).unwrap();
+        task(r, 70, "/", &[(70, "0-1", false)]);
+        let stat = r.join("proc/70/task/70/stat");
+        let text = std::fs::read_to_string(&stat)
+            .unwrap()
+            .replace(" 170 ", " 999 ");
+        std::fs::write(&stat, text).unwrap();
+        let before = narrow_now(&root, &p.narrow);
+        assert_eq!(before.len(), 4, "50 gone, 70 another thread");
+        // The removal: the kernel resets every task of the root cgroup but the owner's pin.
+        for (pid, tid) in [(1, 1), (20, 20), (30, 30), (60, 60), (70, 70)] {
+            set(pid, tid, "0-3");
+        }
+        assert_eq!(narrow_back(&root, &before).unwrap(), 3);
+        assert_eq!(aff(1, 1), "0-1");
+        assert_eq!(aff(30, 30), "0-1");
+        assert_eq!(aff(31, 30), "1");
+        assert_eq!(aff(60, 60), "1-2");
+        assert_eq!(aff(20, 20), "0-3");
+        assert_eq!(aff(70, 70), "0-3");
+    }
+
     #[test]
     fn paths() {
         assert_eq!(cgroup_path("/sys/fs/cgroup/iso"), "/iso");
@@ -820,6 +985,7 @@ mod tests {
             dir: dir.into(),
             cpus: cpus.clone(),
             workloads: Vec::new(),
+            narrow: Vec::new(),
         };
         put(r, "sys/fs/cgroup/iso/cpuset.cpus.exclusive", "2\n");
         match evaluate(&root, &p).unwrap() {

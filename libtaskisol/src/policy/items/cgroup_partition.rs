@@ -60,6 +60,15 @@ restore moves the workloads back, removes the directory it created (a directory 
 other tasks by then is reported, not forced) and disables
 .B cpuset
 again if it enabled it.
+Removing a partition makes the kernel reset the tasks of the cgroups around it to their
+cgroup's CPUs: a task the kernel had kept narrower (under
+.BR isolcpus= ,
+init and everything started at boot run on the housekeeping CPUs only) would come out of
+restore on every CPU.
+isold records, before the first change, each thread with CPUs outside the isolated ones
+but not all of the isolated ones, and after the removal gives those the kernel widened their
+recorded affinity back; a thread pinned by its owner since keeps its pin (the kernel keeps an
+affinity a task set itself, and isold writes only over the value the removal made).
 Partitions do not give nohz_full, RCU offload or managed IRQ moves (not on 7.x either: its
 isolated partition does not stop the tick without
 .B nohz_full=
@@ -165,6 +174,7 @@ pub fn partition_repair_target(policy: &Policy) -> Option<Target> {
             dir: dir.to_string(),
             cpus: policy.static_isolated(),
             workloads: Vec::new(),
+            narrow: Vec::new(),
         }),
     })
 }

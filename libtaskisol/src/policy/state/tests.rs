@@ -549,6 +549,7 @@ fn later_workloads_are_added_once() {
             exclusive: None,
             partition: None,
             moved: vec![moved(10, 100, "/")],
+            narrow: vec![],
         }),
     });
     st.add_moved(
@@ -844,6 +845,7 @@ fn an_entry_must_be_one_isold_records() {
                 cgroup: cgroup.into(),
                 threads: vec![],
             }],
+            narrow: vec![],
         }),
     };
     assert_eq!(
