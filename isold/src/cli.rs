@@ -75,6 +75,9 @@ pub enum Command {
     Apply(Output),
     /// Compare the running system with the policy; exit 1 on any deviation.
     Verify(Output),
+    /// What apply would change, each value as it is and as the policy wants it; change nothing
+    /// (exit 0 whatever it lists, 1 only when something cannot be read).
+    Plan(Output),
     /// Put back every original value recorded by apply (refused while `isold run` runs).
     Restore(RestoreArgs),
     /// Check the configuration file and print the resolved policy; change nothing.

@@ -80,7 +80,7 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
         audit::scope(&root, &config_path, cli.config.is_some(), cpus, &state_path)
     };
     let timed = match &cli.command {
-        Command::Apply(o) | Command::Verify(o) | Command::Check(o) => o.timings,
+        Command::Apply(o) | Command::Verify(o) | Command::Plan(o) | Command::Check(o) => o.timings,
         Command::Restore(r) => r.out.timings,
         _ => false,
     };
@@ -106,6 +106,23 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
             };
             match engine::verify(&root, &policy, &files) {
                 Ok(rep) => finish(&rep, out, rep.problems().count() == 0),
+                Err(e) => fail(e),
+            }
+        }
+        Command::Plan(out) => {
+            let policy = match resolve(&config_path, &root) {
+                Ok(p) => p,
+                Err(code) => return code,
+            };
+            match engine::verify(&root, &policy, &files) {
+                Ok(mut rep) => {
+                    rep.command = "plan".into();
+                    let ok = !rep
+                        .outcomes
+                        .iter()
+                        .any(|o| matches!(o.status, Status::Failed { .. }));
+                    finish(&rep, out, ok)
+                }
                 Err(e) => fail(e),
             }
         }
@@ -276,6 +293,9 @@ fn finish_report(rep: &Report, out: &Output, ok: bool) -> i32 {
     }
 }
 
+/// How `isold plan` words a deviation: what apply would do about it.
+const WOULD_CHANGE: &str = "would change";
+
 /// The human form: one line per outcome worth reading, then the summary. Thread moves are
 /// summed up unless --verbose (there can be thousands).
 pub fn human(rep: &Report, verbose: bool) -> String {
@@ -306,7 +326,12 @@ pub fn human(rep: &Report, verbose: bool) -> String {
                     o.status,
                     Status::Changed { .. } | Status::Gone | Status::Restored { .. }
                 ));
-        if o.item == "tasks" && matches!(o.status, Status::Changed { .. } | Status::Restored { .. })
+        let plan = rep.command == "plan";
+        let deviates = matches!(o.status, Status::Deviates { .. });
+        let quiet = quiet || (plan && o.item == "tasks" && deviates);
+        if o.item == "tasks"
+            && (matches!(o.status, Status::Changed { .. } | Status::Restored { .. })
+                || (plan && deviates))
         {
             moved += 1;
         }
@@ -315,16 +340,20 @@ pub fn human(rep: &Report, verbose: bool) -> String {
         }
         s.push_str(&format!(
             "  {:<17} {}: {}\n",
-            o.status.word(),
+            if plan && deviates {
+                WOULD_CHANGE
+            } else {
+                o.status.word()
+            },
             o.label,
             o.status
         ));
     }
     if moved > 0 && !verbose {
-        let verb = if rep.command == "restore" {
-            "restored"
-        } else {
-            "moved"
+        let verb = match rep.command.as_str() {
+            "restore" => "restored",
+            "plan" => "would be moved",
+            _ => "moved",
         };
         s.push_str(&format!(
             "  tasks: {moved} thread affinities {verb} (-v lists them)\n"
@@ -350,7 +379,13 @@ pub fn human(rep: &Report, verbose: bool) -> String {
         s.push_str(&format!("note: {n}\n"));
     }
     let problems = rep.problems().count();
-    s.push_str(&format!("{}: {}", rep.command, rep.summary()));
+    let summary = rep.summary();
+    let summary = if rep.command == "plan" {
+        summary.replace(" deviates", &format!(" {WOULD_CHANGE}"))
+    } else {
+        summary
+    };
+    s.push_str(&format!("{}: {summary}", rep.command));
     if rep.command == "verify" {
         s.push_str(if problems == 0 {
             " (clean)"

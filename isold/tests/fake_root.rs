@@ -131,6 +131,55 @@ fn apply_verify_restore_on_a_captured_tree() {
     let t = tree();
     let r = t.path();
     let before = snapshot(r);
+    // plan: what apply will change, changing nothing.
+    let (rc, plan, err) = isold(r, &["plan"]);
+    assert_eq!(rc, 0, "{plan}{err}");
+    assert!(
+        plan.contains("would change      sysctl kernel.timer_migration: is 1, policy wants 0\n"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("thread affinities would be moved (-v lists them)"),
+        "{plan}"
+    );
+    assert!(
+        plan.lines().last().unwrap().starts_with("plan: ")
+            && plan.lines().last().unwrap().contains(" would change"),
+        "{plan}"
+    );
+    assert_eq!(snapshot(r), before, "plan changes nothing");
+    let ids = |json: &str, statuses: &[&str]| -> std::collections::BTreeSet<String> {
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        v["outcomes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|o| statuses.contains(&o["status"].as_str().unwrap()))
+            .map(|o| o["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (rc, plan_json, _) = isold(r, &["plan", "--json"]);
+    assert_eq!(rc, 0);
+    let planned = ids(&plan_json, &["deviates"]);
+    assert!(planned.len() > 10, "{plan_json}");
+    assert_eq!(snapshot(r), before, "plan --json changes nothing");
+    let (rc, apply_json, err) = isold(r, &["apply", "--json"]);
+    assert_eq!(rc, 0, "{apply_json}{err}");
+    assert_eq!(
+        planned,
+        ids(&apply_json, &["changed", "move_pending", "waiting"]),
+        "plan lists what apply changes"
+    );
+    let (rc, plan, _) = isold(r, &["plan"]);
+    assert_eq!(rc, 0);
+    assert!(
+        !plan.contains("would change"),
+        "nothing left to change: {plan}"
+    );
+    let (rc, out, _) = isold(r, &["restore"]);
+    assert_eq!(rc, 0, "{out}");
+    assert_eq!(snapshot(r), before);
+
     let (rc, out, err) = isold(r, &["apply"]);
     assert_eq!(rc, 0, "{out}{err}");
     assert!(
