@@ -194,10 +194,11 @@ fn debian_root(kernel: &Kernel, debroot: DebRoot) -> Result<Vec<u8>, HarnessErro
             debroot_hint(debroot),
         ));
     }
-    if !stamp
-        .trim_end()
-        .ends_with(&format!("kernel {}", kernel.package))
-    {
+    let has = |pkg: &str| {
+        let words: Vec<&str> = stamp.split_whitespace().collect();
+        words.windows(2).any(|w| w == ["kernel", pkg])
+    };
+    if !has(&kernel.package) {
         return Err(HarnessError::setup(
             format!(
                 "the Debian root has the modules of another kernel than {} ({})",
@@ -254,9 +255,11 @@ fn build_initramfs(
             c.file(BUSYBOX, 0o755, &read(busybox)?);
         }
         Userland::Debian => {
-            if kernel.role != KernelRole::Rt612 {
+            if !matches!(kernel.role, KernelRole::Rt612 | KernelRole::Rt7)
+                || (kernel.role == KernelRole::Rt7 && s.debroot == DebRoot::Libvirt)
+            {
                 return Err(HarnessError::Io(format!(
-                    "scenario {}: the Debian root has the modules of rt612 only",
+                    "scenario {}: the Debian roots have the modules of rt612 (and, but for libvirt's, rt7) only",
                     s.name
                 )));
             }

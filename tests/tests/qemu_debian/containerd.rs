@@ -1,7 +1,8 @@
 //! Isolation that follows containers on a containerd node, through NRI, driven the way the
 //! kubelet drives containerd: the Debian sid root of `scripts/setup-debroot containerd`
-//! (containerd 2.1 with NRI on by default, runc 1.3) booted with Debian's 6.12-rt from a copy
-//! of the root in a tmpfs (`Scenario::debian_containerd`), and isol-cri, a CRI client
+//! (containerd 2.1 with NRI on by default, runc 1.3) booted with Debian's 6.12-rt or sid's
+//! 7.x-rt from a copy of the root in a tmpfs (`Scenario::debian_containerd`), and isol-cri, a
+//! CRI client
 //! (tests/src/bin/isol-cri.rs: the RuntimeService over containerd's socket, as the kubelet
 //! calls it), running host-network pods whose sandbox and workload are the busybox image
 //! imported offline. isold.service runs with `isolated_cpus = "2"`, `[containers] cpus = "3"`
@@ -31,7 +32,7 @@
 
 use std::time::Duration;
 
-use taskisol_tests::qemu::{run, Expect, Scenario, StepOutput, CONTAINERD_IMAGE_TAR};
+use taskisol_tests::qemu::{run, Expect, KernelRole, Scenario, StepOutput, CONTAINERD_IMAGE_TAR};
 
 use super::containers::{claims_has, exposed, quiet, FUNCS};
 use super::{at_most, PRE, UNIT};
@@ -95,7 +96,17 @@ fn image_steps() -> String {
 
 #[test]
 fn rt612_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
-    let mut s = Scenario::debian_containerd("rt612_isold_containerd", "");
+    isold_nri_isolates_a_containerd_containers_cpus_while_it_runs(KernelRole::Rt612);
+}
+
+#[test]
+fn rt7_isold_nri_isolates_a_containerd_containers_cpus_while_it_runs() {
+    isold_nri_isolates_a_containerd_containers_cpus_while_it_runs(KernelRole::Rt7);
+}
+
+fn isold_nri_isolates_a_containerd_containers_cpus_while_it_runs(role: KernelRole) {
+    let mut s = Scenario::debian_containerd(&format!("{}_isold_containerd", role.as_str()), "");
+    s.role = role;
     s.binaries.push("isol-nri-tap".into());
     s.file("/etc/systemd/system/isold.service", 0o644, UNIT);
     s.file(

@@ -1,6 +1,7 @@
 //! isold.service through the life of a production host, under a real systemd: the Debian root
-//! of scripts/setup-debroot booted with Debian's 6.12-rt, with /etc and /var/lib on a disk
-//! (tests/guest/persist-init) so that the guest really reboots with them kept.
+//! of scripts/setup-debroot booted with Debian's 6.12-rt or sid's 7.x-rt, with /etc and
+//! /var/lib on a disk (tests/guest/persist-init) so that the guest really reboots with them
+//! kept.
 //!
 //! - stop is not undo (`on_stop = "keep"`, the default): after `systemctl stop` the policy
 //!   holds (verify exit 0); `isold restore` is refused while the service runs, and afterwards
@@ -20,7 +21,7 @@
 
 use std::time::Duration;
 
-use taskisol_tests::qemu::{run, Expect, Scenario, StepOutput};
+use taskisol_tests::qemu::{run, Expect, KernelRole, Scenario, StepOutput};
 
 use super::{at_least, num, PRE, UNIT};
 
@@ -69,7 +70,17 @@ const ETC_DIFF: &str = "etc_snapshot /tmp/etc.now\n\
 
 #[test]
 fn rt612_isold_service_stop_restart_reboot_poweroff() {
-    let mut s = Scenario::debian("rt612_isold_lifecycle", "");
+    isold_service_stop_restart_reboot_poweroff(KernelRole::Rt612);
+}
+
+#[test]
+fn rt7_isold_service_stop_restart_reboot_poweroff() {
+    isold_service_stop_restart_reboot_poweroff(KernelRole::Rt7);
+}
+
+fn isold_service_stop_restart_reboot_poweroff(role: KernelRole) {
+    let mut s = Scenario::debian(&format!("{}_isold_lifecycle", role.as_str()), "");
+    s.role = role;
     s.disk_mb = Some(768);
     s.timeout = Duration::from_secs(1800);
     s.file("/etc/systemd/system/isold.service", 0o644, UNIT);

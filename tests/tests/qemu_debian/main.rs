@@ -1,7 +1,9 @@
 //! isold.service in the Debian root of scripts/setup-debroot, booted with systemd as PID 1 on
-//! Debian's 6.12-rt: the service itself (`service`), a production host's restarts and reboots
+//! Debian's 6.12-rt and sid's 7.x-rt (the suites that matter for restore: service, lifecycle,
+//! containerd, package): the service itself (`service`), a production host's restarts and reboots
 //! (`lifecycle`), a KVM host with libvirt (`libvirt`), containers under podman
-//! (`containers`) and the Debian package under dpkg (`package`). They are one test binary so
+//! (`containers`), the Debian package under dpkg (`package`) and restore after a partition
+//! on a host booted with isolcpus= (`partition`, 7.x-rt). They are one test binary so
 //! that the test harness runs two guests at a time: QEMU runs each guest on one host thread
 //! (`-accel tcg,thread=single`), so two of them use the machine's two cores where one binary
 //! per scenario left one idle.
@@ -16,6 +18,7 @@ mod containers;
 mod libvirt;
 mod lifecycle;
 mod package;
+mod partition;
 mod service;
 
 /// Every step starts on the housekeeping CPUs, so the step's own shell is not a wide task

@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use taskisol_tests::qemu::{bin_dir, release_binary, run, workspace_root, Expect, Scenario};
+use taskisol_tests::qemu::{
+    bin_dir, release_binary, run, workspace_root, Expect, KernelRole, Scenario,
+};
 
 use super::at_least;
 
@@ -135,11 +137,21 @@ const START_DS: &str = "printf 'isolated_cpus = \"3\"\\non_stop = \"restore\"\\n
 
 #[test]
 fn rt612_deb_install_upgrade_remove_purge() {
+    deb_install_upgrade_remove_purge(KernelRole::Rt612);
+}
+
+#[test]
+fn rt7_deb_install_upgrade_remove_purge() {
+    deb_install_upgrade_remove_purge(KernelRole::Rt7);
+}
+
+fn deb_install_upgrade_remove_purge(role: KernelRole) {
     let dir = tempfile::tempdir().unwrap();
     let v1 = make_deb(dir.path(), "0.1.0-1");
     let v2 = make_deb(dir.path(), "0.1.0-2");
 
-    let mut s = Scenario::debian("rt612_deb_package", "");
+    let mut s = Scenario::debian(&format!("{}_deb_package", role.as_str()), "");
+    s.role = role;
     // Only the packages bring isold and chisol.
     s.binaries.clear();
     s.file("/root/taskisol_1.deb", 0o644, &std::fs::read(&v1).unwrap());

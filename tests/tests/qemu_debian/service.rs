@@ -1,6 +1,6 @@
 //! `isold run` as the systemd service it ships as (dist/isold.service), under a real systemd:
-//! the Debian root of scripts/setup-debroot booted with Debian's 6.12-rt *without* isolation
-//! arguments, `isolated_cpus = "2-3"`, `on_stop = "restore"` (the default, "keep", is in
+//! the Debian root of scripts/setup-debroot booted with Debian's 6.12-rt or sid's 7.x-rt
+//! *without* isolation arguments, `isolated_cpus = "2-3"`, `on_stop = "restore"` (the default, "keep", is in
 //! tests/tests/qemu_debian/lifecycle.rs with the restarts and reboots). Start (active only after READY=1), wide tasks narrowed
 //! as they exec, drift put back, a hot-plugged NIC's IRQs moved, reload, stop with a full
 //! snapshot compared, and kill -9 followed by start and stop. Built only with
@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use taskisol_tests::qemu::{hotplug_virtio_net, run, Expect, Scenario, StepOutput};
+use taskisol_tests::qemu::{hotplug_virtio_net, run, Expect, KernelRole, Scenario, StepOutput};
 
 use super::{at_least, at_most, PRE, UNIT};
 
@@ -63,7 +63,17 @@ rm -r /etc/systemd/system/isold.service.d; systemctl daemon-reload
 
 #[test]
 fn rt612_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
-    let mut s = Scenario::debian("rt612_isold_service", "");
+    isold_service_keeps_cpus_isolated_and_restores_on_stop(KernelRole::Rt612);
+}
+
+#[test]
+fn rt7_isold_service_keeps_cpus_isolated_and_restores_on_stop() {
+    isold_service_keeps_cpus_isolated_and_restores_on_stop(KernelRole::Rt7);
+}
+
+fn isold_service_keeps_cpus_isolated_and_restores_on_stop(role: KernelRole) {
+    let mut s = Scenario::debian(&format!("{}_isold_service", role.as_str()), "");
+    s.role = role;
     s.binaries.push("isol-reaction".into());
     s.binaries.push("isol-drift".into());
     s.binaries.push("isol-pinner".into());
