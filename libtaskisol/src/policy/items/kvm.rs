@@ -30,7 +30,8 @@ const MAN: &str = r#"The options of
 in
 .IR /etc/modprobe.d/isold\-kvm.conf ,
 only for parameters the loaded module has (realtime\-virtual\-host:
-kvm.kvmclock_periodic_sync 0, kvm.nx_huge_pages 0, kvm_intel.ple_gap 0).
+kvm.kvmclock_periodic_sync 0, kvm.nx_huge_pages 0, kvm_intel.ple_gap 0; the kvm module of 7.x
+has no kvmclock_periodic_sync, so the file has none there).
 They take effect when the module is next loaded (verify and status say the file waits for it
 while the loaded module has other values); the file stays across reboots until
 .BR "isold restore" ."#;
