@@ -99,6 +99,9 @@ pub fn scope(
 }
 
 /// `isold audit`.
+///
+/// Long because it is the command's steps in order: scope, the state file's view, two samples, the
+/// report.
 pub fn run(
     root: &SysRoot,
     scope: &Scope,
@@ -282,6 +285,7 @@ pub(crate) fn rate(r: f64) -> String {
     }
 }
 
+/// Long because it prints one CPU's block line by line in the order the reader sees it.
 fn cpu_block(s: &mut String, c: &CpuAudit, verbose: bool) {
     let tick = match &c.tick {
         Some(t) if t.stopped => format!("tick stopped ({}/s)", rate(t.per_s)),
@@ -518,6 +522,9 @@ pub fn human(a: &Audit, verbose: bool) -> String {
 
 /// `isold bootargs`: exit 0 when the running kernel has every argument, 1 when some are
 /// missing (after writing the GRUB drop-in with --write-grub, 0).
+///
+/// Long because it is one report printed section by section (the arguments had, missing, wrong;
+/// GRUB's drop-in); split, each part would only pass the buffer on.
 pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &StateFiles) -> i32 {
     let online = match topology::online_cpus(root) {
         Ok(o) => o,

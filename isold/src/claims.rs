@@ -81,6 +81,9 @@ pub fn send(socket: &Path, msg: &Message) -> Result<Reply, Option<String>> {
 /// (at creation) or release (at poststop) its CPUs. Exit 0 lets the container go on; 1 stops
 /// its start (a refused claim, a bad annotation, and a daemon not running with `--if-down
 /// fail`).
+///
+/// Long because it is the hook's steps in the order the runtime expects them, each with its exit
+/// code and message.
 pub fn hook(root: &SysRoot, socket: &Path, args: &HookArgs) -> i32 {
     SYSLOG.store(root.is_host(), std::sync::atomic::Ordering::Relaxed);
     let mut input = Vec::new();

@@ -26,6 +26,8 @@ pub use exit::{
 pub use exit::{load_policy, print_out};
 
 /// Parse `args` (with `argv[0]`) and run; returns the exit code.
+///
+/// Long because it is one arm per command, each a few lines that hand over to the command's module.
 pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
     let cli = match Cli::try_parse_from(args) {
         Ok(c) => c,

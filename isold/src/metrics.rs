@@ -134,6 +134,9 @@ fn must<T>(r: prometheus::Result<T>) -> T {
 
 impl Metrics {
     /// The metrics of a daemon keeping `policy`.
+    ///
+    /// Long because it registers every metric family, one statement each, so that the exposition's
+    /// names and help texts read as one list.
     pub fn new(policy: &Policy) -> Metrics {
         let registry = Registry::new();
         let reg = |c: Box<dyn Collector>| must(registry.register(c));

@@ -84,6 +84,9 @@ struct Conn<C> {
 pub type Replies = (Receiver<(u64, Vec<u8>)>, UnixStream);
 
 /// Serve `listener` until `replies` is disconnected (or forever without one).
+///
+/// Long because it is one poll loop whose phases (accept, read, wait, write, expire) share the
+/// connection table.
 pub fn serve<L: Listen, S: Service<L::Conn>>(
     listener: L,
     limits: Limits,

@@ -283,6 +283,9 @@ pub fn status(
 }
 
 /// The human form of a running daemon's status.
+///
+/// Long because it prints one section after another of a single status; split, each part would only
+/// pass the buffer on.
 pub fn human_status(s: &DaemonStatus) -> String {
     let mut out = format!(
         "isold run: {} (pid {}), since {} s ago\n  policy {} ({}): isolated CPUs {}, housekeeping {}\n  tasks: {}; devices: {}\n  scans every {} s, every thread's affinity every {} s\n",

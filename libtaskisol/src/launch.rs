@@ -187,6 +187,9 @@ impl LaunchSpec {
     /// Resolve and check everything. Nothing is changed; an error here means nothing would
     /// be started. `root` is where /proc and /sys are read; task-isolation detection always
     /// looks at the running kernel.
+    ///
+    /// Long because it is the launch's checks in the order chisol applies them, a few lines each:
+    /// one body keeps that order visible.
     pub fn plan(&self, root: &SysRoot) -> Result<LaunchPlan> {
         let mut steps = Vec::new();
         let mut notes = Vec::new();

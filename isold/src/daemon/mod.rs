@@ -46,6 +46,7 @@ mod scanner;
 mod serve;
 mod stalls;
 mod tasks;
+mod watchers;
 
 use std::path::Path;
 

@@ -212,6 +212,8 @@ fn recorder(root: &SysRoot, cpus: &CpuSet) -> Result<Recorder, String> {
         .map_err(|e| format!("cannot record: {e}"))
 }
 
+/// Long because it is the ledger thread's one loop: control messages, the recorder's retries,
+/// names, reads and publication share its state.
 #[allow(clippy::too_many_arguments)]
 fn run(
     root: &SysRoot,

@@ -403,6 +403,9 @@ fn tick_reasons_fix(reasons: &[TickReason]) -> String {
 
 /// Build the audit of `scope` from the files under `root` (the "can" part, read now) and two
 /// samples taken `window_s` seconds apart (the "did" part).
+///
+/// Long because it fills each CPU's audit field by field from the same two samples; the findings
+/// themselves are in exposure.rs, deltas.rs and threads.rs.
 pub fn audit(
     root: &SysRoot,
     scope: &Scope,

@@ -400,6 +400,7 @@ impl Claim {
         Claim::resolve_as(root, req, policy, others, false).map(|_| ())
     }
 
+    /// Long because it is the claim rule's checks in order, each refusal with its own message.
     fn resolve_as(
         root: &SysRoot,
         req: &ClaimRequest,

@@ -219,6 +219,9 @@ pub struct Cpu {
 
 impl Cpu {
     /// Take one event at `ts` (ns); the interruptions it ends are passed to `out`.
+    ///
+    /// Long because it is one arm per kind of trace event: the state machine of a CPU reads best in
+    /// one place.
     pub fn event(
         &mut self,
         ts: u64,

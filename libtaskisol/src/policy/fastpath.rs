@@ -200,6 +200,9 @@ impl TaskFixer {
     }
 
     /// Narrow thread `tid` of process `pid` if the policy says so.
+    ///
+    /// Long because it is the plan's decision for one thread, the same checks in the same order as
+    /// the plan's, so that the two can be compared line by line.
     pub fn fix(&mut self, root: &SysRoot, policy: &Policy, pid: i32, tid: i32) -> Result<Fix> {
         let iso = &policy.isolated;
         let aff = match threads::affinity(root, pid, tid) {

@@ -674,10 +674,9 @@ fn narrow_back(root: &SysRoot, before: &[(&Narrow, CpuSet, CpuSet)]) -> Result<u
         match super::threads::set_thread_affinity_if(root, n.pid, n.tid, &now, was) {
             Ok(None) => back += 1,
             Ok(Some(_)) => {}
-            Err(e) => match super::threads::refusal(&e) {
-                super::threads::Refusal::Failed => return Err(e),
-                _ => {} // exited, or the kernel will not change it
-            },
+            // Exited, or the kernel will not change it: left so.
+            Err(e) if super::threads::refusal(&e) != super::threads::Refusal::Failed => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(back)

@@ -19,6 +19,7 @@ use crate::sched::SchedPolicy;
 use crate::sysroot::SysRoot;
 use crate::{irq, tasks};
 
+/// Long because it is one arm per kind of original (`Original`).
 pub(super) fn restore_one(root: &SysRoot, o: &Original) -> Status {
     match o {
         Original::Partition(p) => partition::restore(root, p),
@@ -491,6 +492,9 @@ fn narrowed_original(e: &Entry) -> Option<(Narrowed, CpuSet)> {
 /// `isolated_before`: the CPUs that were isolated when the values were narrowed. A thread
 /// missing a CPU of its original outside them was pinned by its owner (libvirt, DPDK,
 /// `taskset -p`) since: its pin stands, it gets nothing back.
+///
+/// Long because it is one pass over the state's narrowed originals, one arm per kind (IRQ, mask,
+/// thread), each compare-and-write with its owner rule.
 pub fn give_back(
     root: &SysRoot,
     files: &StateFiles,

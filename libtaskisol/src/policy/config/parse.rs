@@ -226,24 +226,14 @@ impl Config {
         Config::parse(&text, path)
     }
 
-    /// Parse and validate the text of a configuration file named `file`.
-    pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
+    /// The top-level keys: `preset`, `isolated_cpus` (required), `on_stop`; the rest of the
+    /// configuration is the preset's defaults, for the tables to change.
+    fn top_keys(top: &toml_edit::Table, text: &str, file: &Path) -> Result<Config, ConfigError> {
         let err = |span: Option<std::ops::Range<usize>>, reason: String| ConfigError {
             file: file.into(),
             line: line_of(text, span),
             reason,
         };
-        let doc = ImDocument::parse(text).map_err(|e| {
-            let msg = e.message().trim().to_string();
-            err(e.span(), format!("not valid TOML: {msg}"))
-        })?;
-        let top = doc.as_table();
-        for (k, _) in top.iter() {
-            if !TOP_KEYS.contains(&k) {
-                let key = top.key(k).and_then(|k| k.span());
-                return Err(err(key, unknown("key", k, TOP_KEYS)));
-            }
-        }
         let str_of = |k: &str| -> Result<Option<(String, Option<usize>)>, ConfigError> {
             match top.get(k) {
                 None => Ok(None),
@@ -303,6 +293,32 @@ impl Config {
                 }
             };
         }
+        Ok(c)
+    }
+
+    /// Parse and validate the text of a configuration file named `file`.
+    ///
+    /// Long because every table is read in one pass with the same error mapping (`err`, `walk`);
+    /// each table's own rules are in its type's `set`, `set_task_list`, `add_irq_allow` and the
+    /// items'.
+    pub fn parse(text: &str, file: &Path) -> Result<Config, ConfigError> {
+        let err = |span: Option<std::ops::Range<usize>>, reason: String| ConfigError {
+            file: file.into(),
+            line: line_of(text, span),
+            reason,
+        };
+        let doc = ImDocument::parse(text).map_err(|e| {
+            let msg = e.message().trim().to_string();
+            err(e.span(), format!("not valid TOML: {msg}"))
+        })?;
+        let top = doc.as_table();
+        for (k, _) in top.iter() {
+            if !TOP_KEYS.contains(&k) {
+                let key = top.key(k).and_then(|k| k.span());
+                return Err(err(key, unknown("key", k, TOP_KEYS)));
+            }
+        }
+        let mut c = Config::top_keys(top, text, file)?;
 
         let table = |k: &str| -> Result<Option<&dyn TableLike>, ConfigError> {
             match top.get(k) {
@@ -383,70 +399,10 @@ impl Config {
             })?;
         }
         if let Some(t) = table("tasks")? {
-            walk(t, "tasks", &mut |k, v| {
-                if !TASK_KEYS.contains(&k) {
-                    return Err(unknown("key", k, TASK_KEYS));
-                }
-                let Value::Array(a) = v else {
-                    return Err(format!("tasks.{k} must be an array of strings"));
-                };
-                let mut list = Vec::new();
-                for e in a.iter() {
-                    match e {
-                        Value::String(s) if !s.value().is_empty() => list.push(s.value().clone()),
-                        _ => {
-                            return Err(format!("tasks.{k} must be an array of non-empty strings"))
-                        }
-                    }
-                }
-                if k == "allow_cgroup" {
-                    if let Some(bad) = list.iter().find(|p| !p.starts_with('/')) {
-                        return Err(format!(
-                            "tasks.allow_cgroup: {bad:?} is not a cgroup path starting with /"
-                        ));
-                    }
-                    c.allow_cgroup.extend(list);
-                } else {
-                    c.allow_comm.extend(list);
-                }
-                Ok(())
-            })?;
+            walk(t, "tasks", &mut |k, v| c.set_task_list(k, v))?;
         }
         if let Some(t) = table("irqs")? {
-            walk(t, "irqs", &mut |k, v| {
-                if !IRQ_KEYS.contains(&k) {
-                    return Err(unknown("key", k, IRQ_KEYS));
-                }
-                let Value::Array(a) = v else {
-                    return Err(
-                        "irqs.allow must be an array of IRQ numbers and name patterns".into(),
-                    );
-                };
-                for e in a.iter() {
-                    c.irq_allow.push(match e {
-                        Value::Integer(n) => {
-                            IrqAllow::Number(u32::try_from(*n.value()).map_err(|_| {
-                                format!("irqs.allow: {} is not an IRQ number", n.value())
-                            })?)
-                        }
-                        Value::String(s) if s.value().trim().is_empty() => {
-                            return Err("irqs.allow: an empty name matches no IRQ".into())
-                        }
-                        // A number written as a string is the number.
-                        Value::String(s) => match s.value().trim().parse::<u32>() {
-                            Ok(n) => IrqAllow::Number(n),
-                            Err(_) => IrqAllow::Name(s.value().clone()),
-                        },
-                        other => {
-                            return Err(format!(
-                                "irqs.allow takes IRQ numbers and name patterns, not {}",
-                                other.type_name()
-                            ))
-                        }
-                    });
-                }
-                Ok(())
-            })?;
+            walk(t, "irqs", &mut |k, v| c.add_irq_allow(k, v))?;
         }
         if let Some(t) = table("metrics")? {
             let mut m = MetricsConfig {
@@ -467,34 +423,7 @@ impl Config {
         }
         if let Some(t) = table("containers")? {
             let mut cc = ContainersConfig::default();
-            walk(t, "containers", &mut |k, v| {
-                match k {
-                "cpus" => {
-                    let Value::String(s) = v else {
-                        return Err("containers.cpus must be a string (a CPU list, \"4-7\")".into());
-                    };
-                    cc.cpus = CpuSet::parse_list(s.value().trim())
-                        .map_err(|e| format!("containers.cpus: {e}"))?;
-                    cc.cpus_line = line_of(text, s.span());
-                    Ok(())
-                }
-                "nri" => match v {
-                    Value::Boolean(b) => {
-                        cc.nri = *b.value();
-                        Ok(())
-                    }
-                    _ => Err("containers.nri takes true or false".into()),
-                },
-                "nri_socket" => match v {
-                    Value::String(s) if Path::new(s.value()).is_absolute() => {
-                        cc.nri_socket = PathBuf::from(s.value());
-                        Ok(())
-                    }
-                    _ => Err("containers.nri_socket must be an absolute path (\"/var/run/nri/nri.sock\")".into()),
-                },
-                _ => Err(unknown("key", k, CONTAINERS_KEYS)),
-            }
-            })?;
+            walk(t, "containers", &mut |k, v| cc.set(k, v, text))?;
             c.containers = Some(cc);
         }
         if let Some(t) = table("stalls")? {
@@ -517,6 +446,67 @@ impl Config {
             c.net = n;
         }
         Ok(c)
+    }
+
+    /// An entry of `[tasks]`: `allow_comm` or `allow_cgroup`, an array of non-empty strings.
+    fn set_task_list(&mut self, k: &str, v: &Value) -> Result<(), String> {
+        if !TASK_KEYS.contains(&k) {
+            return Err(unknown("key", k, TASK_KEYS));
+        }
+        let Value::Array(a) = v else {
+            return Err(format!("tasks.{k} must be an array of strings"));
+        };
+        let mut list = Vec::new();
+        for e in a.iter() {
+            match e {
+                Value::String(s) if !s.value().is_empty() => list.push(s.value().clone()),
+                _ => return Err(format!("tasks.{k} must be an array of non-empty strings")),
+            }
+        }
+        if k == "allow_cgroup" {
+            if let Some(bad) = list.iter().find(|p| !p.starts_with('/')) {
+                return Err(format!(
+                    "tasks.allow_cgroup: {bad:?} is not a cgroup path starting with /"
+                ));
+            }
+            self.allow_cgroup.extend(list);
+        } else {
+            self.allow_comm.extend(list);
+        }
+        Ok(())
+    }
+
+    /// The entry of `[irqs]`: `allow`, IRQ numbers and name patterns.
+    fn add_irq_allow(&mut self, k: &str, v: &Value) -> Result<(), String> {
+        if !IRQ_KEYS.contains(&k) {
+            return Err(unknown("key", k, IRQ_KEYS));
+        }
+        let Value::Array(a) = v else {
+            return Err("irqs.allow must be an array of IRQ numbers and name patterns".into());
+        };
+        for e in a.iter() {
+            self.irq_allow.push(match e {
+                Value::Integer(n) => IrqAllow::Number(
+                    u32::try_from(*n.value())
+                        .map_err(|_| format!("irqs.allow: {} is not an IRQ number", n.value()))?,
+                ),
+                Value::String(s) if s.value().trim().is_empty() => {
+                    return Err("irqs.allow: an empty name matches no IRQ".into())
+                }
+                // A number written as a string is the number.
+                Value::String(s) => match s.value().trim().parse::<u32>() {
+                    Ok(n) => IrqAllow::Number(n),
+                    Err(_) => IrqAllow::Name(s.value().clone()),
+                },
+                other => {
+                    return Err(format!(
+                        "irqs.allow takes IRQ numbers and name patterns, not {}",
+                        other.type_name()
+                    ))
+                }
+            });
+        }
+        Ok(())
     }
 
     /// Two settings that write one file would undo each other at every check of a daemon:
@@ -558,5 +548,40 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+impl ContainersConfig {
+    /// An entry of `[containers]` (`text` is the file's, for the line of `cpus`).
+    fn set(&mut self, k: &str, v: &Value, text: &str) -> Result<(), String> {
+        match k {
+            "cpus" => {
+                let Value::String(s) = v else {
+                    return Err("containers.cpus must be a string (a CPU list, \"4-7\")".into());
+                };
+                self.cpus = CpuSet::parse_list(s.value().trim())
+                    .map_err(|e| format!("containers.cpus: {e}"))?;
+                self.cpus_line = line_of(text, s.span());
+                Ok(())
+            }
+            "nri" => match v {
+                Value::Boolean(b) => {
+                    self.nri = *b.value();
+                    Ok(())
+                }
+                _ => Err("containers.nri takes true or false".into()),
+            },
+            "nri_socket" => match v {
+                Value::String(s) if Path::new(s.value()).is_absolute() => {
+                    self.nri_socket = PathBuf::from(s.value());
+                    Ok(())
+                }
+                _ => Err(
+                    "containers.nri_socket must be an absolute path (\"/var/run/nri/nri.sock\")"
+                        .into(),
+                ),
+            },
+            _ => Err(unknown("key", k, CONTAINERS_KEYS)),
+        }
     }
 }

@@ -145,6 +145,9 @@ impl Entry {
     /// the text restore writes is the content recorded, a thread's ids agree. `Err` says
     /// what is wrong; such an entry is never written back (a state file edited to say
     /// `/proc/sys/../../../etc/shadow` writes nothing there).
+    ///
+    /// Long because it is one arm per kind of entry, each arm the whole rule for that kind: a
+    /// reviewer reads every rule in one place.
     pub fn check(&self) -> std::result::Result<(), String> {
         let (kind, key) = self.id.split_once(':').unwrap_or((self.id.as_str(), ""));
         // A thread's entry is named by its kind, tid and start time: a pid reused since is

@@ -1,0 +1,424 @@
+use super::loan::DEADLINE_GRACE;
+use super::*;
+use crate::policy::state::State;
+
+fn seen(tid: i32, policy: u32, prio: u32) -> Seen {
+    Seen {
+        pid: tid,
+        tid,
+        starttime: 7,
+        comm: format!("t{tid}"),
+        flags: 0,
+        state: 'R',
+        cpu: 3,
+        policy,
+        rt_priority: prio,
+        exec_ns: 0,
+        runs: 0,
+        cpu_ticks: 0,
+    }
+}
+
+fn ids(v: Vec<(i32, Option<Seen>)>) -> Vec<(i32, Option<i32>)> {
+    let mut v: Vec<_> = v.into_iter().map(|(t, b)| (t, b.map(|b| b.tid))).collect();
+    v.sort();
+    v
+}
+
+/// Behind a thread that ran, a thread that did not for the threshold starves; alone on
+/// its CPU it starves once it cannot be the one running (2 s); a thread on loan is no
+/// runner.
+#[test]
+fn who_starves_behind_whom() {
+    let now = Instant::now();
+    let t = Duration::from_millis(1500);
+    let ago = |ms| now - Duration::from_millis(ms);
+    let (lp, kw, other) = (seen(1, 1, 1), seen(2, 0, 0), seen(3, 0, 0));
+    // The loop ran just now, the kworker waited 1.6 s: it starves behind the loop.
+    let v = starving([(&lp, now), (&kw, ago(1600))].into_iter(), now, t);
+    assert_eq!(ids(v), vec![(2, Some(1))]);
+    // Under the threshold: nobody.
+    assert!(starving([(&lp, now), (&kw, ago(1400))].into_iter(), now, t).is_empty());
+    // Nothing seen to run: the highest of the stuck holds the CPU, the rest starve.
+    let v = starving([(&lp, ago(1600)), (&kw, ago(1600))].into_iter(), now, t);
+    assert_eq!(ids(v), vec![(2, Some(1))]);
+    // Alone and stuck under 2 s: it may be the one running; at 2 s it is not.
+    assert!(starving([(&kw, ago(1600))].into_iter(), now, t).is_empty());
+    assert_eq!(
+        ids(starving([(&kw, ago(2000))].into_iter(), now, t)),
+        vec![(2, None)]
+    );
+    // A lent thread that runs is no runner: what holds the CPU is the loop.
+    let lent = seen(4, SCHED_DEADLINE, 0);
+    let v = starving(
+        [(&lp, ago(1600)), (&lent, now), (&other, ago(1600))].into_iter(),
+        now,
+        t,
+    );
+    assert_eq!(ids(v), vec![(3, Some(1))]);
+    // Other CPUs are judged apart.
+    let mut far = seen(5, 0, 0);
+    far.cpu = 2;
+    assert!(starving([(&lp, now), (&far, ago(1600))].into_iter(), now, t).is_empty());
+}
+
+/// A tree with CPUs 0-3, a FIFO loop and a kworker on CPU 3.
+struct Tree {
+    dir: tempfile::TempDir,
+    root: SysRoot,
+}
+
+impl Tree {
+    fn new() -> Tree {
+        let dir = tempfile::tempdir().unwrap();
+        let root = SysRoot::new(dir.path());
+        let t = Tree { dir, root };
+        t.put("proc/sys/kernel/random/boot_id", "b00t\n");
+        t.idle([100, 100, 100, 100]);
+        t.thread(10, "sh", 0x400100, 'R', 1, 1, 3, "3");
+        t.thread(20, "kworker/3:1", 0x4208060, 'S', 0, 0, 3, "3");
+        t.thread(30, "bash", 0x400100, 'S', 0, 0, 0, "0-1");
+        t
+    }
+
+    fn put(&self, rel: &str, text: &str) {
+        let p = self.dir.path().join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    fn idle(&self, idle: [u64; 4]) {
+        let mut text = "cpu  1 2 3 400 0 0 0 0 0 0\n".to_string();
+        for (i, v) in idle.iter().enumerate() {
+            text.push_str(&format!("cpu{i} 1 2 3 {v} 0 0 0 0 0 0\n"));
+        }
+        self.put("proc/stat", &text);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn thread(
+        &self,
+        tid: i32,
+        comm: &str,
+        flags: u64,
+        state: char,
+        policy: u32,
+        prio: u32,
+        cpu: u32,
+        aff: &str,
+    ) {
+        let mut f: Vec<String> = (3..=52).map(|_| "0".to_string()).collect();
+        f[0] = state.to_string();
+        f[6] = flags.to_string();
+        f[19] = "7".into();
+        f[36] = cpu.to_string();
+        f[37] = prio.to_string();
+        f[38] = policy.to_string();
+        self.put(
+            &format!("proc/{tid}/task/{tid}/stat"),
+            &format!("{tid} ({comm}) {}\n", f.join(" ")),
+        );
+        self.put(
+            &format!("proc/{tid}/task/{tid}/status"),
+            &format!("Name:\t{comm}\nCpus_allowed_list:\t{aff}\n"),
+        );
+        self.put(&format!("proc/{tid}/task/{tid}/schedstat"), "100 0 5\n");
+        self.put(
+            &format!("proc/{tid}/stat"),
+            &format!("{tid} ({comm}) {}\n", f.join(" ")),
+        );
+    }
+
+    fn state_of(&self, tid: i32) -> (char, u32) {
+        let s = crate::cpuwatch::read_seen(&self.root, tid, tid)
+            .unwrap()
+            .unwrap();
+        (s.state, s.policy)
+    }
+
+    fn files(&self) -> StateFiles {
+        StateFiles::new(
+            self.dir.path().join("run/isold/state.json"),
+            self.dir.path().join("var/lib/isold/state.json"),
+        )
+    }
+}
+
+/// A guard of CPUs 2-3 of the tree, recording in its state files.
+fn guard(t: &Tree, settings: StallsConfig) -> Guard {
+    Guard::new(Watch {
+        cpus: "2-3".parse().unwrap(),
+        settings,
+        files: t.files(),
+        isolated: "2-3".into(),
+        config: "isold.toml".into(),
+    })
+}
+
+/// A guard of the tree that made its first pass, then CPU 3 busy and its kworker woken
+/// there.
+fn kworker_waits() -> (Tree, Guard, Instant) {
+    let t = Tree::new();
+    let mut g = guard(&t, StallsConfig::default());
+    let t0 = Instant::now();
+    g.pass(&t.root, t0);
+    t.idle([200, 200, 200, 100]);
+    t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
+    (t, g, t0)
+}
+
+fn loans(files: &StateFiles) -> usize {
+    State::load(&files.runtime).unwrap().map_or(0, |s| {
+        s.entries()
+            .iter()
+            .filter(|e| e.id.starts_with("loan:"))
+            .count()
+    })
+}
+
+/// The kworker of CPU 3 runnable and never running behind the loop: lent SCHED_DEADLINE
+/// after the threshold, its own policy recorded first; once it sleeps, given back and the
+/// record gone. A loan left by a guard that died is given back by give_back_recorded.
+#[test]
+fn a_starving_kworker_is_lent_a_slice_and_given_it_back() {
+    let t = Tree::new();
+    let files = t.files();
+    let mut g = guard(&t, StallsConfig::default());
+    let t0 = Instant::now();
+    let ev = g.pass(&t.root, t0);
+    assert!(
+        matches!(&ev[..], [Event::Walked { residents: 2, .. }]),
+        "{ev:?}"
+    );
+    // CPU 3 busy from now on (its idle time stands), the kworker woken there.
+    t.idle([200, 200, 200, 100]);
+    t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
+    let mut loop_ns = 100;
+    let mut at = t0;
+    let mut rescued = None;
+    for _ in 0..12 {
+        at += Duration::from_millis(250);
+        loop_ns += 1000;
+        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
+        for e in g.pass(&t.root, at) {
+            if let Event::Rescued(r) = e {
+                rescued = Some((at - t0, r));
+            }
+        }
+        if rescued.is_some() {
+            break;
+        }
+    }
+    let (after, r) = rescued.expect("the kworker was lent a slice");
+    assert!(
+        after >= Duration::from_secs(2) && after < Duration::from_millis(2600),
+        "{after:?}"
+    );
+    assert_eq!(r.thread.tid, 20);
+    assert_eq!(r.kind, Kind::PerCpuKthread);
+    assert_eq!(r.behind.as_deref(), Some("sh (pid 10)"));
+    assert_eq!(r.how, How::Deadline);
+    assert!(r.first_of_episode);
+    assert_eq!(t.state_of(20), ('R', SCHED_DEADLINE));
+    assert_eq!(loans(&files), 1);
+    assert_eq!(g.lent(), 1);
+    // The loop is never lent anything.
+    assert_eq!(t.state_of(10), ('R', 1));
+    // It ran and sleeps: given back at the next pass.
+    t.thread(20, "kworker/3:1", 0x4208060, 'S', SCHED_DEADLINE, 0, 3, "3");
+    t.put("proc/20/task/20/schedstat", "900 0 6\n");
+    let ev = g.pass(&t.root, at + Duration::from_millis(250));
+    assert!(
+        ev.iter().any(
+            |e| matches!(e, Event::Returned { ran: true, to: Some(to), .. } if to == "SCHED_OTHER")
+        ),
+        "{ev:?}"
+    );
+    assert_eq!(t.state_of(20), ('S', 0));
+    assert_eq!(loans(&files), 0);
+    assert_eq!(g.lent(), 0);
+
+    // Woken again and starving: lent again; the guard dies; the record gives it back.
+    t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
+    let mut at = at + Duration::from_millis(250);
+    for _ in 0..12 {
+        at += Duration::from_millis(250);
+        loop_ns += 1000;
+        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
+        g.pass(&t.root, at);
+        if g.lent() == 1 {
+            break;
+        }
+    }
+    assert_eq!(t.state_of(20), ('R', SCHED_DEADLINE));
+    drop(g);
+    let back = give_back_recorded(&t.root, &files).unwrap();
+    assert_eq!(
+        back,
+        ["lent a slice: kworker/3:1 (kernel thread 20): restored: SCHED_OTHER"]
+    );
+    assert_eq!(t.state_of(20), ('R', 0));
+    assert_eq!(loans(&files), 0);
+}
+
+/// A thread still runnable when its loan runs out (it needs more than one loan's slices)
+/// is lent again at the next pass, not a threshold later; the second loan is no new
+/// episode.
+#[test]
+fn a_thread_still_waiting_when_its_loan_runs_out_is_lent_again_at_once() {
+    let (t, mut g, t0) = kworker_waits();
+    let mut loop_ns = 100;
+    let mut kw_ns = 100;
+    let (mut lent, mut returned, mut again) = (None, None, None);
+    for i in 1..=40u64 {
+        let at = t0 + Duration::from_millis(250 * i);
+        loop_ns += 1000;
+        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
+        if lent.is_some() && returned.is_none() {
+            // It runs a little under its loan, never enough to finish, and not at all
+            // once the loan is over.
+            kw_ns += 10;
+            t.put("proc/20/task/20/schedstat", &format!("{kw_ns} 0 6\n"));
+        }
+        for e in g.pass(&t.root, at) {
+            match e {
+                Event::Rescued(r) if lent.is_none() => lent = Some((at, r.first_of_episode)),
+                Event::Returned { .. } if returned.is_none() => returned = Some(at),
+                Event::Rescued(r) if returned.is_some() && again.is_none() => {
+                    again = Some((at, r.first_of_episode))
+                }
+                _ => {}
+            }
+        }
+        if again.is_some() {
+            break;
+        }
+    }
+    let (l, first) = lent.expect("lent");
+    assert!(first);
+    let r = returned.expect("its loan ran out");
+    assert!(r - l >= Duration::from_secs(3), "{:?}", r - l);
+    let (a, first_again) = again.expect("lent again");
+    assert!(a - r <= Duration::from_millis(250), "{:?}", a - r);
+    assert!(!first_again);
+}
+
+/// Two threads starving on one CPU: one loan at a time (the workload loses one slice's
+/// share), the second when the first is given back.
+#[test]
+fn one_loan_per_cpu_at_a_time() {
+    let t = Tree::new();
+    t.thread(70, "kworker/3:2", 0x4208060, 'S', 0, 0, 3, "3");
+    let mut g = guard(&t, StallsConfig::default());
+    let t0 = Instant::now();
+    g.pass(&t.root, t0);
+    t.idle([200, 200, 200, 100]);
+    t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
+    t.thread(70, "kworker/3:2", 0x4208060, 'R', 0, 0, 3, "3");
+    let mut loop_ns = 100;
+    let mut at = t0;
+    for _ in 0..12 {
+        at += Duration::from_millis(250);
+        loop_ns += 1000;
+        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
+        g.pass(&t.root, at);
+    }
+    assert_eq!(g.lent(), 1);
+    let lent: Vec<i32> = [20, 70]
+        .into_iter()
+        .filter(|&tid| t.state_of(tid).1 == SCHED_DEADLINE)
+        .collect();
+    assert_eq!(lent.len(), 1, "{lent:?}");
+    // The lent one ran and sleeps: the other is lent at the next pass.
+    let first = lent[0];
+    let name = if first == 20 {
+        "kworker/3:1"
+    } else {
+        "kworker/3:2"
+    };
+    t.thread(first, name, 0x4208060, 'S', SCHED_DEADLINE, 0, 3, "3");
+    t.put(&format!("proc/{first}/task/{first}/schedstat"), "900 0 6\n");
+    g.pass(&t.root, at + Duration::from_millis(250));
+    let other = if first == 20 { 70 } else { 20 };
+    assert_eq!(t.state_of(first), ('S', 0));
+    assert_eq!(t.state_of(other), ('R', SCHED_DEADLINE));
+}
+
+/// A deadline loan the thread does not run under for a second becomes SCHED_FIFO
+/// pulses; a thread that used its loan's allowance (an overrun: the tick stopped on a
+/// nohz_full CPU) gets no pulse until the allowance catches up, so a CPU hog lent a
+/// slice costs the workload its share and no more.
+#[test]
+fn pulses_stop_at_the_loans_allowance() {
+    let (t, mut g, t0) = kworker_waits();
+    let mut loop_ns = 100;
+    let mut at = t0;
+    let mut lent_at = None;
+    for _ in 0..20 {
+        at += Duration::from_millis(250);
+        loop_ns += 1000;
+        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
+        g.pass(&t.root, at);
+        if g.lent() == 1 && lent_at.is_none() {
+            lent_at = Some(at);
+        }
+        if lent_at.is_some_and(|l| at - l >= DEADLINE_GRACE + Duration::from_millis(500)) {
+            break;
+        }
+    }
+    let lent_at = lent_at.expect("lent");
+    // It never ran under its deadline loan: pulses since the grace ran out, its own
+    // policy between them.
+    assert!(g.work.pulses >= 1, "{:?}", g.work);
+    assert_eq!(g.work.pulses_withheld, 0);
+    assert_eq!(t.state_of(20), ('R', 0));
+    assert_eq!(g.lent(), 1);
+    // It ran 30 ms in one go: far over 100 us (a tick: 4 ms) per 0.5 s.
+    t.put("proc/20/task/20/schedstat", "30000100 0 6\n");
+    let pulses = g.work.pulses;
+    at += Duration::from_millis(250);
+    g.pass(&t.root, at);
+    assert_eq!(g.work.pulses, pulses, "{:?}", g.work);
+    assert_eq!(g.work.pulses_withheld, 1);
+    // Still runnable when the loan runs out: the log says how it was lent at the end.
+    let mut ended = None;
+    while at - lent_at < Duration::from_secs(4) && ended.is_none() {
+        at += Duration::from_millis(250);
+        ended = g.pass(&t.root, at).into_iter().find_map(|e| match e {
+            Event::Returned { how, used, .. } => Some((how, used)),
+            _ => None,
+        });
+    }
+    let (how, used) = ended.expect("the loan ended");
+    assert_eq!(how, How::Fifo(2));
+    assert_eq!(used, Duration::from_millis(30));
+    assert_eq!(g.work.pulses, pulses);
+}
+
+/// User threads with a real-time policy (the workload's), threads named in
+/// ignore_threads and migration/N are never lent anything.
+#[test]
+fn the_workloads_rt_threads_and_ignored_ones_are_left_alone() {
+    let t = Tree::new();
+    t.thread(40, "app-rt", 0x400100, 'R', 1, 1, 3, "3");
+    t.thread(50, "ktimers/3", 0x4208040, 'R', 1, 1, 3, "3");
+    t.thread(60, "migration/3", 0x4208040, 'R', 1, 99, 3, "3");
+    let st = StallsConfig {
+        ignore_threads: vec!["ktimers/*".into()],
+        ..StallsConfig::default()
+    };
+    let mut g = guard(&t, st);
+    let t0 = Instant::now();
+    g.pass(&t.root, t0);
+    t.idle([200, 200, 200, 100]);
+    let mut loop_ns = 100;
+    for i in 1..=16 {
+        loop_ns += 1000;
+        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
+        let ev = g.pass(&t.root, t0 + Duration::from_millis(250 * i));
+        assert!(!ev.iter().any(|e| matches!(e, Event::Rescued(_))), "{ev:?}");
+    }
+    for tid in [40, 50, 60] {
+        assert_ne!(t.state_of(tid).1, SCHED_DEADLINE);
+    }
+}
