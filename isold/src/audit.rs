@@ -153,13 +153,17 @@ pub fn run(
     // a note should a tick have run.
     let mut tick_trace = Err(String::new());
     if args.duration > 0.0 {
-        tick_trace = tickstop::find(root).and_then(|dir| {
-            if let Some(why) = libtaskisol::tracefs::enabling_would_wait(root, &dir, &scope.cpus) {
-                return Err(format!("not recorded: {why}"));
-            }
-            tickstop::Recording::start(root, &dir, &scope.cpus)
-                .map_err(|e| format!("could not record it: {e}"))
-        });
+        tick_trace = tickstop::find(root)
+            .map_err(|e| e.to_string())
+            .and_then(|dir| {
+                if let Some(why) =
+                    libtaskisol::tracefs::enabling_would_wait(root, &dir, &scope.cpus)
+                {
+                    return Err(format!("not recorded: {why}"));
+                }
+                tickstop::Recording::start(root, &dir, &scope.cpus)
+                    .map_err(|e| format!("could not record it: {e}"))
+            });
     }
     let started = Instant::now();
     let before = sample();

@@ -83,23 +83,21 @@ pub fn parse_trace(text: &str) -> std::result::Result<BTreeMap<usize, CpuNoise>,
 }
 
 /// The tracefs directory with the osnoise tracer, or why there is none.
-pub fn find(root: &SysRoot) -> std::result::Result<String, String> {
+pub fn find(root: &SysRoot) -> std::result::Result<String, crate::tracefs::Unavailable> {
+    use crate::tracefs::Unavailable;
     let Some(dir) = TRACEFS
         .iter()
         .find(|d| root.exists(format!("{d}/available_tracers")))
     else {
-        return Err(format!(
-            "tracefs is not mounted (at {} or {})",
-            TRACEFS[0], TRACEFS[1]
-        ));
+        return Err(Unavailable::NotMounted);
     };
-    let tracers = root
-        .read_to_string(format!("{dir}/available_tracers"))
-        .map_err(|e| e.to_string())?;
+    let tracers = root.read_to_string(format!("{dir}/available_tracers"))?;
     if tracers.split_whitespace().any(|t| t == "osnoise") {
         Ok(dir.to_string())
     } else {
-        Err("the kernel has no osnoise tracer (CONFIG_OSNOISE_TRACER)".into())
+        Err(Unavailable::Lacks {
+            what: "the kernel has no osnoise tracer (CONFIG_OSNOISE_TRACER)".into(),
+        })
     }
 }
 
@@ -280,7 +278,7 @@ mod tests {
     fn no_tracer_or_a_busy_one_is_said_not_taken() {
         let (dir, root) = tracefs("function nop\n");
         assert_eq!(
-            find(&root).unwrap_err(),
+            find(&root).unwrap_err().to_string(),
             "the kernel has no osnoise tracer (CONFIG_OSNOISE_TRACER)"
         );
         let t = dir.path().join("sys/kernel/tracing");
@@ -292,8 +290,11 @@ mod tests {
             "0-3\n"
         );
         let empty = tempfile::tempdir().unwrap();
-        assert!(find(&SysRoot::new(empty.path()))
-            .unwrap_err()
-            .starts_with("tracefs is not mounted"));
+        let e = find(&SysRoot::new(empty.path())).unwrap_err();
+        assert!(
+            matches!(e, crate::tracefs::Unavailable::NotMounted),
+            "{e:?}"
+        );
+        assert!(e.to_string().starts_with("tracefs is not mounted"));
     }
 }

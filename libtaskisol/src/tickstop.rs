@@ -149,7 +149,7 @@ pub fn fix(dependency: &str, cpus: &str) -> String {
 }
 
 /// The tracefs directory with the tick_stop tracepoint and instances, or why there is none.
-pub fn find(root: &SysRoot) -> std::result::Result<String, String> {
+pub fn find(root: &SysRoot) -> std::result::Result<String, crate::tracefs::Unavailable> {
     crate::tracefs::find(root, |dir| {
         (!root.exists(format!("{dir}/{EVENT}"))).then(|| {
             format!("the kernel has no tick_stop tracepoint ({dir}/{EVENT}: CONFIG_NO_HZ_FULL)")
@@ -407,18 +407,21 @@ mod tests {
         let t = dir.path().join("sys/kernel/tracing");
         std::fs::remove_dir_all(t.join("instances")).unwrap();
         assert_eq!(
-            find(&root).unwrap_err(),
+            find(&root).unwrap_err().to_string(),
             "tracefs at /sys/kernel/tracing has no instances directory"
         );
         std::fs::remove_dir_all(t.join("events")).unwrap();
         assert_eq!(
-            find(&root).unwrap_err(),
+            find(&root).unwrap_err().to_string(),
             "the kernel has no tick_stop tracepoint (/sys/kernel/tracing/events/timer/tick_stop: CONFIG_NO_HZ_FULL)"
         );
         let empty = tempfile::tempdir().unwrap();
-        assert!(find(&SysRoot::new(empty.path()))
-            .unwrap_err()
-            .starts_with("tracefs is not mounted"));
+        let e = find(&SysRoot::new(empty.path())).unwrap_err();
+        assert!(
+            matches!(e, crate::tracefs::Unavailable::NotMounted),
+            "{e:?}"
+        );
+        assert!(e.to_string().starts_with("tracefs is not mounted"));
         // An instance that cannot be made is an error, and nothing is left.
         let (dir, root) = tracefs("");
         let t = dir.path().join("sys/kernel/tracing");

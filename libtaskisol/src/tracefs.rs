@@ -14,22 +14,49 @@ use crate::error::{Error, Result};
 use crate::osnoise::TRACEFS;
 use crate::sysroot::SysRoot;
 
+/// Why there is no tracefs directory a caller can use: a user of the library can tell a
+/// kernel that lacks something from a file it could not read.
+#[derive(Debug, thiserror::Error)]
+pub enum Unavailable {
+    /// Neither `/sys/kernel/tracing` nor `/sys/kernel/debug/tracing` is mounted.
+    #[error("tracefs is not mounted (at {} or {})", TRACEFS[0], TRACEFS[1])]
+    NotMounted,
+    /// It is mounted but not readable (EACCES: it takes root).
+    #[error("{dir} is not readable (it takes root)")]
+    Denied {
+        /// The tracefs directory.
+        dir: String,
+    },
+    /// The kernel lacks what the caller needs there (a tracer, a tracepoint, instances),
+    /// said with what and where.
+    #[error("{what}")]
+    Lacks {
+        /// What is missing, and where it was looked for.
+        what: String,
+    },
+    /// A file of it could not be read (the path and errno are the error's).
+    #[error(transparent)]
+    Read(#[from] Error),
+}
+
 /// The tracefs directory (`/sys/kernel/tracing`, else the debugfs one) with instances, or why
 /// there is none; `missing(dir)` names what else a caller needs there and this kernel lacks
 /// (its tracepoints), said before a missing instances directory.
 pub fn find(
     root: &SysRoot,
     missing: impl Fn(&str) -> Option<String>,
-) -> std::result::Result<String, String> {
+) -> std::result::Result<String, Unavailable> {
     let mut denied = None;
     for dir in TRACEFS {
         match std::fs::metadata(root.path(format!("{dir}/available_events"))) {
             Ok(_) => {
-                if let Some(why) = missing(dir) {
-                    return Err(why);
+                if let Some(what) = missing(dir) {
+                    return Err(Unavailable::Lacks { what });
                 }
                 if !root.exists(format!("{dir}/instances")) {
-                    return Err(format!("tracefs at {dir} has no instances directory"));
+                    return Err(Unavailable::Lacks {
+                        what: format!("tracefs at {dir} has no instances directory"),
+                    });
                 }
                 return Ok(dir.to_string());
             }
@@ -40,11 +67,8 @@ pub fn find(
         }
     }
     Err(match denied {
-        Some(d) => format!("{d} is not readable (it takes root)"),
-        None => format!(
-            "tracefs is not mounted (at {} or {})",
-            TRACEFS[0], TRACEFS[1]
-        ),
+        Some(d) => Unavailable::Denied { dir: d.to_string() },
+        None => Unavailable::NotMounted,
     })
 }
 

@@ -204,7 +204,7 @@ fn recorder(root: &SysRoot, cpus: &CpuSet) -> Result<Recorder, String> {
     if cpus.is_empty() {
         return Err("off (no isolated CPU to record)".into());
     }
-    let tracefs = noise::find(root)?;
+    let tracefs = noise::find(root).map_err(|e| e.to_string())?;
     if let Some(why) = libtaskisol::tracefs::enabling_would_wait(root, &tracefs, cpus) {
         return Err(format!("waiting: {why}"));
     }

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::sysroot::SysRoot;
 
 /// The tracefs directory with instances and the ledger's tracepoints, or why there is none.
-pub fn find(root: &SysRoot) -> std::result::Result<String, String> {
+pub fn find(root: &SysRoot) -> std::result::Result<String, crate::tracefs::Unavailable> {
     crate::tracefs::find(root, |dir| {
         EVENTS
             .iter()
