@@ -147,6 +147,13 @@ fn apply_verify_restore_on_a_captured_tree() {
             && plan.lines().last().unwrap().contains(" would change"),
         "{plan}"
     );
+    let (rc, plan_v, _) = isold(r, &["plan", "-v"]);
+    assert_eq!(rc, 0);
+    let changes = |t: &str| t.lines().filter(|l| l.contains("would change ")).count();
+    assert!(
+        changes(&plan_v) > changes(&plan),
+        "the threads are summed up, -v lists them: {plan}\n{plan_v}"
+    );
     assert_eq!(snapshot(r), before, "plan changes nothing");
     let ids = |json: &str, statuses: &[&str]| -> std::collections::BTreeSet<String> {
         let v: serde_json::Value = serde_json::from_str(json).unwrap();
