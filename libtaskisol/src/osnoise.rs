@@ -17,8 +17,7 @@ use crate::cpuset::CpuSet;
 use crate::error::{Error, Result};
 use crate::sysroot::SysRoot;
 
-/// Where tracefs is looked for, in order.
-pub const TRACEFS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+pub use crate::tracefs::TRACEFS;
 
 /// What the tracer measured on one CPU during the window.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

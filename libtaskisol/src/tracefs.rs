@@ -11,8 +11,10 @@
 
 use crate::cpuset::CpuSet;
 use crate::error::{Error, Result};
-use crate::osnoise::TRACEFS;
 use crate::sysroot::SysRoot;
+
+/// Where tracefs is looked for, in order.
+pub const TRACEFS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
 /// Why there is no tracefs directory a caller can use: a user of the library can tell a
 /// kernel that lacks something from a file it could not read.
