@@ -311,6 +311,15 @@ impl Entry {
                         ));
                     }
                 }
+                for n in &p.narrow {
+                    let cpus = crate::cpuset::CpuSet::parse_list(&n.cpus);
+                    if n.pid <= 0 || n.tid <= 0 || !cpus.is_ok_and(|c| !c.is_empty()) {
+                        return Err(format!(
+                            "thread {} with CPUs {:?} is not one a partition's removal could widen",
+                            n.tid, n.cpus
+                        ));
+                    }
+                }
                 Ok(())
             }
         }

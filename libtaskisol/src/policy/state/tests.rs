@@ -856,6 +856,24 @@ fn an_entry_must_be_one_isold_records() {
     assert!(part("/etc/x", "/").check().is_err());
     assert!(part("/sys/fs/cgroup/iso", "/../../x").check().is_err());
     assert!(part("/sys/fs/cgroup/iso", "relative").check().is_err());
+    // The threads a removal widens: real ids and a CPU list, or the entry is refused.
+    use crate::policy::partition::Narrow;
+    let with_narrow = |pid: i32, cpus: &str| {
+        let mut e = part("/sys/fs/cgroup/iso", "/");
+        if let Original::Partition(p) = &mut e.original {
+            p.narrow.push(Narrow {
+                pid,
+                tid: pid,
+                starttime: 1,
+                cpus: cpus.into(),
+            });
+        }
+        e
+    };
+    assert_eq!(with_narrow(1, "0-1").check(), Ok(()));
+    assert!(with_narrow(0, "0-1").check().is_err());
+    assert!(with_narrow(1, "").check().is_err());
+    assert!(with_narrow(1, "0-x").check().is_err());
 }
 
 fn files_in(dir: &Path) -> StateFiles {
