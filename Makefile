@@ -21,6 +21,15 @@ UNITDIR ?= $(PREFIX)/lib/systemd/system
 # Where podman and CRI-O read OCI hook definitions (oci-hooks(5)): a fixed path, not below PREFIX.
 HOOKSDIR ?= /usr/share/containers/oci/hooks.d
 CARGO ?= cargo
+# libtaskisol for C programs (make capi, make install-capi), laid out as cargo-c lays it out.
+LIBDIR ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+CC ?= cc
+CAPI := libtaskisol-c
+CAPI_VERSION := $(shell sed -n '/^\[workspace.package\]/,/^\[/ s/^version = "\(.*\)"/\1/p' Cargo.toml)
+CAPI_MAJOR := $(firstword $(subst ., ,$(CAPI_VERSION)))
+# What a program linked with libtaskisol.a needs besides it (rustc --print native-static-libs).
+CAPI_PRIVATE_LIBS := -lgcc_s -lutil -lrt -lpthread -lm -ldl -lc
 # Where cargo puts them: CARGO_TARGET_DIR when set (a worktree sharing a build directory).
 RELEASE_DIR ?= $(or $(CARGO_TARGET_DIR),target)/release
 INSTALL ?= install
@@ -28,12 +37,43 @@ INSTALL ?= install
 DEB_VERSION ?= $(shell sed -n '/^\[workspace.package\]/,/^\[/ s/^version = "\(.*\)"/\1/p' Cargo.toml)-1
 DEB_DIR ?= $(or $(CARGO_TARGET_DIR),target)/debian
 
-.PHONY: all build install install-files uninstall deb deb-package deb-lint
+.PHONY: all build install install-files uninstall deb deb-package deb-lint capi capi-header install-capi
 
 all: build
 
 build:
 	$(CARGO) build --release --locked -p isold -p chisol
+
+# The C library (libtaskisol.so and .a, taskisol.pc) and its example, the latency meter
+# isol-meter, linked with the static library so that it runs wherever glibc does (the QEMU
+# guests). isol-meter.d lists what it is made of, as cargo's dep-info does for the harness.
+capi:
+	$(CARGO) build --release --locked -p libtaskisol-c
+	$(CC) -O2 -Wall -Wextra -Werror -pthread -Wl,--gc-sections -I $(CAPI)/include/taskisol \
+		-o $(RELEASE_DIR)/isol-meter $(CAPI)/examples/isol-meter.c \
+		$(RELEASE_DIR)/libtaskisol.a $(CAPI_PRIVATE_LIBS)
+	printf '%s: %s %s %s\n' $(abspath $(RELEASE_DIR)/isol-meter) $(abspath $(CAPI)/examples/isol-meter.c) \
+		$(abspath $(CAPI)/include/taskisol/taskisol.h) $(abspath $(RELEASE_DIR)/libtaskisol.a) \
+		>$(RELEASE_DIR)/isol-meter.d
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+		-e 's|@VERSION@|$(CAPI_VERSION)|' -e 's|@PRIVATE@|$(CAPI_PRIVATE_LIBS)|' \
+		$(CAPI)/taskisol.pc.in >$(RELEASE_DIR)/taskisol.pc
+
+# The header from the Rust source, by cbindgen (Debian's cbindgen package); committed, and a
+# test checks that it is what cbindgen makes.
+capi-header:
+	cd $(CAPI) && cbindgen --quiet --config cbindgen.toml --crate libtaskisol-c --output include/taskisol/taskisol.h
+
+# As cargo-c installs a C library: the versioned shared library with its soname link and the
+# development link, the static library, the header in its own directory, the pkg-config file.
+install-capi:
+	$(INSTALL) -Dm644 $(RELEASE_DIR)/libtaskisol.so $(DESTDIR)$(LIBDIR)/libtaskisol.so.$(CAPI_VERSION)
+	ln -sf libtaskisol.so.$(CAPI_VERSION) $(DESTDIR)$(LIBDIR)/libtaskisol.so.$(CAPI_MAJOR)
+	ln -sf libtaskisol.so.$(CAPI_MAJOR) $(DESTDIR)$(LIBDIR)/libtaskisol.so
+	$(INSTALL) -Dm644 $(RELEASE_DIR)/libtaskisol.a $(DESTDIR)$(LIBDIR)/libtaskisol.a
+	$(INSTALL) -Dm644 $(CAPI)/include/taskisol/taskisol.h $(DESTDIR)$(INCLUDEDIR)/taskisol/taskisol.h
+	$(INSTALL) -Dm644 $(RELEASE_DIR)/taskisol.pc $(DESTDIR)$(LIBDIR)/pkgconfig/taskisol.pc
+	$(INSTALL) -Dm755 $(RELEASE_DIR)/isol-meter $(DESTDIR)$(BINDIR)/isol-meter
 
 install: build install-files
 
