@@ -1,7 +1,8 @@
 # Build and install taskisol's programs, man pages, service and example configuration.
 #
 #   make                                   # cargo build --release
-#   make install                           # below /usr/local, unit in /usr/local/lib/systemd/system
+#   make install                           # below /usr/local, unit in /usr/local/lib/systemd/system,
+#                                          # libtaskisol for C (lib/, include/taskisol/, taskisol.pc)
 #   make install PREFIX=/usr DESTDIR=/tmp/pkg   # as a distribution package would
 #   make uninstall PREFIX=/usr
 #   make deb                               # the Debian package, target/debian/taskisol_*.deb, linted
@@ -75,7 +76,7 @@ install-capi:
 	$(INSTALL) -Dm644 $(RELEASE_DIR)/taskisol.pc $(DESTDIR)$(LIBDIR)/pkgconfig/taskisol.pc
 	$(INSTALL) -Dm755 $(RELEASE_DIR)/isol-meter $(DESTDIR)$(BINDIR)/isol-meter
 
-install: build install-files
+install: build capi install-files install-capi
 
 install-files:
 	$(INSTALL) -Dm755 $(RELEASE_DIR)/isold $(DESTDIR)$(BINDIR)/isold
@@ -102,12 +103,15 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/isold $(DESTDIR)$(BINDIR)/chisol \
 		$(DESTDIR)$(MANDIR)/man8/isold.8 $(DESTDIR)$(MANDIR)/man5/isold.toml.5 \
 		$(DESTDIR)$(MANDIR)/man1/chisol.1 $(DESTDIR)$(UNITDIR)/isold.service \
-		$(DESTDIR)$(SYSCONFDIR)/isold/isold.toml.example $(DESTDIR)$(HOOKSDIR)/isold.json
+		$(DESTDIR)$(SYSCONFDIR)/isold/isold.toml.example $(DESTDIR)$(HOOKSDIR)/isold.json \
+		$(DESTDIR)$(BINDIR)/isol-meter $(DESTDIR)$(LIBDIR)/libtaskisol.so* $(DESTDIR)$(LIBDIR)/libtaskisol.a \
+		$(DESTDIR)$(LIBDIR)/pkgconfig/taskisol.pc $(DESTDIR)$(INCLUDEDIR)/taskisol/taskisol.h
+	-rmdir $(DESTDIR)$(INCLUDEDIR)/taskisol
 
 # deb-package packages what is built without building, as install-files installs it (the QEMU
 # test packages two versions of the same binaries); deb-lint runs Debian's lintian on it
 # (installed with apt when missing, as root): errors fail, warnings are printed.
-deb: build deb-package deb-lint
+deb: build capi deb-package deb-lint
 
 deb-package:
 	scripts/build-deb $(DEB_VERSION) $(DEB_DIR) $(RELEASE_DIR)

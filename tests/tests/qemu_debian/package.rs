@@ -101,12 +101,71 @@ fn deb_package_is_lintian_clean_and_complete() {
         "./usr/share/taskisol/prometheus/isold-alerts.yml",
         // The unit's sandbox can make an existing directory writable, not create one.
         "./etc/systemd/system.conf.d/",
+        // libtaskisol for C programs, as cargo-c lays it out, and its example.
+        "./usr/include/taskisol/taskisol.h",
+        "./usr/lib/x86_64-linux-gnu/libtaskisol.so.0.1.0",
+        "./usr/lib/x86_64-linux-gnu/libtaskisol.so.0",
+        "./usr/lib/x86_64-linux-gnu/libtaskisol.so",
+        "./usr/lib/x86_64-linux-gnu/libtaskisol.a",
+        "./usr/lib/x86_64-linux-gnu/pkgconfig/taskisol.pc",
+        "./usr/bin/isol-meter",
     ] {
         assert!(
             paths.contains(&want),
             "{want} is not in the package: {paths:#?}"
         );
     }
+    // A C program builds against the packaged library with pkg-config alone, and runs (on
+    // this stock host every call says the interface is missing).
+    let root = dir.path().join("root");
+    let x = Command::new("dpkg-deb")
+        .arg("-x")
+        .arg(&deb)
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(x.success());
+    let src = dir.path().join("t.c");
+    std::fs::write(
+        &src,
+        "#include <stdio.h>\n#include <taskisol.h>\nint main(void) { printf(\"available=%d\\n\", taskisol_available()); return 0; }\n",
+    )
+    .unwrap();
+    let flags = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "taskisol"])
+        .env(
+            "PKG_CONFIG_PATH",
+            root.join("usr/lib/x86_64-linux-gnu/pkgconfig"),
+        )
+        .env("PKG_CONFIG_SYSROOT_DIR", &root)
+        .output()
+        .expect("pkg-config must be installed");
+    assert!(flags.status.success(), "{flags:?}");
+    let flags = String::from_utf8_lossy(&flags.stdout).into_owned();
+    let exe = dir.path().join("t");
+    let cc = Command::new("cc")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .args(flags.split_whitespace())
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "cc {flags}: {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let run = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", root.join("usr/lib/x86_64-linux-gnu"))
+        .output()
+        .unwrap();
+    let expected = if Path::new("/proc/self/task_isolation").exists() {
+        "available=1\n"
+    } else {
+        "available=0\n"
+    };
+    assert_eq!(String::from_utf8_lossy(&run.stdout), expected);
+
     // No file in /etc: the configuration is the administrator's, never a conffile.
     let etc_files: Vec<&&str> = paths
         .iter()
