@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use libtaskisol::audit::{self, Audit, CpuAudit, Scope};
+use libtaskisol::audit::{self, Audit, CpuAudit, Scope, TaskRef};
 use libtaskisol::osnoise;
 use libtaskisol::policy::bootargs::{self, BootArg};
 use libtaskisol::policy::config::{Config, CpuSpec};
@@ -364,6 +364,15 @@ fn cpu_block(s: &mut String, c: &CpuAudit, verbose: bool) {
             .collect();
         let head = "  the workload's IRQs fired (meant to be here): ";
         let _ = writeln!(s, "{head}{}", wrap(&names.join(", "), head.len(), 4));
+    }
+    if !c.without_quiesce.is_empty() {
+        let names: Vec<String> = c.without_quiesce.iter().map(TaskRef::name).collect();
+        let line = format!(
+            "WITHOUT QUIESCE: the kernel has task isolation, and {} run{} here without the vmstat quiesce: the vmstat work its system calls leave behind runs on this CPU later; fix: start it with chisol -q vmstat_sync -I conf (threads that activate themselves) or -a -I active",
+            names.join(", "),
+            if names.len() == 1 { "s" } else { "" }
+        );
+        let _ = writeln!(s, "  {}", wrap(&line, 2, 4));
     }
     for st in &c.starving {
         let behind = st
@@ -864,6 +873,7 @@ mod tests {
             workloads_ran: Vec::new(),
             workload_irqs_fired: Vec::new(),
             starving: Vec::new(),
+            without_quiesce: Vec::new(),
             can_disturb: Exposure::default(),
             osnoise: None,
         }

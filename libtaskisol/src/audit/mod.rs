@@ -291,6 +291,11 @@ pub struct CpuAudit {
     /// Threads starving on it now: runnable there through the whole window without running.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub starving: Vec<Starving>,
+    /// On a kernel with the task-isolation interface: workload threads allowed on it that
+    /// run without the vmstat quiesce active (`/proc/<tid>/task_isolation`), so the vmstat
+    /// work their system calls leave behind runs on the CPU later. Empty on other kernels.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub without_quiesce: Vec<TaskRef>,
     /// Who can disturb it.
     pub can_disturb: Exposure,
     /// What the kernel's osnoise tracer measured during the window (`--osnoise`).
@@ -435,6 +440,13 @@ pub fn audit(
         .and_then(|v| CpuSet::parse_list(&v).ok())
         .unwrap_or_default();
     let workload_of = Workloads::new(root, scope);
+    // The kernel has the task-isolation interface (the project's own kernel): its file exists
+    // for every task. Only read, never a prctl.
+    let interface = root
+        .read_value_opt("/proc/self/task_isolation")
+        .ok()
+        .flatten()
+        .is_some();
     let earlier = by_identity(before);
     let mut per_cpu = Vec::new();
     // Each table indexed once, for every CPU's lookups.
@@ -537,6 +549,11 @@ pub fn audit(
         );
         did.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.source.cmp(&b.source)));
         let starving = starving_threads(&earlier, after, cpu, window_s);
+        let without_quiesce = if interface {
+            without_quiesce(root, &can.workloads)
+        } else {
+            Vec::new()
+        };
         per_cpu.push(CpuAudit {
             cpu,
             isolated_by: iso.mechanisms(cpu).into_iter().map(String::from).collect(),
@@ -553,6 +570,7 @@ pub fn audit(
             workloads_ran,
             workload_irqs_fired,
             starving,
+            without_quiesce,
             can_disturb: can,
             osnoise: None,
         });
@@ -569,6 +587,22 @@ pub fn audit(
         per_cpu,
         notes: Vec::new(),
     })
+}
+
+/// The workload threads (not kthreads) whose `/proc/<tid>/task_isolation` shows no active
+/// vmstat quiesce; a thread gone meanwhile is left out.
+fn without_quiesce(root: &SysRoot, workloads: &[TaskRef]) -> Vec<TaskRef> {
+    workloads
+        .iter()
+        .filter(|w| !w.kthread)
+        .filter(|w| {
+            crate::TaskIsolationState::read(root, w.tid).is_ok_and(|s| {
+                s.active & crate::abi::ISOL_F_QUIESCE == 0
+                    || s.quiescing & crate::abi::ISOL_F_QUIESCE_VMSTATS == 0
+            })
+        })
+        .cloned()
+        .collect()
 }
 
 /// Which threads are workloads (meant to run on the audited CPUs): user threads inside

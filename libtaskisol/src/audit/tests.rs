@@ -138,6 +138,7 @@ fn cpu_with_tick(cpu: usize, per_s: f64) -> CpuAudit {
         workloads_ran: Vec::new(),
         workload_irqs_fired: Vec::new(),
         starving: Vec::new(),
+        without_quiesce: Vec::new(),
         can_disturb: Exposure::default(),
         osnoise: None,
     }
@@ -462,4 +463,44 @@ fn machine_settings_name_what_is_wrong_and_the_fix() {
     assert!(!got
         .iter()
         .any(|s| s.name == "ksm" || s.name == "console printing threads"));
+}
+
+#[test]
+fn workloads_without_the_vmstat_quiesce_are_named_where_the_kernel_has_the_interface() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = SysRoot::new(dir.path());
+    let write = |tid: i32, text: &str| {
+        let p = dir.path().join(format!("proc/{tid}"));
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::write(p.join("task_isolation"), text).unwrap();
+    };
+    let active = "Configured state: quiesce \nActive state: quiesce \nQuiescing: vmstat_sync \n";
+    let configured = "Configured state: quiesce \nActive state: none \nQuiescing: vmstat_sync \n";
+    let none = "Configured state: none \nActive state: none \nQuiescing: none \n";
+    let nothing = "Configured state: quiesce \nActive state: quiesce \nQuiescing: none \n";
+    write(10, active);
+    write(11, configured);
+    write(12, none);
+    write(13, nothing);
+    let task = |tid: i32, kthread: bool| TaskRef {
+        pid: 10,
+        tid,
+        comm: "meter".into(),
+        affinity: "3".into(),
+        kthread,
+    };
+    // 14 has no file: gone meanwhile. A kthread is never a workload to quiesce.
+    let workloads = [
+        task(10, false),
+        task(11, false),
+        task(12, false),
+        task(13, false),
+        task(14, false),
+        task(12, true),
+    ];
+    let tids: Vec<i32> = without_quiesce(&root, &workloads)
+        .iter()
+        .map(|t| t.tid)
+        .collect();
+    assert_eq!(tids, [11, 12, 13]);
 }
