@@ -202,6 +202,148 @@ seed_stat_refresh() {
     echo "sched_rt_runtime_us_restored=$(cat /proc/sys/kernel/sched_rt_runtime_us)"
 }
 
+# quiesce_case WINDOW POLICY WORKLOAD...: the seed's case, for kernels with the task-isolation
+# interface and without. RT throttling off; CPU 3's workqueue work traced in a tracing instance
+# of its own (made before the workload starts: enabling events patches kernel text, which
+# interrupts every CPU); WORKLOAD started (it puts a thread of scheduling policy POLICY, 1 for
+# SCHED_FIFO, on CPU 3 itself: oslat's or isol-meter's -c 3). Once that thread runs on CPU 3: the main thread's and the measuring thread's
+# /proc/<tid>/task_isolation, then 3 s in which CPU 3's work is counted, then
+# `echo 1 > /proc/sys/vm/stat_refresh` timed for up to WINDOW s, then SIGINT to the workload
+# (oslat and isol-meter print their results on it), and SIGKILL 10 s later if it is still
+# there. Prints key=value lines (times in seconds; states with "|" for newlines) and the
+# workload's output prefixed "out: ".
+quiesce_case() {
+    _window_cs=$(($1 * 100))
+    _policy=$2
+    shift 2
+    rm -rf /tmp/q.*
+    cat /proc/sys/kernel/sched_rt_runtime_us >/tmp/q.rt_saved
+    echo -1 >/proc/sys/kernel/sched_rt_runtime_us
+    _ti=/sys/kernel/tracing/instances/quiesce
+    rmdir $_ti 2>/dev/null
+    mkdir $_ti
+    echo 8 >$_ti/tracing_cpumask
+    echo 1 >$_ti/events/workqueue/workqueue_execute_start/enable
+    echo 1 >$_ti/events/workqueue/workqueue_execute_end/enable
+    "$@" >/tmp/q.out 2>/tmp/q.err &
+    _pid=$!
+    echo $_pid >/tmp/q.pid
+    # The measuring thread: one of the workload's threads of POLICY running on CPU 3. Looked for
+    # twice, 1.5 s apart: oslat first runs a pre-heat thread there for a second, then its
+    # measuring thread.
+    _tid=$(quiesce_find "$_pid" "$_policy")
+    usleep 1500000
+    _tid=$(quiesce_find "$_pid" "$_policy")
+    if [ -z "$_tid" ]; then
+        echo "measuring_thread=none"
+        sed 's/^/err: /' /tmp/q.err
+        quiesce_cleanup
+        return 1
+    fi
+    # The workload's start-up (and its activation) done: what the kernel says of each thread.
+    usleep 500000
+    echo "measuring_tid=$_tid"
+    echo "main_tid=$_pid"
+    echo "threads=$(ls /proc/$_pid/task | wc -l)"
+    if [ -e /proc/$_tid/task_isolation ]; then
+        echo "measuring_state=$(tr '\n' '|' </proc/$_tid/task_isolation)"
+        echo "main_state=$(tr '\n' '|' </proc/$_pid/task_isolation)"
+    else
+        echo "measuring_state=absent"
+    fi
+    echo "measuring_cpus=$(grep Cpus_allowed_list /proc/$_tid/status | cut -f2)"
+    sched_of $_tid | sed 's/^/measuring_/'
+    : >$_ti/trace
+    sleep 3
+    echo "cpu3_works_quiet=$(grep -c workqueue_execute_start $_ti/trace)"
+    echo "cpu3_vmstat_update_quiet=$(grep -c 'function vmstat_update' $_ti/trace)"
+    grep workqueue_execute_start $_ti/trace | sed 's/.*function /cpu3_work: /' | sort | uniq -c | sed 's/^ *//' | head -20
+    _t0=$(now_cs)
+    (
+        echo 1 >/proc/sys/vm/stat_refresh
+        echo $? >/tmp/q.rc
+        now_cs >/tmp/q.t1.part && mv /tmp/q.t1.part /tmp/q.t1
+    ) &
+    _writer=$!
+    while [ ! -e /tmp/q.t1 ] && [ $(($(now_cs) - _t0)) -lt "$_window_cs" ]; do
+        usleep 100000
+    done
+    _st=$(cat /proc/"$_tid"/stat 2>/dev/null)
+    _st=${_st##*) }
+    # shellcheck disable=SC2086
+    set -- $_st
+    echo "measuring_state_then=$1"
+    echo "measuring_cpu_then=${37}"
+    if [ -e /tmp/q.t1 ]; then
+        echo "returned_with_loop_running=yes"
+        echo "write_seconds=$(secs $(($(cat /tmp/q.t1) - _t0)))"
+    else
+        echo "returned_with_loop_running=no"
+        echo "still_blocked_after=$(secs $(($(now_cs) - _t0)))"
+    fi
+    echo "cpu3_vmstat_update_total=$(grep -c 'function vmstat_update' $_ti/trace)"
+    _tk=$(now_cs)
+    kill -INT $_pid
+    wait_for 10 sh -c "! kill -0 $_pid 2>/dev/null" || kill -9 $_pid
+    wait $_pid
+    echo "workload_rc=$?"
+    if wait_for 30 test -e /tmp/q.t1; then
+        [ "$(cat /tmp/q.t1)" -ge "$_tk" ] && echo "returned_after_stop=$(secs $(($(cat /tmp/q.t1) - _tk)))"
+        echo "write_rc=$(cat /tmp/q.rc)"
+    else
+        echo "returned_after_stop=never"
+    fi
+    wait $_writer 2>/dev/null
+    # vmstat_update on CPU 3 with how long each ran (execute_start to execute_end, in us).
+    awk '/workqueue_execute_start/ && /vmstat_update/ { split($0, a, ": workqueue"); n = split(a[1], f, " "); t = f[n]; sub(/:$/, "", t); w = $0; sub(/.*work struct /, "", w); sub(/:.*/, "", w); start[w] = t }
+         /workqueue_execute_end/ { w = $0; sub(/.*work struct /, "", w); sub(/[: ].*/, "", w); if (w in start) { split($0, a, ": workqueue"); n = split(a[1], f, " "); t = f[n]; sub(/:$/, "", t); printf "vmstat_update_us=%.1f\n", (t - start[w]) * 1e6; delete start[w] } }' $_ti/trace
+    sed 's/^/out: /' /tmp/q.out
+    sed 's/^/err: /' /tmp/q.err
+    quiesce_cleanup
+}
+
+# quiesce_find PID POLICY: the first thread of PID running on CPU 3 with scheduling policy
+# POLICY (stat's field 39 is the CPU, 41 the policy, counted after the comm); waits up to 30 s.
+quiesce_find() {
+    _n=150
+    while [ $_n -gt 0 ]; do
+        for _t in /proc/$1/task/*; do
+            _st=$(cat $_t/stat 2>/dev/null) || continue
+            _st=${_st##*) }
+            # shellcheck disable=SC2086
+            set -- $1 $2 $_st
+            if [ "${39}" = 3 ] && [ "${41}" = "$2" ] && [ "$3" = R ]; then
+                echo "${_t##*/}"
+                return 0
+            fi
+        done
+        usleep 200000
+        _n=$((_n - 1))
+    done
+    return 1
+}
+
+# any_thread_active PID: some thread of PID has the task-isolation quiesce active.
+any_thread_active() {
+    for _t in /proc/$1/task/*; do
+        grep -q 'Active state: quiesce' /proc/${_t##*/}/task_isolation 2>/dev/null && return 0
+    done
+    return 1
+}
+
+# quiesce_cleanup: stops quiesce_case's workload, restores RT throttling, removes the instance.
+quiesce_cleanup() {
+    [ -s /tmp/q.pid ] && kill -9 "$(cat /tmp/q.pid)" 2>/dev/null
+    [ -s /tmp/q.rt_saved ] && cat /tmp/q.rt_saved >/proc/sys/kernel/sched_rt_runtime_us
+    _ti=/sys/kernel/tracing/instances/quiesce
+    if [ -d $_ti ]; then
+        echo 0 >$_ti/events/workqueue/workqueue_execute_start/enable
+        echo 0 >$_ti/events/workqueue/workqueue_execute_end/enable
+        rmdir $_ti
+    fi
+    return 0
+}
+
 # seed_cleanup: kills seed_stat_refresh's loop and restores RT throttling (for a run that was
 # killed by its step timeout: the loop would starve everything else on CPU 3).
 seed_cleanup() {

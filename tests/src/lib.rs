@@ -1,5 +1,6 @@
 //! Test-only support for taskisol: the ptrace-based task-isolation emulator, test workers
 //! and the QEMU harness. Nothing here ships.
+pub mod abi_cases;
 pub mod qemu;
 pub mod scale;
 

@@ -6,9 +6,10 @@
 //! One test = one boot. Run one alone with `cargo test -p taskisol-tests --features qemu
 //! --test qemu -- stock61_isol23`; keep the guest's files with TASKISOL_KEEP=dir.
 
+use taskisol_tests::abi_cases;
 use taskisol_tests::qemu::{
-    hotplug_virtio_blk, hotplug_virtio_net, noise, run, seed, stalls, Expect, Kernel, KernelRole,
-    Scenario, StepOutput, ISOL23,
+    hotplug_virtio_blk, hotplug_virtio_net, noise, quiesce, run, seed, stalls, Expect, Kernel,
+    KernelRole, Scenario, StepOutput, ISOL23,
 };
 
 /// chisol's refusal on every kernel without the task-isolation interface, whole.
@@ -489,6 +490,8 @@ fn stock61_isol23() {
     hotplug_checks(&mut s);
     s.capture_fixture("debian-6.1-isol23", &[]);
     seed_case(&mut s);
+    // The seed's own line on the stock kernel: oslat -f 1 beside the write, which hangs.
+    quiesce::add_stock(&mut s);
     // 6.1 accepts an isolated partition on boot-isolated CPUs (6.12 does not, see below); it
     // has no cpuset.cpus.exclusive and no root cpuset.cpus.isolated yet.
     make_partition(
@@ -779,4 +782,289 @@ fn rt612_harness_timeouts_are_failures() {
         out.failures
     );
     assert!(out.failures.iter().any(|f| f.check == "never_reached"));
+}
+
+/// `/proc/<pid>/task_isolation` texts, whole.
+const TI_ACTIVE: &str =
+    "Configured state: quiesce \nActive state: quiesce \nQuiescing: vmstat_sync \n";
+const TI_CONFIGURED: &str =
+    "Configured state: quiesce \nActive state: none \nQuiescing: vmstat_sync \n";
+const TI_NONE: &str = "Configured state: none \nActive state: none \nQuiescing: none \n";
+
+/// chisol on a kernel that has the interface: the original tool's uses, read back from the
+/// kernel's own `/proc/<pid>/task_isolation`.
+fn interface_checks(s: &mut Scenario) {
+    s.step(
+        "kernel_has_the_interface",
+        "ls -l /proc/self/task_isolation | cut -c1-10\ncat /proc/self/task_isolation\nls /proc/self/task/$$/ | grep -c task_isolation",
+        vec![
+            Expect::stdout_line("-r--------"),
+            Expect::stdout_has(TI_NONE),
+            // Only in the thread group's directory, not below task/.
+            Expect::stdout_line("0"),
+        ],
+    );
+    s.step(
+        "chisol_info",
+        "chisol -i",
+        vec![Expect::exit(0), Expect::stdout("quiesce: vmstat_sync ")],
+    );
+    s.step(
+        "chisol_conf_read_back",
+        "chisol -q vmstat_sync -I conf sh -c 'cat /proc/self/task_isolation'",
+        vec![
+            Expect::exit(0),
+            Expect::stdout(TI_CONFIGURED),
+            Expect::stderr(""),
+        ],
+    );
+    s.step(
+        "chisol_active_inherited_by_sh_and_its_child",
+        "chisol -q vmstat_sync -a -I active sh -c 'cat /proc/$$/task_isolation; cat /proc/self/task_isolation'",
+        vec![
+            Expect::exit(0),
+            Expect::stdout(&format!("{TI_ACTIVE}{TI_ACTIVE}")),
+        ],
+    );
+    s.step(
+        "chisol_active_without_inherit_stays_with_chisol",
+        // `; true`: busybox sh execs the last command of -c instead of forking it.
+        "chisol -q vmstat_sync -a sh -c 'cat /proc/$$/task_isolation; cat /proc/self/task_isolation; true'",
+        vec![Expect::exit(0), Expect::stdout(&format!("{TI_ACTIVE}{TI_NONE}"))],
+    );
+    s.step(
+        "chisol_uses_the_interface_even_with_native_fallback",
+        "chisol -q vmstat_sync -a --fallback=native cat /proc/self/task_isolation",
+        vec![
+            Expect::exit(0),
+            Expect::stdout(TI_ACTIVE),
+            Expect::stderr(""),
+        ],
+    );
+    // Threads inherit the configuration and activate themselves (the patched oslat's way).
+    s.step(
+        "chisol_conf_threads_activate_themselves",
+        "chisol -q vmstat_sync -I conf isol-worker 3 5",
+        vec![
+            Expect::exit(0),
+            Expect::that(
+                "main configured; each of 3 threads configured, active while it measures, configured after",
+                |out: &StepOutput| {
+                    let lines: Vec<serde_json::Value> = out
+                        .stdout
+                        .lines()
+                        .map(|l| serde_json::from_str(l).map_err(|e| format!("{l}: {e}")))
+                        .collect::<Result<_, _>>()?;
+                    if lines.len() != 4 || lines[0]["state"] != TI_CONFIGURED {
+                        return Err(format!("{} lines, first {}", lines.len(), lines[0]));
+                    }
+                    for t in &lines[1..] {
+                        if t["before"] != TI_CONFIGURED
+                            || t["during"] != TI_ACTIVE
+                            || t["after"] != TI_CONFIGURED
+                            || !t["activate_error"].is_null()
+                        {
+                            return Err(format!("thread {t}"));
+                        }
+                    }
+                    Ok(())
+                },
+            ),
+        ],
+    );
+    // chisol -p on a multi-threaded process, thread by thread.
+    s.step(
+        "chisol_pid_view_thread_by_thread",
+        "chisol -q vmstat_sync -I conf isol-worker 2 8000 >/dev/null & p=$!\n\
+         for i in $(seq 100); do a=0; for t in $(ls /proc/$p/task); do grep -q 'Active state: quiesce' /proc/$t/task_isolation 2>/dev/null && a=$((a+1)); done; [ $a -ge 2 ] && break; usleep 100000; done\n\
+         chisol -p $p; echo rc=$?\nkill $p; wait",
+        vec![
+            Expect::field("rc", "0"),
+            Expect::that(
+                "the main thread configured, two measuring threads active",
+                |out: &StepOutput| {
+                    let rows: Vec<Vec<&str>> = out
+                        .stdout
+                        .lines()
+                        .skip(1)
+                        .filter(|l| !l.starts_with("rc="))
+                        .map(|l| l.split_whitespace().collect())
+                        .collect();
+                    let ok = rows.len() == 3
+                        && rows[0].get(1..5) == Some(&["isol-worker", "quiesce", "none", "vmstat_sync"][..])
+                        && rows[1..].iter().all(|r| r.get(2..5) == Some(&["quiesce", "quiesce", "vmstat_sync"][..]));
+                    if ok {
+                        Ok(())
+                    } else {
+                        Err(format!("rows {rows:?}"))
+                    }
+                },
+            ),
+        ],
+    );
+    // chisol's own refusals issue nothing; the kernel's errno for a bad request, with
+    // libtaskisol's message, comes through the library (isol-api's bad.* steps).
+    s.step(
+        "chisol_usage_errors",
+        "chisol -q tlb true; echo rc=$?; chisol -a true; echo rc=$?; chisol -q vmstat_sync no-such-cmd; echo rc=$?",
+        vec![
+            Expect::output_has("unknown quiesce feature \"tlb\""),
+            Expect::output_has("--activate needs --quiesce"),
+            Expect::output_has("failed to execute no-such-cmd"),
+            Expect::stdout_line("rc=127"),
+        ],
+    );
+    s.step(
+        "library_refusals_carry_the_kernels_errno",
+        "isol-api",
+        vec![
+            Expect::exit(0),
+            Expect::that(
+                "each bad request fails with EINVAL from the kernel, named",
+                |out: &StepOutput| {
+                    for (step, op) in [
+                        (
+                            "bad.oneshot_outside_mask",
+                            "prctl PR_ISOL_CFG_SET(I_CFG_FEAT, ISOL_F_QUIESCE",
+                        ),
+                        (
+                            "bad.inherit_active_without_conf",
+                            "prctl PR_ISOL_CFG_SET(I_CFG_INHERIT, 0x2)",
+                        ),
+                        (
+                            "bad.activate_unknown_feature",
+                            "prctl PR_ISOL_ACTIVATE_SET(0x20)",
+                        ),
+                        ("fresh.inherit", "prctl PR_ISOL_CFG_GET(I_CFG_INHERIT)"),
+                        ("fresh.active", "prctl PR_ISOL_ACTIVATE_GET"),
+                    ] {
+                        let v = out
+                            .stdout
+                            .lines()
+                            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                            .find(|v| v["step"] == step)
+                            .ok_or(format!("no step {step}"))?;
+                        let msg = v["error"].as_str().unwrap_or("");
+                        if v["errno"] != libc_einval()
+                            || !msg.starts_with(op)
+                            || !msg.ends_with("failed with EINVAL: Invalid argument")
+                        {
+                            return Err(format!("{step}: {v}"));
+                        }
+                    }
+                    Ok(())
+                },
+            ),
+        ],
+    );
+}
+
+fn libc_einval() -> serde_json::Value {
+    serde_json::json!(22)
+}
+
+/// The emulator's scenarios on the real kernel: every ABI row (isol-rawcall), the library's
+/// calls (isol-api), chisol with the oslat-like worker, each natively and under isol-emu in
+/// this boot, the answers equal but for ids.
+fn emulator_matches_the_kernel(s: &mut Scenario) {
+    for b in ["isol-rawcall", "isol-api", "isol-worker"] {
+        s.binaries.push(b.into());
+    }
+    for (name, calls) in abi_cases::CASES {
+        s.step(
+            &format!("abi_{name}_kernel_equals_emulator"),
+            &abi_cases::guest_script(calls),
+            vec![Expect::that(
+                "the kernel's answers equal the emulator's (ids aside)",
+                |out: &StepOutput| abi_cases::judge(&out.stdout),
+            )],
+        );
+    }
+    for (name, cmd) in [
+        ("library_calls", "isol-api"),
+        ("chisol_conf_worker", "chisol -q vmstat_sync -I conf isol-worker 2 5"),
+        (
+            "chisol_active_sh",
+            "chisol -q vmstat_sync -a -I active sh -c 'cat /proc/$$/task_isolation; cat /proc/self/task_isolation'",
+        ),
+        ("chisol_info", "chisol -i"),
+    ] {
+        s.step(
+            &format!("{name}_kernel_equals_emulator"),
+            &abi_cases::differential_script(cmd),
+            vec![Expect::that(
+                "the kernel's answers equal the emulator's (ids and timings aside)",
+                |out: &StepOutput| abi_cases::judge(&out.stdout),
+            )],
+        );
+    }
+}
+
+/// `isold audit` on a kernel with the interface: a workload on isolated CPU 3 that runs
+/// without the vmstat quiesce is named (JSON and text), one started with it is not.
+fn audit_names_workloads_without_quiesce(s: &mut Scenario) {
+    if !s.binaries.iter().any(|b| b == "isold") {
+        s.binaries.push("isold".into());
+    }
+    if !s.binaries.iter().any(|b| b == "isol-meter") {
+        s.binaries.push("isol-meter".into());
+    }
+    s.step(
+        "audit_names_a_workload_without_quiesce",
+        "isol-meter -c 3 -D 60 -j >/dev/null 2>&1 & p=$!
+wait_for 20 grep -q '^Cpus_allowed_list:[[:space:]]*3$' /proc/$p/task/*/status
+isold audit --cpus 3 --duration 0 --json >/tmp/a1.json; echo rc1=$?
+isold audit --cpus 3 --duration 0 | grep -c 'WITHOUT QUIESCE' | sed 's/^/text1=/'
+kill -INT $p; wait $p
+chisol -q vmstat_sync -I conf isol-meter -c 3 -D 60 -j >/dev/null 2>&1 & p=$!
+wait_for 20 any_thread_active $p
+isold audit --cpus 3 --duration 0 --json >/tmp/a2.json; echo rc2=$?
+isold audit --cpus 3 --duration 0 | grep -c 'WITHOUT QUIESCE' | sed 's/^/text2=/'
+kill -INT $p; wait $p
+echo \"a1=$(tr -d '\\n' </tmp/a1.json)\"
+echo \"a2=$(tr -d '\\n' </tmp/a2.json)\"",
+        vec![
+            Expect::field("rc1", "0"),
+            Expect::field("rc2", "0"),
+            Expect::field("text1", "1"),
+            Expect::field("text2", "0"),
+            Expect::that(
+                "the meter's thread on CPU 3 is named without the quiesce, and not once it runs with it",
+                |out: &StepOutput| {
+                    let names = |key: &str| -> Result<Vec<String>, String> {
+                        let v: serde_json::Value = serde_json::from_str(out.field(key).ok_or(format!("no {key}"))?)
+                            .map_err(|e| format!("{key}: {e}"))?;
+                        Ok(v["per_cpu"][0]["without_quiesce"]
+                            .as_array()
+                            .map(|a| a.iter().filter_map(|t| t["comm"].as_str().map(String::from)).collect())
+                            .unwrap_or_default())
+                    };
+                    match (names("a1")?, names("a2")?) {
+                        (a, b) if a == ["isol-meter"] && b.is_empty() => Ok(()),
+                        other => Err(format!("without, with: {other:?}")),
+                    }
+                },
+            ),
+        ],
+    );
+}
+
+/// The project's own 6.1 with the task-isolation series, booted with the suite's isolation:
+/// the interface chisol and libtaskisol drive, real; the emulator checked against it; the
+/// seed's case with our meter and with Debian's oslat.
+#[test]
+fn isol61_isol23() {
+    let mut s = Scenario::new("isol61-isol23", KernelRole::Isol61, ISOL23);
+    kernel_view(&mut s, "2-3", "2-3");
+    interface_checks(&mut s);
+    emulator_matches_the_kernel(&mut s);
+    audit_names_workloads_without_quiesce(&mut s);
+    quiesce::add(&mut s);
+    let out = run(&s).unwrap_or_else(|e| panic!("{e}"));
+    eprint!(
+        "quiesce on {}:\n{}",
+        out.kernel.release,
+        quiesce::report(&out)
+    );
+    out.assert_ok();
 }

@@ -4,7 +4,9 @@
 //! On a stock kernel these numbers are other prctls (PR_SET_MDWE, PR_SET_MEMORY_MERGE, ...), so
 //! this program refuses to run unless it is traced by `isol-emu`, which sets
 //! `ISOL_RAWCALL_I_AM_UNDER_EMU=1` (patched mode) or `=trace-only` (then only calls that do
-//! not issue prctl 63..67 are allowed). x86_64 only.
+//! not issue prctl 63..67 are allowed), or runs untraced on a kernel that has the interface
+//! (`/proc/self/task_isolation` on procfs: the project's own kernel, where its answers are
+//! compared with the emulator's). x86_64 only.
 //!
 //! Each argument is one call, e.g.
 //! `isol-rawcall 'cfg-set-quiesce 0 1 0' 'activate-set 1' 'cat-ti self' fork-then 'activate-get'`.

@@ -134,8 +134,13 @@ fn elf_section<'a>(image: &'a [u8], wanted: &str) -> Option<&'a [u8]> {
 /// kernel has built in. `moddir` is lib/modules/<release> of the unpacked package.
 pub fn resolve(moddir: &Path, wanted: &[&str]) -> Result<Vec<Module>, HarnessError> {
     let mut index = BTreeMap::new();
-    walk(&moddir.join("kernel"), &mut index)
-        .map_err(|e| HarnessError::Io(format!("list modules in {}: {e}", moddir.display())))?;
+    // A kernel built without modules (the project's test kernel) has no kernel/ directory:
+    // everything it has is built in.
+    let kernel_dir = moddir.join("kernel");
+    if kernel_dir.is_dir() {
+        walk(&kernel_dir, &mut index)
+            .map_err(|e| HarnessError::Io(format!("list modules in {}: {e}", moddir.display())))?;
+    }
     let builtin = builtins(moddir);
     let mut order = Vec::new();
     let mut seen = BTreeSet::new();

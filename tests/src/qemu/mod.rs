@@ -17,6 +17,7 @@ mod kmod;
 pub mod noise;
 pub mod peers;
 mod qmp;
+pub mod quiesce;
 pub mod seed;
 pub mod stalls;
 mod vm;
@@ -103,7 +104,7 @@ pub fn bin_dir() -> PathBuf {
         .join("release")
 }
 
-/// The two kernels the suite boots.
+/// The kernels the suite boots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KernelRole {
     /// Debian 12's stock kernel, linux-image-6.1.0-N-amd64.
@@ -115,6 +116,9 @@ pub enum KernelRole {
     Gen7,
     /// Debian sid's PREEMPT_RT 7.x kernel, linux-binary-7.N.M+debK-rt-amd64.
     Rt7,
+    /// Debian 12's 6.1 source with the project's task-isolation series (kernel/patches), the
+    /// minimal test configuration of `scripts/build-kernel test`: no modules.
+    Isol61,
 }
 
 impl KernelRole {
@@ -124,6 +128,7 @@ impl KernelRole {
             Self::Rt612 => "rt612",
             Self::Gen7 => "gen7",
             Self::Rt7 => "rt7",
+            Self::Isol61 => "isol61",
         }
     }
 
@@ -132,7 +137,7 @@ impl KernelRole {
     /// nohz_full CPU never stops (tick_stop's dependency CLOCK_UNSTABLE): `tsc=reliable`.
     pub fn tcg_args(self) -> &'static str {
         match self {
-            Self::Stock61 | Self::Rt612 => "",
+            Self::Stock61 | Self::Rt612 | Self::Isol61 => "",
             Self::Gen7 | Self::Rt7 => "tsc=reliable ",
         }
     }
