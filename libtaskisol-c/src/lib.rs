@@ -286,9 +286,11 @@ pub unsafe extern "C" fn taskisol_thread_state(tid: c_int, state: *mut taskisol_
 /// ("quiesce"), or quiesce bits when `quiesce_bits` is non-zero ("vmstat_sync"); "none" for 0.
 /// A static, NUL-terminated string for the masks this library knows, NULL for others.
 #[no_mangle]
+// Byte strings, not c"" literals: Debian 12's cbindgen (0.24), which makes the header, cannot
+// parse those.
+#[allow(clippy::manual_c_str_literals)]
 pub extern "C" fn taskisol_names(mask: u64, quiesce_bits: c_int) -> *const c_char {
-    // Every mask of known bits, named; the interface has one bit of each kind. Byte strings,
-    // not c"" literals: Debian 12's cbindgen (0.24) cannot parse those.
+    // Every mask of known bits, named; the interface has one bit of each kind.
     match (mask, quiesce_bits != 0) {
         (0, _) => b"none\0".as_ptr().cast(),
         (abi::ISOL_F_QUIESCE, false) => b"quiesce\0".as_ptr().cast(),
@@ -314,17 +316,13 @@ mod tests {
         assert_eq!(v, 7, "nothing written on failure");
         assert_eq!(taskisol_activate(TASKISOL_F_QUIESCE), -libc::EOPNOTSUPP);
         // SAFETY: `v` is a live u64.
-        assert_eq!(
-            unsafe { taskisol_activate_configured(&mut v) },
-            -libc::EOPNOTSUPP
-        );
+        let r = unsafe { taskisol_activate_configured(&mut v) };
+        assert_eq!(r, -libc::EOPNOTSUPP);
         assert_eq!(v, 0, "nothing activated");
         let mut s = taskisol_state::default();
         // SAFETY: `s` is a live taskisol_state.
-        assert_eq!(
-            unsafe { taskisol_thread_state(0, &mut s) },
-            -libc::EOPNOTSUPP
-        );
+        let r = unsafe { taskisol_thread_state(0, &mut s) };
+        assert_eq!(r, -libc::EOPNOTSUPP);
     }
 
     #[test]

@@ -105,7 +105,7 @@ int main(void)
     // Linked by its soname, as an installed library is found.
     let r = Command::new("readelf")
         .arg("-d")
-        .arg(&lib.join("libtaskisol.so"))
+        .arg(lib.join("libtaskisol.so"))
         .output()
         .unwrap();
     let dynamic = String::from_utf8_lossy(&r.stdout);
