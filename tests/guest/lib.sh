@@ -207,7 +207,8 @@ seed_stat_refresh() {
 # of its own (made before the workload starts: enabling events patches kernel text, which
 # interrupts every CPU); WORKLOAD started (it puts a thread of scheduling policy POLICY, 1 for
 # SCHED_FIFO, on CPU 3 itself: oslat's or isol-meter's -c 3). Once that thread runs on CPU 3: the main thread's and the measuring thread's
-# /proc/<tid>/task_isolation, then 3 s in which CPU 3's work is counted, then
+# /proc/<tid>/task_isolation, then $QUIET_S s (3 by default) in which CPU 3's work is counted,
+# then
 # `echo 1 > /proc/sys/vm/stat_refresh` timed for up to WINDOW s, then SIGINT to the workload
 # (oslat and isol-meter print their results on it), and SIGKILL 10 s later if it is still
 # there. Prints key=value lines (times in seconds; states with "|" for newlines) and the
@@ -254,7 +255,7 @@ quiesce_case() {
     echo "measuring_cpus=$(grep Cpus_allowed_list /proc/$_tid/status | cut -f2)"
     sched_of $_tid | sed 's/^/measuring_/'
     : >$_ti/trace
-    sleep 3
+    sleep "${QUIET_S:-3}"
     echo "cpu3_works_quiet=$(grep -c workqueue_execute_start $_ti/trace)"
     echo "cpu3_vmstat_update_quiet=$(grep -c 'function vmstat_update' $_ti/trace)"
     grep workqueue_execute_start $_ti/trace | sed 's/.*function /cpu3_work: /' | sort | uniq -c | sed 's/^ *//' | head -20
@@ -281,7 +282,9 @@ quiesce_case() {
         echo "returned_with_loop_running=no"
         echo "still_blocked_after=$(secs $(($(now_cs) - _t0)))"
     fi
-    echo "cpu3_vmstat_update_total=$(grep -c 'function vmstat_update' $_ti/trace)"
+    # CPU 3's work from the measuring thread's start to the write's end (or the window's).
+    cp $_ti/trace /tmp/q.trace
+    echo "cpu3_vmstat_update_total=$(grep -c 'function vmstat_update' /tmp/q.trace)"
     _tk=$(now_cs)
     kill -INT $_pid
     wait_for 10 sh -c "! kill -0 $_pid 2>/dev/null" || kill -9 $_pid
@@ -294,9 +297,10 @@ quiesce_case() {
         echo "returned_after_stop=never"
     fi
     wait $_writer 2>/dev/null
-    # vmstat_update on CPU 3 with how long each ran (execute_start to execute_end, in us).
+    # vmstat_update on CPU 3 in that stretch, with how long each ran (execute_start to
+    # execute_end, in us).
     awk '/workqueue_execute_start/ && /vmstat_update/ { split($0, a, ": workqueue"); n = split(a[1], f, " "); t = f[n]; sub(/:$/, "", t); w = $0; sub(/.*work struct /, "", w); sub(/:.*/, "", w); start[w] = t }
-         /workqueue_execute_end/ { w = $0; sub(/.*work struct /, "", w); sub(/[: ].*/, "", w); if (w in start) { split($0, a, ": workqueue"); n = split(a[1], f, " "); t = f[n]; sub(/:$/, "", t); printf "vmstat_update_us=%.1f\n", (t - start[w]) * 1e6; delete start[w] } }' $_ti/trace
+         /workqueue_execute_end/ { w = $0; sub(/.*work struct /, "", w); sub(/[: ].*/, "", w); if (w in start) { split($0, a, ": workqueue"); n = split(a[1], f, " "); t = f[n]; sub(/:$/, "", t); printf "vmstat_update_us=%.1f\n", (t - start[w]) * 1e6; delete start[w] } }' /tmp/q.trace
     sed 's/^/out: /' /tmp/q.out
     sed 's/^/err: /' /tmp/q.err
     quiesce_cleanup

@@ -1000,8 +1000,9 @@ fn emulator_matches_the_kernel(s: &mut Scenario) {
     }
 }
 
-/// `isold audit` on a kernel with the interface: a workload on isolated CPU 3 that runs
-/// without the vmstat quiesce is named (JSON and text), one started with it is not.
+/// `isold audit` and `isold noise` on a kernel with the interface: a workload on isolated
+/// CPU 3 that runs without the vmstat quiesce is named (audit's JSON and text, noise's note),
+/// one started with it is not.
 fn audit_names_workloads_without_quiesce(s: &mut Scenario) {
     if !s.binaries.iter().any(|b| b == "isold") {
         s.binaries.push("isold".into());
@@ -1015,11 +1016,13 @@ fn audit_names_workloads_without_quiesce(s: &mut Scenario) {
 wait_for 20 grep -q '^Cpus_allowed_list:[[:space:]]*3$' /proc/$p/task/*/status
 isold audit --cpus 3 --duration 0 --json >/tmp/a1.json; echo rc1=$?
 isold audit --cpus 3 --duration 0 | grep -c 'WITHOUT QUIESCE' | sed 's/^/text1=/'
+isold noise --cpus 3 --duration 1 2>/dev/null | grep -c 'isol-meter runs on CPUs 3 without the vmstat quiesce' | sed 's/^/noise1=/'
 kill -INT $p; wait $p
 chisol -q vmstat_sync -I conf isol-meter -c 3 -D 60 -j >/dev/null 2>&1 & p=$!
 wait_for 20 any_thread_active $p
 isold audit --cpus 3 --duration 0 --json >/tmp/a2.json; echo rc2=$?
 isold audit --cpus 3 --duration 0 | grep -c 'WITHOUT QUIESCE' | sed 's/^/text2=/'
+isold noise --cpus 3 --duration 1 2>/dev/null | grep -c 'without the vmstat quiesce' | sed 's/^/noise2=/'
 kill -INT $p; wait $p
 echo \"a1=$(tr -d '\\n' </tmp/a1.json)\"
 echo \"a2=$(tr -d '\\n' </tmp/a2.json)\"",
@@ -1028,6 +1031,8 @@ echo \"a2=$(tr -d '\\n' </tmp/a2.json)\"",
             Expect::field("rc2", "0"),
             Expect::field("text1", "1"),
             Expect::field("text2", "0"),
+            Expect::field("noise1", "1"),
+            Expect::field("noise2", "0"),
             Expect::that(
                 "the meter's thread on CPU 3 is named without the quiesce, and not once it runs with it",
                 |out: &StepOutput| {

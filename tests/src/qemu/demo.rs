@@ -20,7 +20,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{run, seed, stalls, Expect, HarnessError, KernelRole, Outcome, Scenario, ISOL23};
+use super::{
+    quiesce, run, seed, stalls, Expect, HarnessError, KernelRole, Outcome, Scenario, ISOL23,
+};
 
 const DEMO_SH: &str = include_str!("../../guest/demo.sh");
 
@@ -419,7 +421,19 @@ pub fn run_demo() -> Result<bool, HarnessError> {
         rt7.label,
         args7.join(" ")
     );
-    let second7 = run(&b7)?;
+    // The project's kernel with the task-isolation interface: the seed's line, booted meanwhile.
+    let mut isol = Scenario::new("demo-isol61", KernelRole::Isol61, ISOL23);
+    isol.binaries = vec!["chisol".into()];
+    quiesce::add(&mut isol);
+    let (second7, isol_outcome) = std::thread::scope(|scope| {
+        let other = scope.spawn(|| run(&isol));
+        let second7 = run(&b7);
+        (
+            second7,
+            other.join().expect("the isol61 guest's thread panicked"),
+        )
+    });
+    let (second7, isol_outcome) = (second7?, isol_outcome?);
     print_outputs(&b7, &second7);
 
     print_table(rt612, &first, &second);
@@ -444,6 +458,12 @@ pub fn run_demo() -> Result<bool, HarnessError> {
         }
     }
     println!(
+        "\n== and on a kernel with the task-isolation interface: the project's own 6.1 ({} {}),\n\
+         the seed's line as its author ran it, the workload's measuring thread at SCHED_FIFO 1 on CPU 3:",
+        isol_outcome.kernel.release, isol_outcome.kernel.version
+    );
+    print!("{}", quiesce::report(&isol_outcome));
+    println!(
         "\n== guest files (console log, results, initramfs): {}, {}, {}, {} and {}",
         first.workdir.display(),
         second.workdir.display(),
@@ -458,6 +478,7 @@ pub fn run_demo() -> Result<bool, HarnessError> {
         .chain(&first7.failures)
         .chain(&second7.failures)
         .chain(&stock_outcome.failures)
+        .chain(&isol_outcome.failures)
         .collect();
     for f in &failures {
         println!("FAILED: {f}");

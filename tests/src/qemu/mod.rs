@@ -119,6 +119,10 @@ pub enum KernelRole {
     /// Debian 12's 6.1 source with the project's task-isolation series (kernel/patches), the
     /// minimal test configuration of `scripts/build-kernel test`: no modules.
     Isol61,
+    /// The same series as the Debian package `scripts/build-kernel deb --config
+    /// kernel/config/guest.config` makes (linux-image-6.1.N-isol), unpacked: the kernel the
+    /// package test boots the Debian root with, and whose package it installs there.
+    Isol61Deb,
 }
 
 impl KernelRole {
@@ -129,6 +133,7 @@ impl KernelRole {
             Self::Gen7 => "gen7",
             Self::Rt7 => "rt7",
             Self::Isol61 => "isol61",
+            Self::Isol61Deb => "isol61deb",
         }
     }
 
@@ -137,7 +142,7 @@ impl KernelRole {
     /// nohz_full CPU never stops (tick_stop's dependency CLOCK_UNSTABLE): `tsc=reliable`.
     pub fn tcg_args(self) -> &'static str {
         match self {
-            Self::Stock61 | Self::Rt612 | Self::Isol61 => "",
+            Self::Stock61 | Self::Rt612 | Self::Isol61 | Self::Isol61Deb => "",
             Self::Gen7 | Self::Rt7 => "tsc=reliable ",
         }
     }

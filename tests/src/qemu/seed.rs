@@ -117,7 +117,9 @@ fn fallback_message(role: KernelRole, version: &str) -> String {
         KernelRole::Stock61 => format!(
             "chisol: task isolation interface not available: the kernel has no /proc/self/task_isolation (it needs the out-of-tree task-isolation patches); --fallback=native: no native vmstat protection: Linux {version} predates 6.5, whose vmstat_shepherd skips isolated CPUs"
         ),
-        KernelRole::Isol61 => unreachable!("the patched kernel's seed case is quiesce::add"),
+        KernelRole::Isol61 | KernelRole::Isol61Deb => {
+            unreachable!("the patched kernel's seed case is quiesce::add")
+        }
         KernelRole::Rt612 | KernelRole::Gen7 | KernelRole::Rt7 => format!(
             "chisol: task isolation interface not available; native protection in effect: Linux {version} skips deferred vmstat work on isolated CPUs (vmstat_shepherd, 6.5+); CPUs 3 are isolated (3: isolcpus domain + nohz_full)"
         ),
@@ -190,7 +192,9 @@ pub fn add(s: &mut Scenario, hang_window_s: u32) -> Result<(), HarnessError> {
                 ),
             ]);
         }
-        KernelRole::Isol61 => unreachable!("the patched kernel's seed case is quiesce::add"),
+        KernelRole::Isol61 | KernelRole::Isol61Deb => {
+            unreachable!("the patched kernel's seed case is quiesce::add")
+        }
         KernelRole::Rt612 | KernelRole::Gen7 | KernelRole::Rt7 => {
             expects.extend([
                 Expect::field("native_fallback_rc", "0"),

@@ -22,7 +22,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use taskisol_tests::qemu::{
-    bin_dir, release_binary, run, workspace_root, Expect, KernelRole, Scenario,
+    bin_dir, release_binary, run, workspace_root, Expect, Kernel, KernelRole, Scenario, StepOutput,
 };
 
 use super::at_least;
@@ -447,4 +447,127 @@ fn deb_install_upgrade_remove_purge(role: KernelRole) {
         );
     }
     o.assert_ok();
+}
+
+/// The project's kernel as a Debian package (`scripts/build-kernel deb --config
+/// kernel/config/guest.config`, unpacked by scripts/setup-qemu): the suite's Debian root boots
+/// that kernel under systemd, `dpkg -i` installs its package there (the image the guest runs,
+/// byte for byte, and a module tree `modprobe` loads from), the interface answers, and
+/// `dpkg -r` removes every file the package brought.
+#[test]
+fn isol61_kernel_package_installs_boots_and_removes() {
+    let kernel = Kernel::locate(KernelRole::Isol61Deb).unwrap_or_else(|e| panic!("{e}"));
+    let pkg_dir = kernel
+        .moddir
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .unwrap()
+        .to_path_buf();
+    let deb = PathBuf::from(
+        std::fs::read_to_string(pkg_dir.join(".deb"))
+            .unwrap_or_else(|e| panic!("{}/.deb: {e} (scripts/setup-qemu)", pkg_dir.display()))
+            .trim(),
+    );
+    let name = Command::new("dpkg-deb")
+        .args(["-f"])
+        .arg(&deb)
+        .arg("Package")
+        .output()
+        .unwrap();
+    let name = String::from_utf8_lossy(&name.stdout).trim().to_string();
+    let release = kernel.release.clone();
+    assert_eq!(name, format!("linux-image-{release}"));
+    let image_sha = {
+        let out = Command::new("sha256sum")
+            .arg(&kernel.vmlinuz)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+
+    let mut s = Scenario::debian("isol61deb_kernel_package", "");
+    s.role = KernelRole::Isol61Deb;
+    s.binaries = vec!["chisol".into()];
+    s.file(
+        "/root/linux-image-isol.deb",
+        0o644,
+        &std::fs::read(&deb).unwrap(),
+    );
+    s.step_with_timeout(
+        "booted_under_systemd_on_the_packaged_kernel",
+        "echo release=$(uname -r)\n\
+         echo pid1=$(cat /proc/1/comm)\n\
+         echo system=$(systemctl is-system-running --wait)\n\
+         systemctl --failed --no-legend --plain | sed 's/^/failed unit: /'\n\
+         [ -e /proc/self/task_isolation ] && echo interface=yes || echo interface=no\n\
+         echo info=$(chisol -i)\n\
+         [ -e /lib/modules/$(uname -r) ] && echo modules_before=present || echo modules_before=absent",
+        Duration::from_secs(120),
+        vec![
+            Expect::field("release", &release),
+            Expect::field("pid1", "systemd"),
+            Expect::that("systemd is up (running or degraded)", |o: &StepOutput| {
+                match o.field("system") {
+                    Some("running" | "degraded") => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            }),
+            Expect::field("interface", "yes"),
+            Expect::field("info", "quiesce: vmstat_sync"),
+            Expect::field("modules_before", "absent"),
+        ],
+    );
+    s.step_with_timeout(
+        "dpkg_installs_the_kernel_package",
+        &format!(
+            "/usr/bin/dpkg -i /root/linux-image-isol.deb >/tmp/dpkg.log 2>&1; echo rc=$?\n\
+             echo status=$(/usr/bin/dpkg-query -W -f '${{Status}}' {name})\n\
+             echo image_sha=$(sha256sum /boot/vmlinuz-{release} | cut -d' ' -f1)\n\
+             /usr/bin/dpkg -L {name} >/tmp/pkg.files\n\
+             echo modules_files=$(grep -c '\\.ko$' /tmp/pkg.files)\n\
+             /usr/sbin/modprobe binfmt_misc; echo modprobe_rc=$?\n\
+             grep -q '^binfmt_misc ' /proc/modules && echo loaded=yes || echo loaded=no\n\
+             /usr/sbin/modprobe -r binfmt_misc; echo unload_rc=$?\n\
+             tail -5 /tmp/dpkg.log"
+        ),
+        Duration::from_secs(180),
+        vec![
+            Expect::field("rc", "0"),
+            Expect::field("status", "install ok installed"),
+            // The image the guest booted is the one the package installed.
+            Expect::field("image_sha", &image_sha),
+            at_least("modules_files", 1.0),
+            Expect::field("modprobe_rc", "0"),
+            Expect::field("loaded", "yes"),
+            Expect::field("unload_rc", "0"),
+        ],
+    );
+    s.step_with_timeout(
+        "dpkg_removes_every_file_it_brought",
+        &format!(
+            "/usr/bin/dpkg -r {name} >/tmp/dpkg-r.log 2>&1; echo rc=$?\n\
+             echo status=$(/usr/bin/dpkg-query -W -f '${{Status}}' {name} 2>/dev/null)\n\
+             left=0; while read -r f; do [ -f \"$f\" ] && left=$((left+1)) && echo \"left: $f\"; done </tmp/pkg.files\n\
+             echo files_left=$left\n\
+             [ -e /boot/vmlinuz-{release} ] && echo image=present || echo image=absent\n\
+             tail -5 /tmp/dpkg-r.log"
+        ),
+        Duration::from_secs(120),
+        vec![
+            Expect::field("rc", "0"),
+            Expect::that("not installed", |o: &StepOutput| match o.field("status") {
+                Some(s) if !s.contains("install ok installed") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }),
+            Expect::field("files_left", "0"),
+            Expect::field("image", "absent"),
+        ],
+    );
+    let out = run(&s).unwrap_or_else(|e| panic!("{e}"));
+    out.assert_ok();
 }
