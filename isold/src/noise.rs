@@ -91,6 +91,7 @@ pub fn run(root: &SysRoot, scope: &Scope, args: &NoiseArgs) -> i32 {
     if let Err(e) = rec.stop(root) {
         notes.push(format!("the tracefs instance was not removed: {e}"));
     }
+    notes.extend(without_quiesce_notes(root, &scope.cpus));
     let nohz = IsolatedCpus::discover(root)
         .map(|i| i.nohz_full)
         .unwrap_or_default();
@@ -278,6 +279,7 @@ pub fn daemon_report(
             None => report_of(cpu, &noise::Sums::default(), &nohz, &recorded),
         })
         .collect();
+    notes.extend(without_quiesce_notes(root, &cpus));
     let end = file.updated_unix.max(from);
     Ok(NoiseReport {
         kernel: kernel(root),
@@ -289,6 +291,25 @@ pub fn daemon_report(
         lost_pages: file.lost_pages,
         notes,
     })
+}
+
+/// On a kernel with the task-isolation interface, one note per thread pinned inside `cpus`
+/// that runs without the vmstat quiesce: the vmstat work its system calls leave behind is
+/// noise this recording may count. Nothing on other kernels.
+fn without_quiesce_notes(root: &SysRoot, cpus: &libtaskisol::CpuSet) -> Vec<String> {
+    match libtaskisol::audit::pinned_without_quiesce(root, cpus) {
+        Ok(threads) => threads
+            .iter()
+            .map(|t| {
+                format!(
+                    "the kernel has task isolation, and {} runs on CPUs {} without the vmstat quiesce: start it with chisol -q vmstat_sync -I conf (threads that activate themselves) or -a -I active",
+                    t.name(),
+                    t.affinity
+                )
+            })
+            .collect(),
+        Err(e) => vec![format!("the threads' task isolation could not be read: {e}")],
+    }
 }
 
 fn print(report: &NoiseReport, args: &NoiseArgs) -> i32 {

@@ -441,12 +441,8 @@ pub fn audit(
         .unwrap_or_default();
     let workload_of = Workloads::new(root, scope);
     // The kernel has the task-isolation interface (the project's own kernel): its file exists
-    // for every task. Only read, never a prctl.
-    let interface = root
-        .read_value_opt("/proc/self/task_isolation")
-        .ok()
-        .flatten()
-        .is_some();
+    // for every task.
+    let interface = has_task_isolation(root);
     let earlier = by_identity(before);
     let mut per_cpu = Vec::new();
     // Each table indexed once, for every CPU's lookups.
@@ -587,6 +583,30 @@ pub fn audit(
         per_cpu,
         notes: Vec::new(),
     })
+}
+
+/// Whether the kernel under `root` has the task-isolation interface (its procfs file exists).
+/// A read, never a prctl.
+pub fn has_task_isolation(root: &SysRoot) -> bool {
+    root.read_value_opt("/proc/self/task_isolation")
+        .ok()
+        .flatten()
+        .is_some()
+}
+
+/// On a kernel with the task-isolation interface, the user threads pinned inside `cpus`
+/// (their whole affinity in it) that run without the vmstat quiesce active: the workloads
+/// `isold noise` names. Empty, with nothing read, on other kernels.
+pub fn pinned_without_quiesce(root: &SysRoot, cpus: &CpuSet) -> Result<Vec<TaskRef>> {
+    if !has_task_isolation(root) {
+        return Ok(Vec::new());
+    }
+    let pinned: Vec<TaskRef> = tasks::threads_on(root, cpus)?
+        .iter()
+        .filter(|t| !t.is_kthread() && !t.affinity.is_empty() && t.affinity.is_subset(cpus))
+        .map(TaskRef::of)
+        .collect();
+    Ok(without_quiesce(root, &pinned))
 }
 
 /// The workload threads (not kthreads) whose `/proc/<tid>/task_isolation` shows no active
