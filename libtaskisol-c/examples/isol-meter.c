@@ -15,9 +15,11 @@
  *   -c CPULIST   measuring CPUs, e.g. 3 or 2-3,5 (default: every CPU of the affinity)
  *   -f PRIO      SCHED_FIFO priority of the measuring threads (default: keep SCHED_OTHER)
  *   -D SECONDS   how long to measure (default 10; 0: until SIGINT or SIGTERM)
- *   -m MS        every MS milliseconds, map, touch and unmap a page in each measuring thread,
- *                as an application that allocates now and then does: system calls that leave
- *                vmstat work behind on the CPU (their own time is not counted as a gap)
+ *   -m MS        every MS milliseconds, map and touch one more page in each measuring thread,
+ *                kept until the end, as an application whose memory grows now and then does:
+ *                a system call and a page fault that leave the CPU's vmstat counters changed,
+ *                so vmstat work behind on the CPU (their own time is not counted as a gap; a
+ *                page mapped and unmapped at once would leave the counters as they were)
  *   -b BUCKETS   histogram buckets of 1 us, the last one open-ended (default 32)
  *   -q           no histogram, only the summary
  *   -j           the summary as one JSON object per CPU, one a line
@@ -163,9 +165,8 @@ static void *measure(void *arg)
 
 			if (page != MAP_FAILED) {
 				page[0] = 1;
-				munmap(page, 4096);
+				m->allocations++;
 			}
-			m->allocations++;
 			next_mem += mem_every_cycles;
 			/* The system calls are the program's own time, not an interruption. */
 			prev = __rdtsc();
