@@ -530,9 +530,11 @@ fn isol61_kernel_package_installs_boots_and_removes() {
              echo image_sha=$(sha256sum /boot/vmlinuz-{release} | cut -d' ' -f1)\n\
              /usr/bin/dpkg -L {name} >/tmp/pkg.files\n\
              echo modules_files=$(grep -c '\\.ko$' /tmp/pkg.files)\n\
-             /usr/sbin/modprobe binfmt_misc; echo modprobe_rc=$?\n\
-             grep -q '^binfmt_misc ' /proc/modules && echo loaded=yes || echo loaded=no\n\
-             /usr/sbin/modprobe -r binfmt_misc; echo unload_rc=$?\n\
+             m=; for c in binfmt_misc veth tun virtio_net; do grep -q \"/$c\\.ko$\" /tmp/pkg.files && m=$c && break; done\n\
+             echo module=$m\n\
+             /usr/sbin/modprobe $m; echo modprobe_rc=$?\n\
+             grep -q \"^$m \" /proc/modules && echo loaded=yes || echo loaded=no\n\
+             /usr/sbin/modprobe -r $m; echo unload_rc=$?\n\
              tail -5 /tmp/dpkg.log"
         ),
         Duration::from_secs(180),
