@@ -464,12 +464,13 @@ pub fn run_demo() -> Result<bool, HarnessError> {
     );
     print!("{}", quiesce::report(&isol_outcome));
     println!(
-        "\n== guest files (console log, results, initramfs): {}, {}, {}, {} and {}",
+        "\n== guest files (console log, results, initramfs): {}, {}, {}, {}, {} and {}",
         first.workdir.display(),
         second.workdir.display(),
         first7.workdir.display(),
         second7.workdir.display(),
-        stock_outcome.workdir.display()
+        stock_outcome.workdir.display(),
+        isol_outcome.workdir.display()
     );
     let failures: Vec<_> = first
         .failures
