@@ -18,6 +18,7 @@
 
 use std::time::Duration;
 
+use super::seed::secs;
 use super::{Expect, Scenario, StepOutput};
 
 /// How long the write may stay blocked before it is judged (the stock kernel's hang window).
@@ -57,15 +58,6 @@ pub struct Measured {
     pub max_us: Option<f64>,
 }
 
-fn num(out: &StepOutput, key: &str) -> Result<Option<f64>, String> {
-    out.field(key)
-        .map(|v| {
-            v.parse()
-                .map_err(|_| format!("{key} = {v:?} is not a number"))
-        })
-        .transpose()
-}
-
 impl Measured {
     pub fn from_output(out: &StepOutput) -> Result<Self, String> {
         let returned_with_loop_running = match out.field("returned_with_loop_running") {
@@ -85,8 +77,8 @@ impl Measured {
             .collect();
         Ok(Self {
             returned_with_loop_running,
-            write_s: num(out, "write_seconds")?,
-            blocked_s: num(out, "still_blocked_after")?,
+            write_s: secs(out, "write_seconds")?,
+            blocked_s: secs(out, "still_blocked_after")?,
             vmstat_updates,
             vmstat_update_us,
             max_us: workload_max_us(out),

@@ -38,7 +38,8 @@ pub struct Measured {
     pub after_kill_s: Option<f64>,
 }
 
-fn secs(out: &StepOutput, key: &str) -> Result<Option<f64>, String> {
+/// A `key=seconds` line of the step's output, if there is one.
+pub(super) fn secs(out: &StepOutput, key: &str) -> Result<Option<f64>, String> {
     match out.field(key) {
         None => Ok(None),
         Some(v) => v
