@@ -880,6 +880,41 @@ fn an_earlier_isolcpus_in_grubs_default_line_is_named_and_replaced_and_restored(
     assert!(!t.path().join("etc/default/grub.d/isold.cfg").exists());
 }
 
+/// A second `--write-grub` (other CPUs) after the administrator edited /etc/default/grub:
+/// restore takes out isold's change alone. The administrator's `GRUB_TIMEOUT=1` stays, and
+/// the `isolcpus=1` isold replaced comes back.
+#[test]
+fn a_second_write_grub_keeps_the_administrators_edit_at_restore() {
+    let t = tempfile::tempdir().unwrap();
+    copy_dir(&fixture("debian-6.12-rt-audit"), t.path());
+    let root = t.path().to_str().unwrap();
+    let grub = t.path().join("etc/default/grub");
+    std::fs::create_dir_all(grub.parent().unwrap()).unwrap();
+    let original = GRUB_DEBIAN.replace(
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"quiet\"",
+        "GRUB_CMDLINE_LINUX_DEFAULT=\"quiet isolcpus=1\"",
+    );
+    std::fs::write(&grub, &original).unwrap();
+    let (rc, _, err) = isold(&["--root", root, "bootargs", "--cpus", "3", "--write-grub"]);
+    assert_eq!(rc, 0, "{err}");
+    let edited = std::fs::read_to_string(&grub)
+        .unwrap()
+        .replace("GRUB_TIMEOUT=5", "GRUB_TIMEOUT=1");
+    std::fs::write(&grub, &edited).unwrap();
+    let (rc, _, err) = isold(&["--root", root, "bootargs", "--cpus", "2-3", "--write-grub"]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(std::fs::read_to_string(&grub)
+        .unwrap()
+        .contains("GRUB_TIMEOUT=1\n"));
+    let (rc, out, err) = isold(&["--root", root, "restore"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert_eq!(
+        std::fs::read_to_string(&grub).unwrap(),
+        original.replace("GRUB_TIMEOUT=5", "GRUB_TIMEOUT=1")
+    );
+    assert!(!t.path().join("etc/default/grub.d/isold.cfg").exists());
+}
+
 /// What isold cannot replace it refuses, naming the file, the line and the argument, and
 /// writes nothing: a word not written as one plain word, a later file that sets the default
 /// line anew. The running kernel's own repeated argument is named too.

@@ -215,6 +215,59 @@ fn run_applies_corrects_drift_reports_and_restores_on_sigterm() {
     assert!(text.starts_with("isold run is not running"), "{text}");
 }
 
+const IRQBALANCE_DEBIAN: &str = include_str!("data/irqbalance-1.9.2-1-debian12");
+
+/// The files isold edits are its administrator's too. While the daemon runs, their own lines
+/// in irqbalance's defaults, systemd's drop-in and the KVM options file are no drift and are
+/// never written over; isold's own line changed by hand is put back, in the file as the
+/// administrator left it; the stop's restore takes out isold's lines alone.
+#[test]
+fn the_administrators_lines_survive_the_running_daemon() {
+    let t = tree(&format!("{RESTORE}[items]\nsystemd_cpuaffinity = true\n"));
+    std::fs::create_dir_all(t.root.join("etc/default")).unwrap();
+    std::fs::create_dir_all(t.root.join("etc/systemd/system.conf.d")).unwrap();
+    std::fs::create_dir_all(t.root.join("sys/module/kvm/parameters")).unwrap();
+    write(&t, "/etc/default/irqbalance", IRQBALANCE_DEBIAN);
+    write(&t, "/sys/module/kvm/parameters/nx_huge_pages", "auto\n");
+    const IRQB: &str = "/etc/default/irqbalance";
+    const DROP_IN: &str = "/etc/systemd/system.conf.d/isold-cpuaffinity.conf";
+    const KVM: &str = "/etc/modprobe.d/isold-kvm.conf";
+    let c = start(&t, &[]);
+    eventually("applied", || {
+        read(&t, IRQB).contains("IRQBALANCE_BANNED_CPULIST=2-3\n")
+            && t.root.join(&DROP_IN[1..]).exists()
+            && t.root.join(&KVM[1..]).exists()
+    });
+    eventually("status written", || running(&t));
+    // The scan thread's watch is made after the first apply.
+    std::thread::sleep(Duration::from_millis(500));
+    let lines = [
+        (IRQB, "IRQBALANCE_ARGS=\"--journal\"\n"),
+        (DROP_IN, "DefaultTimeoutStopSec=20s\n"),
+        (KVM, "options kvm ignore_msrs=1\n"),
+    ];
+    for (f, l) in lines {
+        let now = read(&t, f);
+        write(&t, f, &format!("{now}{l}"));
+    }
+    // Ten checks and more, past the time a changed file is left to settle.
+    std::thread::sleep(Duration::from_millis(2500));
+    for (f, l) in lines {
+        assert!(read(&t, f).ends_with(l), "{f}: {}", read(&t, f));
+    }
+    // isold's own line changed: put back, the administrator's line kept.
+    let changed = read(&t, DROP_IN).replace("CPUAffinity=0-1", "CPUAffinity=0-3");
+    write(&t, DROP_IN, &changed);
+    eventually("drop-in put back", || {
+        read(&t, DROP_IN) == changed.replace("CPUAffinity=0-3", "CPUAffinity=0-1")
+    });
+    let (code, log) = stop(c);
+    assert_eq!(code, 0, "{log}");
+    assert_eq!(read(&t, IRQB), format!("{IRQBALANCE_DEBIAN}{}", lines[0].1));
+    assert_eq!(read(&t, DROP_IN), lines[1].1);
+    assert_eq!(read(&t, KVM), lines[2].1);
+}
+
 #[test]
 fn a_task_widened_later_is_narrowed_by_the_task_scan_and_restored_wide() {
     let t = tree("isolated_cpus = \"2-3\"\n");

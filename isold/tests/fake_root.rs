@@ -578,6 +578,61 @@ fn config_file_items_are_written_and_restored_byte_for_byte() {
     assert_eq!(snapshot(r), before);
 }
 
+/// An apply with other CPUs after the administrator edited the files isold writes (a
+/// reload, a restart with a changed configuration): restore takes out isold's lines alone.
+/// The administrator's line in irqbalance's defaults stays, and so do their lines in the
+/// drop-ins isold created (which are then theirs: kept, isold's lines gone).
+#[test]
+fn a_second_apply_keeps_the_administrators_lines_at_restore() {
+    let t = tree_with("isolated_cpus = \"3\"\npreset = \"cpu-partitioning\"\n");
+    let r = t.path();
+    put(r, "etc/default/irqbalance", IRQBALANCE_DEBIAN);
+    put(r, "sys/module/kvm/parameters/nx_huge_pages", "auto\n");
+    put(r, "sys/module/kvm/parameters/kvmclock_periodic_sync", "Y\n");
+    let (rc, out, err) = isold(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    const DROP_IN: &str = "etc/systemd/system.conf.d/isold-cpuaffinity.conf";
+    let admin = "IRQBALANCE_ARGS=\"--journal\"\n";
+    let drop_in_admin = "DefaultTimeoutStopSec=20s\n";
+    put(
+        r,
+        "etc/default/irqbalance",
+        &format!("{}{admin}", read(r, "etc/default/irqbalance")),
+    );
+    put(r, DROP_IN, &format!("{}{drop_in_admin}", read(r, DROP_IN)));
+    put(
+        r,
+        "etc/isold/isold.toml",
+        "isolated_cpus = \"2-3\"\npreset = \"cpu-partitioning\"\n",
+    );
+    let (rc, out, err) = isold(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert_eq!(
+        read(r, "etc/default/irqbalance"),
+        format!("{IRQBALANCE_DEBIAN}IRQBALANCE_BANNED_CPULIST=2-3\n{admin}")
+    );
+    assert!(read(r, DROP_IN).contains("CPUAffinity=0-1\n"));
+    let (rc, out, err) = isold(r, &["restore"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert_eq!(
+        read(r, "etc/default/irqbalance"),
+        format!("{IRQBALANCE_DEBIAN}{admin}")
+    );
+    assert_eq!(read(r, DROP_IN), drop_in_admin);
+
+    // The KVM options file: the administrator's own options line for the module stays.
+    put(r, "etc/isold/isold.toml", "isolated_cpus = \"3\"\n");
+    assert_eq!(isold(r, &["apply"]).0, 0);
+    const KVM: &str = "etc/modprobe.d/isold-kvm.conf";
+    assert!(read(r, KVM).contains("options kvm kvmclock_periodic_sync=0 nx_huge_pages=0\n"));
+    let kvm_admin = "options kvm ignore_msrs=1\n";
+    put(r, KVM, &format!("{}{kvm_admin}", read(r, KVM)));
+    put(r, "etc/isold/isold.toml", "isolated_cpus = \"2-3\"\n");
+    assert_eq!(isold(r, &["apply"]).0, 0);
+    assert_eq!(isold(r, &["restore"]).0, 0);
+    assert_eq!(read(r, KVM), kvm_admin);
+}
+
 /// Only the sysctl items, so nothing is "not changeable": one sysctl the kernel takes but
 /// does not keep (it reads back empty) fails, yet keeps its original (the write happened:
 /// restore must be able to undo whatever it did), and the others are still applied and

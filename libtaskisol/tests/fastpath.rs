@@ -337,10 +337,31 @@ fn a_watch_sees_a_changed_policy_file() {
     let new = file.with_extension("new");
     std::fs::write(&new, "IRQBALANCE_BANNED_CPULIST=\n").unwrap();
     std::fs::rename(&new, &file).unwrap();
+    // Changed a moment ago, it may be half written: left to settle for a second.
+    assert_eq!(w.drifted(&s.root), None);
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(2))
+        .unwrap();
     assert_eq!(
         w.drifted(&s.root).as_deref(),
         Some("/etc/default/irqbalance")
     );
+    // The administrator's own line is no drift.
+    std::fs::write(
+        &file,
+        "#IRQBALANCE_ONESHOT=\nIRQBALANCE_BANNED_CPULIST=2-3\nIRQBALANCE_ARGS=--journal\n",
+    )
+    .unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(2))
+        .unwrap();
+    assert_eq!(w.drifted(&s.root), None);
 }
 
 fn text(p: &Path) -> String {

@@ -164,6 +164,22 @@ pub fn undo_edit(
     written: &str,
     current: &str,
 ) -> Result<Option<String>, String> {
+    undo(original, written, current, true)
+}
+
+/// [`undo_edit`] where a run of isold's lines that is no longer in `current` is left out of
+/// the undo rather than stopping it: `current` without what remains of isold's edit. What a
+/// second write of a file records as its original: the file as its administrator has it.
+pub fn undo_edit_kept(original: Option<&str>, written: &str, current: &str) -> Option<String> {
+    undo(original, written, current, false).unwrap_or_else(|_| Some(current.to_string()))
+}
+
+fn undo(
+    original: Option<&str>,
+    written: &str,
+    current: &str,
+    strict: bool,
+) -> Result<Option<String>, String> {
     let orig: Vec<&str> = original.map_or_else(Vec::new, |o| o.lines().collect());
     let wrote: Vec<&str> = written.lines().collect();
     let mut cur: Vec<&str> = current.lines().collect();
@@ -174,11 +190,19 @@ pub fn undo_edit(
         let theirs = &orig[hunk.orig.clone()];
         if ours.is_empty() {
             // isold only removed lines (no item does): nothing to find them by.
-            return Err(theirs.first().copied().unwrap_or_default().to_string());
+            if strict {
+                return Err(theirs.first().copied().unwrap_or_default().to_string());
+            }
+            continue;
         }
-        let at = (from..=cur.len().saturating_sub(ours.len()))
+        let Some(at) = (from..=cur.len().saturating_sub(ours.len()))
             .find(|&i| cur.len() >= i + ours.len() && &cur[i..i + ours.len()] == ours)
-            .ok_or_else(|| ours[0].to_string())?;
+        else {
+            if strict {
+                return Err(ours[0].to_string());
+            }
+            continue;
+        };
         cur.splice(at..at + ours.len(), theirs.iter().copied());
         from = at + theirs.len();
     }

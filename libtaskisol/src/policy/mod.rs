@@ -33,6 +33,7 @@ pub mod fastpath;
 pub mod files;
 pub mod grub;
 pub mod items;
+pub mod lines;
 pub mod partition;
 pub mod paths;
 pub mod plan;

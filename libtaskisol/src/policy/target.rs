@@ -88,12 +88,12 @@ pub enum Op {
         /// The wanted affinity.
         want: CpuSet,
     },
-    /// A configuration file owned by the policy (below the root).
+    /// A configuration file isold writes (below the root), shared with its administrator.
     File {
         /// Path.
         path: String,
-        /// The wanted content.
-        content: String,
+        /// isold's lines in it, applied to the file as it is when it is written.
+        edit: super::lines::FileEdit,
     },
     /// A thread's affinity.
     Affinity {
@@ -138,15 +138,15 @@ pub struct Target {
 }
 
 impl Target {
-    /// The target of a configuration file the policy owns, with the content it wants.
-    pub fn file(item: &'static str, path: &str, content: String) -> Target {
+    /// The target of a configuration file the policy writes, with isold's lines in it.
+    pub fn file(item: &'static str, path: &str, edit: super::lines::FileEdit) -> Target {
         Target {
             item,
             id: format!("file:{path}"),
             label: path.to_string(),
             op: Op::File {
                 path: path.to_string(),
-                content,
+                edit,
             },
         }
     }

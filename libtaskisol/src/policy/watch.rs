@@ -31,8 +31,9 @@ enum Check {
     /// An IRQ's `smp_affinity_list`: right when it names no isolated CPU (where among the
     /// others is irqbalance's business: it may move it, isold does not fight it).
     OffCpus(CpuSet),
-    /// A whole file the policy owns.
-    Content(String),
+    /// isold's lines in a file it shares with its administrator: right when putting them in
+    /// changes nothing (the administrator's own lines are no drift).
+    Lines(super::lines::FileEdit),
 }
 
 /// One watched file: its target, its kernel path, what it must hold, and (a kernel
@@ -112,14 +113,14 @@ impl Watch {
                     irq::irq_file(*n, "smp_affinity_list"),
                     Check::OffCpus(policy.isolated.clone()),
                 ),
-                Op::File { path, content } => (path.clone(), Check::Content(content.clone())),
+                Op::File { path, edit } => (path.clone(), Check::Lines(edit.clone())),
                 _ => continue,
             };
             // Kernel attributes stay open, up to OPEN_MAX of them (a node with a thousand
             // veths has four thousand rx queues: the rest are read by path); the policy's
             // own files are read by path.
             let file = match check {
-                Check::Content(_) => None,
+                Check::Lines(_) => None,
                 _ if opened >= OPEN_MAX => None,
                 _ => File::open(root.path(&path)).ok(),
             };
@@ -245,8 +246,23 @@ impl Item {
             Check::OffCpus(iso) => {
                 CpuSet::parse_list(text.trim()).is_ok_and(|c| plan::irq_off(&c, iso))
             }
-            Check::Content(c) => text == c,
+            // A file changed within the last FILE_SETTLE may be half written (an editor that
+            // truncates and then writes): its check waits, rather than write isold's lines
+            // into what the administrator is still writing.
+            Check::Lines(e) => e.holds(Some(text)) || self.settling(root),
         }
+    }
+}
+
+/// How long a file the policy edits is left after a change before a check may repair it.
+const FILE_SETTLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Item {
+    /// Whether the file was changed within the last [`FILE_SETTLE`].
+    fn settling(&self, root: &SysRoot) -> bool {
+        std::fs::metadata(root.path(&self.path))
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().map_or(true, |e| e < FILE_SETTLE))
     }
 }
 

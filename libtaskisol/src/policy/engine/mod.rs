@@ -109,9 +109,11 @@ fn evaluate(root: &SysRoot, isolated: &CpuSet, t: &Target) -> Eval {
                 },
             }
         }
-        Op::File { path, content } => match super::plan::read_file_opt(root, path) {
+        // isold's lines, put into the file as it is now: what its administrator added is
+        // kept, and is no difference.
+        Op::File { path, edit } => match super::plan::read_file_opt(root, path) {
             Err(e) => Eval::Done(failed(e)),
-            Ok(Some(cur)) if &cur == content => Eval::Done(Status::AlreadyRight),
+            Ok(cur) if edit.holds(cur.as_deref()) => Eval::Done(Status::AlreadyRight),
             Ok(cur) => Eval::Change {
                 from: if cur.is_some() {
                     "other content".into()
@@ -125,8 +127,8 @@ fn evaluate(root: &SysRoot, isolated: &CpuSet, t: &Target) -> Eval {
                         None
                     },
                     path: path.clone(),
+                    written: Some(edit.apply(cur.as_deref())),
                     content: cur,
-                    written: Some(content.clone()),
                 },
             },
         },
@@ -187,7 +189,7 @@ fn want_shown(t: &Target) -> String {
     match &t.op {
         Op::Attr { want, .. } => want.shown(),
         Op::Irq { want, .. } | Op::Affinity { want, .. } => want.to_string(),
-        Op::File { .. } => "isold's content".into(),
+        Op::File { .. } => "isold's lines".into(),
         Op::Sched { want, .. } => want.to_string(),
         Op::Known(s) => s.to_string(),
         Op::Channels { want, .. } => crate::net::counts_shown(want),
@@ -266,11 +268,21 @@ fn change(
             );
             (status, wrote)
         }
-        Op::File { path, content } => match write_file(root, path, content) {
+        // What the record says isold writes: the file as it was read, with isold's lines.
+        Op::File { path, edit } => match write_file(
+            root,
+            path,
+            &match original {
+                Original::File {
+                    written: Some(w), ..
+                } => w.clone(),
+                _ => edit.own(),
+            },
+        ) {
             Ok(()) => (
                 Status::Changed {
                     from,
-                    to: "isold's content".into(),
+                    to: "isold's lines".into(),
                 },
                 true,
             ),
@@ -481,7 +493,7 @@ pub fn write_owned_files(
             label: path.clone(),
             op: Op::File {
                 path: path.clone(),
-                content: content.clone(),
+                edit: super::lines::FileEdit::Whole(content.clone()),
             },
         })
         .collect();
@@ -601,14 +613,36 @@ fn apply_loaded(
                         // Workloads started since the first apply: their cgroups are
                         // originals too, added to the recorded ones (never replaced).
                         (Original::Partition(p), _) => state.add_moved(&t.id, &p.moved),
-                        // What isold writes now, so that restore finds its lines.
+                        // A file written again: isold's earlier change is taken out of
+                        // the file as it is now, and that (the administrator's file, their
+                        // edits since kept) is what restore puts back; then what isold
+                        // writes now, for restore to find its lines.
                         (
-                            Original::File { written: now, .. },
+                            Original::File {
+                                content: before,
+                                written: now,
+                                ..
+                            },
                             Some(Entry {
-                                original: Original::File { written, .. },
+                                original:
+                                    Original::File {
+                                        content: recorded,
+                                        written,
+                                        ..
+                                    },
                                 ..
                             }),
-                        ) => written.clone_from(now),
+                        ) => {
+                            if let (Some(before), Some(w), Op::File { edit, .. }) =
+                                (before, written.as_deref(), &t.op)
+                            {
+                                // isold's own line changed by hand is isold's still.
+                                let before = edit.as_written(w, before);
+                                *recorded =
+                                    super::files::undo_edit_kept(recorded.as_deref(), w, &before);
+                            }
+                            written.clone_from(now);
+                        }
                         // A thread narrowed again (more CPUs isolated since): the CPUs it
                         // was taken off add up.
                         (

@@ -4,6 +4,7 @@
 use super::{read_file_opt, Item, Planning, BASE};
 use crate::cpuset::CpuSet;
 use crate::error::Result;
+use crate::policy::lines::{FileEdit, Line};
 use crate::policy::target::Target;
 use crate::sysroot::SysRoot;
 
@@ -38,39 +39,31 @@ fn plan(p: &mut Planning<'_>) -> Result<()> {
         return Ok(());
     }
     for path in IRQBALANCE_FILES {
-        let Some(text) = read_file_opt(p.root, path)? else {
+        if read_file_opt(p.root, path)?.is_none() {
             continue;
-        };
-        let text = with_banned_cpus(&text, &p.policy.static_isolated());
-        p.out.push(Target::file("irqbalance", path, text));
+        }
+        let edit = banned_cpus(&p.policy.static_isolated());
+        p.out.push(Target::file("irqbalance", path, edit));
     }
     Ok(())
+}
+
+/// isold's one line in irqbalance's defaults: the first uncommented
+/// IRQBALANCE_BANNED_CPULIST= set to `cpus`, or one appended.
+pub fn banned_cpus(cpus: &CpuSet) -> FileEdit {
+    FileEdit::Lines {
+        lines: vec![Line::by_prefix(
+            "IRQBALANCE_BANNED_CPULIST=",
+            format!("IRQBALANCE_BANNED_CPULIST={cpus}"),
+        )],
+        append: true,
+    }
 }
 
 /// `text` with its first uncommented IRQBALANCE_BANNED_CPULIST= replaced by `cpus`, or one
 /// appended; everything else kept.
 pub fn with_banned_cpus(text: &str, cpus: &CpuSet) -> String {
-    let line = format!("IRQBALANCE_BANNED_CPULIST={cpus}");
-    let mut done = false;
-    let mut out = String::with_capacity(text.len() + line.len() + 1);
-    for l in text.split_inclusive('\n') {
-        let t = l.trim_start();
-        if !done && t.starts_with("IRQBALANCE_BANNED_CPULIST=") {
-            out.push_str(&line);
-            out.push('\n');
-            done = true;
-        } else {
-            out.push_str(l);
-        }
-    }
-    if !done {
-        if !out.is_empty() && !out.ends_with('\n') {
-            out.push('\n');
-        }
-        out.push_str(&line);
-        out.push('\n');
-    }
-    out
+    banned_cpus(cpus).apply(Some(text))
 }
 
 /// irqbalance reads its defaults file when it starts: a daemon started before the file's

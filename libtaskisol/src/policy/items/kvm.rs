@@ -3,6 +3,7 @@
 
 use super::{Item, Planning, BASE};
 use crate::error::Result;
+use crate::policy::lines::{FileEdit, Key, Line};
 use crate::policy::target::{Op, Target};
 use crate::sysroot::SysRoot;
 
@@ -18,7 +19,7 @@ pub const ITEM: Item = Item {
     files: &[KVM_CONF],
     applied_note: Some("kvm: the module options take effect when the kvm modules are next loaded"),
     waiting: |root, t| match &t.op {
-        Op::File { content, .. } => waiting(root, content),
+        Op::File { edit, .. } => waiting(root, &edit.own()),
         _ => None,
     },
     line_before_0_2: |l| l.starts_with("options "),
@@ -41,25 +42,43 @@ fn plan(p: &mut Planning<'_>) -> Result<()> {
     if c.kvm.is_empty() {
         return Ok(());
     }
-    let mut by_module: Vec<(String, Vec<String>)> = Vec::new();
+    let mut by_module: Vec<(String, Vec<(String, String)>)> = Vec::new();
     for (m, param, v) in &c.kvm {
         if !p.root.exists(format!("/sys/module/{m}/parameters/{param}")) {
             continue;
         }
+        let pv = (param.clone(), v.to_string());
         match by_module.iter_mut().find(|(mm, _)| mm == m) {
-            Some((_, v2)) => v2.push(format!("{param}={v}")),
-            None => by_module.push((m.clone(), vec![format!("{param}={v}")])),
+            Some((_, v2)) => v2.push(pv),
+            None => by_module.push((m.clone(), vec![pv])),
         }
     }
     if by_module.is_empty() {
         return Ok(());
     }
-    let mut text =
-        String::from("# Written by isold (realtime KVM options); removed by `isold restore`.\n");
+    let mut lines = vec![Line::by_prefix(
+        "# Written by isold",
+        "# Written by isold (realtime KVM options); removed by `isold restore`.".into(),
+    )];
     for (m, opts) in by_module {
-        text.push_str(&format!("options {m} {}\n", opts.join(" ")));
+        let text = opts
+            .iter()
+            .map(|(p, v)| format!("{p}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        lines.push(Line {
+            key: Key::Options {
+                module: m.clone(),
+                params: opts.into_iter().map(|(p, _)| p).collect(),
+            },
+            text: format!("options {m} {text}"),
+        });
     }
-    p.out.push(Target::file("kvm", KVM_CONF, text));
+    let edit = FileEdit::Lines {
+        lines,
+        append: false,
+    };
+    p.out.push(Target::file("kvm", KVM_CONF, edit));
     Ok(())
 }
 

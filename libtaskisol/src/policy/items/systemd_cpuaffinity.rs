@@ -3,6 +3,7 @@
 
 use super::{Item, Planning, BASE};
 use crate::error::Result;
+use crate::policy::lines::{FileEdit, Line};
 use crate::policy::target::Target;
 use crate::sysroot::SysRoot;
 
@@ -37,12 +38,25 @@ fn plan(p: &mut Planning<'_>) -> Result<()> {
     if !p.policy.on("systemd_cpuaffinity") {
         return Ok(());
     }
-    let text = format!(
-        "# Written by isold: systemd and its services on the housekeeping CPUs.\n[Manager]\nCPUAffinity={}\n",
-        p.policy.online.difference(&p.policy.static_isolated())
-    );
+    let edit = FileEdit::Lines {
+        lines: vec![
+            Line::by_prefix(
+                "# Written by isold",
+                "# Written by isold: systemd and its services on the housekeeping CPUs.".into(),
+            ),
+            Line::by_prefix("[Manager]", "[Manager]".into()),
+            Line::by_prefix(
+                "CPUAffinity=",
+                format!(
+                    "CPUAffinity={}",
+                    p.policy.online.difference(&p.policy.static_isolated())
+                ),
+            ),
+        ],
+        append: false,
+    };
     p.out
-        .push(Target::file("systemd_cpuaffinity", CPUAFFINITY_CONF, text));
+        .push(Target::file("systemd_cpuaffinity", CPUAFFINITY_CONF, edit));
     Ok(())
 }
 
