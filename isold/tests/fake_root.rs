@@ -40,7 +40,7 @@ fn add_task(r: &Path, tid: u32, comm: &str, affinity: &str, cgroup: &str) {
     put(
         r,
         &format!("proc/{tid}/task/{tid}/status"),
-        &format!("Name:\t{comm}\nCpus_allowed_list:\t{affinity}\n"),
+        &format!("Name:\t{comm}\nUid:\t0\t0\t0\t0\nCpus_allowed_list:\t{affinity}\n"),
     );
     put(r, &format!("proc/{tid}/cgroup"), &format!("0::{cgroup}\n"));
 }
@@ -464,7 +464,7 @@ fn cgroup_partition_second_apply_adds_workloads_and_keeps_the_first_original() {
     put(
         r,
         "proc/303/task/303/status",
-        "Name:\tlate\nCpus_allowed_list:\t2\n",
+        "Name:\tlate\nUid:\t0\t0\t0\t0\nCpus_allowed_list:\t2\n",
     );
     // In a cgroup of the administrator's own (one of a systemd unit is refused).
     put(r, "proc/303/cgroup", "0::/rt\n");
@@ -497,6 +497,70 @@ fn cgroup_partition_second_apply_adds_workloads_and_keeps_the_first_original() {
         changed_paths(&before, &snapshot(r)),
         vec![PathBuf::from("sys/fs/cgroup/cgroup.subtree_control")]
     );
+}
+
+/// Another user's process pinned inside the isolated CPUs (uid 1000, `taskset -c 3 sleep`
+/// in their login session's scope) has no say: the partition is made, with root's workload
+/// moved in, and the other one is neither moved nor a reason to refuse; apply says so. The
+/// same user's process split across the CPUs vetoes nothing either.
+#[test]
+fn another_users_pinned_process_does_not_veto_the_partition() {
+    let t = tree_with("isolated_cpus = \"2-3\"\n[items]\ncgroup_partition = true\n");
+    let r = t.path();
+    add_task(
+        r,
+        4242,
+        "sleep",
+        "3",
+        "/user.slice/user-1000.slice/session-7.scope",
+    );
+    let status = read(r, "proc/4242/task/4242/status")
+        .replace("Uid:\t0\t0\t0\t0", "Uid:\t1000\t1000\t1000\t1000");
+    put(r, "proc/4242/task/4242/status", &status);
+    // A second thread of another of their processes outside the CPUs: a split process.
+    add_task(
+        r,
+        4243,
+        "split",
+        "3",
+        "/user.slice/user-1000.slice/session-7.scope",
+    );
+    put(
+        r,
+        "proc/4243/task/4243/status",
+        &read(r, "proc/4243/task/4243/status")
+            .replace("Uid:\t0\t0\t0\t0", "Uid:\t1000\t1000\t1000\t1000"),
+    );
+    put(
+        r,
+        "proc/4243/task/4244/stat",
+        &read(r, "proc/4243/task/4243/stat").replacen("4243 (split)", "4244 (split)", 1),
+    );
+    put(
+        r,
+        "proc/4243/task/4244/status",
+        &read(r, "proc/4243/task/4243/status")
+            .replace("Cpus_allowed_list:\t3", "Cpus_allowed_list:\t0-1"),
+    );
+    let (rc, out, err) = isold(r, &["apply"]);
+    assert_eq!(rc, 0, "{out}{err}");
+    assert!(!out.contains("not made"), "{out}");
+    assert!(out.contains("1 workload(s) moved in"), "{out}");
+    assert!(
+        out.contains("not moved in, no workload (not root's, not a libvirt machine's): 4242 (sleep, uid 1000), 4243 (split, uid 1000); the kernel gives them CPUs outside the partition"),
+        "{out}"
+    );
+    assert_eq!(
+        read(r, "sys/fs/cgroup/isolated/cpuset.cpus.partition").trim(),
+        "isolated"
+    );
+    assert_eq!(read(r, "proc/301/cgroup"), "0::/isolated\n");
+    assert_eq!(
+        read(r, "proc/4242/cgroup"),
+        "0::/user.slice/user-1000.slice/session-7.scope\n"
+    );
+    assert_eq!(isold(r, &["restore"]).0, 0);
+    assert_eq!(read(r, "proc/301/cgroup"), "0::/\n");
 }
 
 const IRQBALANCE_DEBIAN: &str = include_str!("data/irqbalance-1.9.2-1-debian12");

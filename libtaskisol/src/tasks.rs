@@ -377,6 +377,20 @@ pub fn cgroup_of(root: &SysRoot, pid: i32) -> Result<Option<String>> {
     }
 }
 
+/// The real user id of process `pid` (the first field of the `Uid:` line of its leader's
+/// `/proc/<pid>/task/<pid>/status`). `None` when the process exited or the line is missing.
+pub fn owner_of(root: &SysRoot, pid: i32) -> Result<Option<u32>> {
+    match root.read_to_string(format!("/proc/{pid}/task/{pid}/status")) {
+        Ok(text) => Ok(text
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|u| u.split_whitespace().next())
+            .and_then(|u| u.parse().ok())),
+        Err(e) if gone(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// The processes whose name (`/proc/PID/comm`) is `comm`, ascending.
 pub fn pids_named(root: &SysRoot, comm: &str) -> Result<Vec<i32>> {
     let mut out = Vec::new();

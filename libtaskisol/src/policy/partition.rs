@@ -2,9 +2,10 @@
 //! isolated CPUs, so they leave the scheduler's load balancing at run time, without a reboot.
 //!
 //! Once the partition is valid its CPUs are no longer in any other cgroup's cpuset, and the
-//! kernel moves every task outside it off them. So the workloads (user processes whose
-//! affinity lies inside the isolated CPUs) are moved into the partition first, each thread's
-//! affinity kept as it was (a 6.1 kernel resets it to the cgroup's CPUs on the move).
+//! kernel moves every task outside it off them. So the workloads (root's or a libvirt
+//! machine's processes whose affinity lies inside the isolated CPUs, [`is_workload`]) are
+//! moved into the partition first, each thread's affinity kept as it was (a 6.1 kernel resets
+//! it to the cgroup's CPUs on the move). Another user's process there has no say.
 //!
 //! apply, in this order: `+cpuset` in the parent's `cgroup.subtree_control` if missing, the
 //! directory, `cpuset.cpus` (and `cpuset.cpus.exclusive` where the kernel has it), the
@@ -93,6 +94,24 @@ pub struct PartitionPlan {
     pub workloads: Vec<(Thread, String, Vec<Thread>)>,
     /// The threads a removal of the partition may widen ([`Narrow`]).
     pub narrow: Vec<Narrow>,
+    /// Processes with threads inside the CPUs that are no workload: not root's and not in
+    /// libvirt's machine.slice ([`is_workload`]). They are not moved in and have no say
+    /// (the kernel gives them CPUs outside the partition): each as `PID (comm, uid N)`.
+    pub others: Vec<String>,
+    /// Their process ids.
+    pub other_pids: std::collections::BTreeSet<i32>,
+}
+
+/// libvirt's cgroup of its machines: its QEMU processes run as libvirt-qemu, not root, and
+/// only root's libvirtd puts a process there.
+pub const MACHINE_SLICE: &str = "/machine.slice";
+
+/// Whether a process with threads inside the isolated CPUs is a workload, one the partition
+/// is made for: started by root (its real uid is 0: by the administrator, chisol, a claim's
+/// runtime, a unit) or a libvirt machine's. Any other user's process gets no say in the
+/// policy: pinned inside the isolated CPUs, it is neither moved in nor a reason to refuse.
+pub fn is_workload(uid: u32, cgroup: &str) -> bool {
+    uid == 0 || inside(cgroup, MACHINE_SLICE)
 }
 
 /// The cgroup path of `dir` as `/proc/PID/cgroup` shows it.
@@ -141,7 +160,7 @@ pub fn refusal(plan: &PartitionPlan, threads: &[Thread]) -> Option<String> {
     let mut split = Vec::new();
     let mut pids: Vec<i32> = threads
         .iter()
-        .filter(|t| !t.is_kthread() && t.pid != me)
+        .filter(|t| !t.is_kthread() && t.pid != me && !plan.other_pids.contains(&t.pid))
         .map(|t| t.pid)
         .collect();
     pids.dedup();
@@ -212,6 +231,8 @@ fn inside(cgroup: &str, dir_cg: &str) -> bool {
 pub fn plan(root: &SysRoot, dir: &str, cpus: &CpuSet, threads: &[Thread]) -> Result<PartitionPlan> {
     let dir_cg = cgroup_path(dir);
     let mut workloads = Vec::new();
+    let mut others = Vec::new();
+    let mut other_pids = std::collections::BTreeSet::new();
     let me = std::process::id() as i32;
     let mut pids: Vec<i32> = threads
         .iter()
@@ -221,14 +242,32 @@ pub fn plan(root: &SysRoot, dir: &str, cpus: &CpuSet, threads: &[Thread]) -> Res
     pids.dedup();
     for pid in pids {
         let group: Vec<Thread> = threads.iter().filter(|t| t.pid == pid).cloned().collect();
-        if group.is_empty() || !group.iter().all(|t| t.affinity.is_subset(cpus)) {
+        // Only a process with a thread inside the CPUs has anything to do with them.
+        if !group.iter().any(|t| t.affinity.is_subset(cpus)) {
+            continue;
+        }
+        let Some(cg) = tasks::cgroup_of(root, pid)? else {
+            continue; // exited
+        };
+        let Some(uid) = tasks::owner_of(root, pid)? else {
+            continue; // exited
+        };
+        if !is_workload(uid, &cg) {
+            if !inside(&cg, dir_cg) {
+                let comm = group
+                    .iter()
+                    .find(|t| t.tid == pid)
+                    .map_or("?", |t| t.comm.as_str());
+                others.push(format!("{pid} ({comm}, uid {uid})"));
+            }
+            other_pids.insert(pid);
+            continue;
+        }
+        if !group.iter().all(|t| t.affinity.is_subset(cpus)) {
             continue;
         }
         let Some(leader) = group.iter().find(|t| t.tid == pid).cloned() else {
             continue;
-        };
-        let Some(cg) = tasks::cgroup_of(root, pid)? else {
-            continue; // exited
         };
         if inside(&cg, dir_cg) {
             continue;
@@ -240,6 +279,8 @@ pub fn plan(root: &SysRoot, dir: &str, cpus: &CpuSet, threads: &[Thread]) -> Res
         cpus: cpus.clone(),
         workloads,
         narrow: narrow(threads, cpus),
+        others,
+        other_pids,
     })
 }
 
@@ -388,6 +429,12 @@ pub fn evaluate(root: &SysRoot, p: &PartitionPlan) -> Result<Found> {
             ", {} workload(s) outside: {}",
             p.workloads.len(),
             workload_names(&p.workloads)
+        ));
+    }
+    if !p.others.is_empty() {
+        from.push_str(&format!(
+            "; not moved in, no workload (not root's, not a libvirt machine's): {}; the kernel gives them CPUs outside the partition",
+            p.others.join(", ")
         ));
     }
     Ok(Found::Change {
@@ -767,6 +814,8 @@ mod tests {
             cpus: l("2-3"),
             workloads: Vec::new(),
             narrow: Vec::new(),
+            others: Vec::new(),
+            other_pids: Default::default(),
         };
         let me = std::process::id() as i32;
         let mine = [
@@ -817,6 +866,16 @@ mod tests {
     /// A tree with a cgroup v2 root, and process `pid` (one thread per entry of `threads`:
     /// tid, affinity, kthread) in cgroup `cg`.
     fn task(root: &std::path::Path, pid: i32, cg: &str, threads: &[(i32, &str, bool)]) {
+        task_of(root, pid, 0, cg, threads);
+    }
+
+    fn task_of(
+        root: &std::path::Path,
+        pid: i32,
+        uid: u32,
+        cg: &str,
+        threads: &[(i32, &str, bool)],
+    ) {
         put(root, &format!("proc/{pid}/cgroup"), &format!("0::{cg}\n"));
         for (tid, aff, kthread) in threads {
             let flags = if *kthread { 0x0020_8040 } else { 0x0040_0000 };
@@ -828,7 +887,9 @@ mod tests {
             put(
                 root,
                 &format!("proc/{pid}/task/{tid}/status"),
-                &format!("Name:\tw{tid}\nCpus_allowed_list:\t{aff}\n"),
+                &format!(
+                    "Name:\tw{tid}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nCpus_allowed_list:\t{aff}\n"
+                ),
             );
         }
     }
@@ -985,6 +1046,8 @@ mod tests {
             cpus: cpus.clone(),
             workloads: Vec::new(),
             narrow: Vec::new(),
+            others: Vec::new(),
+            other_pids: Default::default(),
         };
         put(r, "sys/fs/cgroup/iso/cpuset.cpus.exclusive", "2\n");
         match evaluate(&root, &p).unwrap() {
@@ -1019,6 +1082,17 @@ mod tests {
         task(r, 30, "/", &[(30, "2", true)]);
         task(r, 40, "/iso/sub", &[(40, "3", false)]);
         task(r, 50, "/system.slice/x.service", &[(50, "2-3", false)]);
+        // libvirt's QEMU runs as libvirt-qemu: a workload; another user's process is not.
+        let vm = "/machine.slice/machine-qemu\\x2d1\\x2dvm.scope/libvirt/emulator";
+        task_of(r, 60, 64055, vm, &[(60, "2", false)]);
+        task_of(r, 70, 1000, "/user.slice", &[(70, "3", false)]);
+        task_of(
+            r,
+            80,
+            1000,
+            "/machine.slicex",
+            &[(80, "3", false), (81, "0", false)],
+        );
         let root = SysRoot::new(r);
         let p = planned(&root);
         let got: Vec<(i32, &str, usize)> = p
@@ -1026,7 +1100,16 @@ mod tests {
             .iter()
             .map(|(t, cg, g)| (t.pid, cg.as_str(), g.len()))
             .collect();
-        assert_eq!(got, vec![(10, "/", 2), (50, "/system.slice/x.service", 1)]);
+        assert_eq!(
+            got,
+            vec![
+                (10, "/", 2),
+                (50, "/system.slice/x.service", 1),
+                (60, vm, 1)
+            ]
+        );
+        assert_eq!(p.others, ["70 (w70, uid 1000)", "80 (w80, uid 1000)"]);
+        assert_eq!(p.other_pids.iter().copied().collect::<Vec<_>>(), [70, 80]);
     }
 
     #[test]

@@ -38,8 +38,11 @@ a directory below
 .I /sys/fs/cgroup/
 names another (default off).
 Once the partition is valid no other cgroup can use its CPUs, so the workloads (processes
-whose threads all run inside the isolated CPUs) are moved into it first, each thread keeping
-its affinity.
+whose threads all run inside the isolated CPUs, started by root or a libvirt machine's) are
+moved into it first, each thread keeping its affinity.
+Another user's process pinned inside the isolated CPUs is no workload and has no say: it is
+not moved in and is no reason to refuse; apply names it, and the kernel gives it CPUs outside
+the partition.
 isold enables
 .B cpuset
 in the parent's cgroup.subtree_control if needed, creates the directory, writes
@@ -175,6 +178,8 @@ pub fn partition_repair_target(policy: &Policy) -> Option<Target> {
             cpus: policy.static_isolated(),
             workloads: Vec::new(),
             narrow: Vec::new(),
+            others: Vec::new(),
+            other_pids: Default::default(),
         }),
     })
 }
