@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use libtaskisol::claims::annotations::{name_of, pod_of};
-use libtaskisol::claims::kubelet::{exclusive, CpuManagerState, KubeContainer, NotExclusive};
+use libtaskisol::claims::kubelet::{exclusive, CpuManagerState, KubeContainer};
 use libtaskisol::claims::oci::{Bundle, HookState};
 use libtaskisol::claims::wire::{Message, Reply};
 use libtaskisol::claims::{ClaimRequest, Request, MAX_INPUT};
@@ -143,8 +143,9 @@ pub fn hook(root: &SysRoot, socket: &Path, args: &HookArgs) -> i32 {
     };
     match exclusive(&kube, &CpuManagerState::read(root)) {
         Ok(()) => {}
-        // Whether the kubelet gave it CPUs cannot be told: refused, not let through.
-        Err(why @ NotExclusive::State(_)) => {
+        // Whether the kubelet gave it CPUs cannot be told (its state unreadable, or a cgroups
+        // path none of its own while it keeps one): refused, not let through.
+        Err(why) if why.undecided() => {
             return refused(
                 args,
                 &state.id,

@@ -6,8 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::oci::PodQos;
-use super::shown;
+use super::{shown, shown_at_most};
 use crate::cpuset::CpuSet;
 use crate::sysroot::SysRoot;
 
@@ -187,6 +186,18 @@ impl CpuManagerState {
             .map(String::as_str)
     }
 
+    /// The pod UID of a container named `name` the kubelet gave exactly `cpus` (none for an
+    /// empty set).
+    pub fn holder(&self, name: &str, cpus: &CpuSet) -> Option<&str> {
+        if cpus.is_empty() {
+            return None;
+        }
+        self.exclusive()
+            .into_iter()
+            .find(|(_, n, set)| *n == name && set == cpus)
+            .map(|(uid, _, _)| uid)
+    }
+
     /// Every exclusive CPU, by pod UID and container name, as sets (unparsable ones left
     /// out).
     pub fn exclusive(&self) -> Vec<(&str, &str, CpuSet)> {
@@ -203,27 +214,146 @@ impl CpuManagerState {
     }
 }
 
-/// The pod UID of a container whose `cgroups_path` (or a pod's cgroup parent) is the
-/// kubelet's: `pod<uid>` (the systemd driver writes its dashes as underscores).
+/// A Kubernetes pod's QoS class, as the kubelet's cgroup layout says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodQos {
+    /// Requests equal limits: with the static CPU manager, whole CPUs of its own.
+    Guaranteed,
+    /// Its cpuset is the shared pool.
+    Burstable,
+    /// Its cpuset is the shared pool.
+    BestEffort,
+}
+
+impl PodQos {
+    /// The kubelet's name of the class.
+    pub fn name(self) -> &'static str {
+        match self {
+            PodQos::Guaranteed => "Guaranteed",
+            PodQos::Burstable => "Burstable",
+            PodQos::BestEffort => "BestEffort",
+        }
+    }
+
+    /// The QoS class of a container whose cgroups path is `path` ([`PodCgroup::parse`]):
+    /// `None` when the path is none of the kubelet's pod cgroups.
+    pub fn of_cgroups_path(path: &str) -> Option<PodQos> {
+        PodCgroup::parse(path).map(|p| p.qos)
+    }
+}
+
+/// A kubelet pod's container as its cgroup places it: the pod's QoS class and UID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodCgroup {
+    /// The class of the level the kubelet put the pod under.
+    pub qos: PodQos,
+    /// The pod's UID, with dashes, as `cpu_manager_state` keys it.
+    pub uid: String,
+}
+
+impl PodCgroup {
+    /// The pod of a container whose OCI `linux.cgroupsPath` (which NRI passes unchanged as
+    /// `linux.cgroups_path`: containerd and CRI-O read it from the OCI spec), or whose cgroup
+    /// (`/proc/PID/cgroup`, from a cgroup mount) is `path`, read level by level: `None` when
+    /// it is none of the kubelet's pod cgroups.
+    ///
+    /// With cgroupsPerQOS (its default) the kubelet makes a pod's cgroup `pod<uid>` under
+    /// `kubepods` (Guaranteed) or `kubepods/burstable`, `kubepods/besteffort`, below its
+    /// `--cgroup-root` (k8s `pkg/kubelet/cm`, `GetPodContainerName`), and gives it to the
+    /// runtime as CRI `cgroup_parent`, under which the runtime puts the container:
+    /// - cgroupfs driver: `/kubepods[/burstable|/besteffort]/pod<uid>/<id>` (containerd),
+    ///   `.../pod<uid>/crio-<id>` (CRI-O); the cgroup is the same path.
+    /// - systemd driver: `kubepods[-burstable|-besteffort]-pod<uid>.slice:cri-containerd:<id>`
+    ///   or `...:crio:<id>` (runc's `slice:prefix:name`, with the pod slice's own name); the
+    ///   cgroup is `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice/
+    ///   cri-containerd-<id>.scope` (`crio-<id>.scope`; crun runs the container in a `container`
+    ///   child of its scope). systemd spells a slice's parents in its name, so its
+    ///   dash-separated parts are the levels; the kubelet writes a UID's dashes as underscores.
+    ///
+    /// Without cgroupsPerQOS the kubelet makes no pod cgroup (its `podContainerManagerNoop`
+    /// gives an empty `cgroup_parent`) and the runtime uses its own default (`/k8s.io/<id>`,
+    /// `system.slice:crio:<id>`, `/crio/crio-<id>`), which says nothing of the pod: `None`,
+    /// and [`exclusive`] asks the kubelet's state instead.
+    ///
+    /// Only whole levels count: a pod or container whose name contains "burstable" is not
+    /// taken for a class.
+    pub fn parse(path: &str) -> Option<PodCgroup> {
+        let colon: Vec<&str> = path.split(':').collect();
+        if let [slice, prefix, id] = colon[..] {
+            if path.starts_with('/') || [slice, prefix, id].iter().any(|p| p.contains('/')) {
+                return None;
+            }
+            if prefix.is_empty() || id.is_empty() {
+                return None;
+            }
+            return PodCgroup::of_levels(&slice_levels(slice)?);
+        }
+        let mut parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+        if let [.., scope, "container"] = parts[..] {
+            if scope.ends_with(".scope") {
+                parts.pop();
+            }
+        }
+        let [dirs @ .., pod, container] = &parts[..] else {
+            return None;
+        };
+        let Some(levels) = slice_levels(pod) else {
+            // cgroupfs: a directory a level.
+            let mut levels = dirs.to_vec();
+            levels.push(pod);
+            return PodCgroup::of_levels(&levels);
+        };
+        // systemd: the pod's slice under the slices its name spells, then the container's
+        // scope.
+        let scope = container.strip_suffix(".scope")?;
+        let parents = levels.len() - 1;
+        if scope.is_empty() || dirs.len() < parents {
+            return None;
+        }
+        let spelled = (1..levels.len()).map(|n| format!("{}.slice", levels[..n].join("-")));
+        if !dirs[dirs.len() - parents..].iter().copied().eq(spelled) {
+            return None;
+        }
+        PodCgroup::of_levels(&levels)
+    }
+
+    /// The pod of the kubelet's levels, root first: the last is `pod<uid>`, under `kubepods`
+    /// or `kubepods/<burstable|besteffort>` (what is above is the kubelet's `--cgroup-root`).
+    fn of_levels(levels: &[&str]) -> Option<PodCgroup> {
+        let (qos, pod) = match levels {
+            [.., "kubepods", "burstable", pod] => (PodQos::Burstable, pod),
+            [.., "kubepods", "besteffort", pod] => (PodQos::BestEffort, pod),
+            [.., "kubepods", pod] => (PodQos::Guaranteed, pod),
+            _ => return None,
+        };
+        let uid = pod.strip_prefix("pod")?;
+        let valid = !uid.is_empty()
+            && uid
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        valid.then(|| PodCgroup {
+            qos,
+            uid: uid.replace('_', "-"),
+        })
+    }
+}
+
+/// The levels of a systemd slice's name (`a-b-c.slice`: a, b, c).
+fn slice_levels(name: &str) -> Option<Vec<&str>> {
+    let stem = name.strip_suffix(".slice")?;
+    (!stem.is_empty()).then(|| stem.split('-').collect())
+}
+
+/// The pod UID of a container whose cgroups path (or cgroup) is the kubelet's
+/// ([`PodCgroup::parse`]), with dashes as the kubelet's state keys it.
 pub fn pod_uid(cgroups_path: &str) -> Option<String> {
-    let level = if !cgroups_path.starts_with('/') && cgroups_path.split(':').count() == 3 {
-        let slice = cgroups_path.split(':').next()?.strip_suffix(".slice")?;
-        slice.rsplit('-').next()?.to_string()
-    } else {
-        cgroups_path
-            .split('/')
-            .filter(|p| !p.is_empty())
-            .find(|p| p.starts_with("pod"))?
-            .to_string()
-    };
-    let uid = level.strip_prefix("pod")?.replace('_', "-");
-    (!uid.is_empty()).then_some(uid)
+    PodCgroup::parse(cgroups_path).map(|p| p.uid)
 }
 
 /// What the kubelet says of a container's CPUs, as far as isold can tell.
 #[derive(Debug, Clone, Copy)]
 pub struct KubeContainer<'a> {
-    /// Its cgroups path (OCI `linux.cgroupsPath`, NRI `linux.cgroups_path`).
+    /// Its cgroups path (OCI `linux.cgroupsPath`, NRI `linux.cgroups_path`: the same value).
     pub cgroups_path: &'a str,
     /// Its CPU shares (`linux.resources.cpu.shares`), when given.
     pub shares: Option<u64>,
@@ -255,19 +385,45 @@ pub enum NotExclusive {
     Differs { cpus: String, kubelet: String },
     #[error("the kubelet's CPU manager state cannot be read: {0}")]
     State(StateError),
+    #[error(
+        "{}, none of the kubelet's pod cgroups (kubepods[/burstable|/besteffort]/pod<uid>), and the kubelet's CPU manager state ({STATE_PATH}) records no exclusive CPUs {} for it: isold cannot tell whether its cpuset is the shared pool",
+        if path.is_empty() { "it has no cgroups path".to_string() } else { format!("its cgroups path is '{}'", shown_at_most(path, 256)) },
+        shown(cpus)
+    )]
+    UnknownCgroupsPath { path: String, cpus: String },
+}
+
+impl NotExclusive {
+    /// Whether isold cannot tell if the container holds exclusive CPUs (the kubelet's state
+    /// cannot be read, or its cgroups path is none of the kubelet's while the kubelet keeps a
+    /// state): its claim is refused, not let through. Otherwise the kubelet's word is that it
+    /// holds none, and it is left as it is.
+    pub fn undecided(&self) -> bool {
+        matches!(
+            self,
+            NotExclusive::State(_) | NotExclusive::UnknownCgroupsPath { .. }
+        )
+    }
 }
 
 /// Whether container `c` holds exclusive CPUs, as the kubelet decides it: `Ok` for a
 /// Guaranteed pod's container with a whole CPU request (shares a non-zero multiple of 1024,
 /// CRI-O's own test) whose cpuset is the one the kubelet recorded for it (when `state` has
-/// a state: `Ok(None)` is a node without one). A container that is not a kubelet pod's (podman,
-/// ctr, another orchestrator) is `Ok`: the kubelet has no word on it.
+/// a state: `Ok(None)` is a node without one).
+///
+/// A container whose cgroups path is none of the kubelet's pod cgroups ([`PodCgroup::parse`])
+/// is a container outside Kubernetes (podman, ctr), a kubelet's without cgroupsPerQOS, or a
+/// form isold does not know. On a node without a kubelet state the kubelet has no word on it:
+/// `Ok`. Where the kubelet keeps one, only its record says such a container holds exclusive
+/// CPUs (a container of that name given exactly its CPUs); any other is
+/// [`NotExclusive::UnknownCgroupsPath`], refused ([`NotExclusive::undecided`]): a Burstable
+/// pod's container on the shared pool must not pass for an exclusive one.
 pub fn exclusive(
     c: &KubeContainer,
     state: &Result<Option<CpuManagerState>, StateError>,
 ) -> Result<(), NotExclusive> {
-    let Some(qos) = PodQos::of_cgroups_path(c.cgroups_path) else {
-        return Ok(());
+    let Some(PodCgroup { qos, uid }) = PodCgroup::parse(c.cgroups_path) else {
+        return recorded_without_pod_cgroup(c, state);
     };
     if qos != PodQos::Guaranteed {
         return Err(NotExclusive::Qos(qos));
@@ -285,7 +441,6 @@ pub fn exclusive(
     if state.policy_name != "static" {
         return Err(NotExclusive::PolicyNone(state.policy_name.clone()));
     }
-    let uid = pod_uid(c.cgroups_path).unwrap_or_default();
     let name = c.name.unwrap_or_default();
     let Some(kubelet) = state.exclusive_of(&uid, name) else {
         return Err(NotExclusive::NotRecorded {
@@ -304,6 +459,34 @@ pub fn exclusive(
         });
     }
     Ok(())
+}
+
+/// [`exclusive`] for a container whose cgroups path names no kubelet pod: `Ok` without a
+/// kubelet state; with one, `Ok` only when the kubelet's static policy recorded a container
+/// of its name with exactly its CPUs (without the pod's UID, the name and the CPUs are what
+/// can be matched; the kubelet's exclusive sets never overlap the shared pool, so a
+/// shared-pool cpuset never matches).
+fn recorded_without_pod_cgroup(
+    c: &KubeContainer,
+    state: &Result<Option<CpuManagerState>, StateError>,
+) -> Result<(), NotExclusive> {
+    let state = match state {
+        Ok(None) => return Ok(()),
+        Ok(Some(s)) => s,
+        Err(e) => return Err(NotExclusive::State(e.clone())),
+    };
+    let recorded = state.policy_name == "static"
+        && match (c.name, CpuSet::parse_list(c.cpus)) {
+            (Some(name), Ok(cpus)) => state.holder(name, &cpus).is_some(),
+            _ => false,
+        };
+    if recorded {
+        return Ok(());
+    }
+    Err(NotExclusive::UnknownCgroupsPath {
+        path: c.cgroups_path.into(),
+        cpus: c.cpus.into(),
+    })
 }
 
 /// Where kubeadm (and most installers) keep the kubelet's configuration.
@@ -640,6 +823,182 @@ mod tests {
         ] {
             assert_eq!(pod_uid(path).as_deref(), uid, "{path}");
         }
+    }
+
+    /// Every pod cgroup the kubelet makes, as each runtime and cgroup driver writes the
+    /// container's cgroups path (OCI `linux.cgroupsPath`, NRI `linux.cgroups_path`) and as the
+    /// cgroup itself reads; the UID with its dashes whichever driver spelled it.
+    #[test]
+    fn every_cgroup_path_the_kubelet_makes_is_parsed() {
+        use PodQos::*;
+        const UID: &str = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
+        const ID: &str = "9a8b7c6d5e4f30211203f4e5d6c7b8a99a8b7c6d5e4f30211203f4e5d6c7b8a9";
+        let sd = UID.replace('-', "_");
+        let rows: Vec<(String, PodQos, &str)> = vec![
+            // cgroupfs driver: containerd (the id), CRI-O (crio-<id>).
+            (format!("/kubepods/pod{UID}/{ID}"), Guaranteed, UID),
+            (format!("/kubepods/burstable/pod{UID}/{ID}"), Burstable, UID),
+            (format!("/kubepods/besteffort/pod{UID}/{ID}"), BestEffort, UID),
+            (format!("/kubepods/pod{UID}/crio-{ID}"), Guaranteed, UID),
+            (format!("/kubepods/burstable/pod{UID}/crio-{ID}"), Burstable, UID),
+            (format!("/kubepods/besteffort/pod{UID}/crio-{ID}"), BestEffort, UID),
+            // The kubelet's --cgroup-root above kubepods; the cgroup below a v1 mount.
+            (format!("/kubelet/kubepods/burstable/pod{UID}/{ID}"), Burstable, UID),
+            (format!("/sys/fs/cgroup/cpuset/kubepods/pod{UID}/{ID}"), Guaranteed, UID),
+            // A static pod's UID (a hash, no dashes).
+            ("/kubepods/pod6c2b1d1e0f9a8b7c6d5e4f3a2b1c0d9e/abc".into(), Guaranteed, "6c2b1d1e0f9a8b7c6d5e4f3a2b1c0d9e"),
+            // systemd driver, runc's slice:prefix:name: containerd, CRI-O.
+            (format!("kubepods-pod{sd}.slice:cri-containerd:{ID}"), Guaranteed, UID),
+            (format!("kubepods-burstable-pod{sd}.slice:cri-containerd:{ID}"), Burstable, UID),
+            (format!("kubepods-besteffort-pod{sd}.slice:cri-containerd:{ID}"), BestEffort, UID),
+            (format!("kubepods-pod{sd}.slice:crio:{ID}"), Guaranteed, UID),
+            (format!("kubepods-burstable-pod{sd}.slice:crio:{ID}"), Burstable, UID),
+            (format!("kubepods-besteffort-pod{sd}.slice:crio:{ID}"), BestEffort, UID),
+            (format!("kubelet-kubepods-pod{sd}.slice:crio:{ID}"), Guaranteed, UID),
+            // systemd driver, the cgroup: the slices the pod's name spells, the scope.
+            (format!("/kubepods.slice/kubepods-pod{sd}.slice/cri-containerd-{ID}.scope"), Guaranteed, UID),
+            (format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{sd}.slice/cri-containerd-{ID}.scope"), Burstable, UID),
+            (format!("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{sd}.slice/crio-{ID}.scope"), BestEffort, UID),
+            // crun's child of the scope; below the cgroup v2 mount.
+            (format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{sd}.slice/crio-{ID}.scope/container"), Burstable, UID),
+            (format!("/sys/fs/cgroup/kubepods.slice/kubepods-pod{sd}.slice/crio-{ID}.scope"), Guaranteed, UID),
+            // The issue's path.
+            ("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice/cri-containerd-abc.scope".into(), Burstable, "1234"),
+        ];
+        for (path, qos, uid) in &rows {
+            let want = Some(PodCgroup {
+                qos: *qos,
+                uid: uid.to_string(),
+            });
+            assert_eq!(PodCgroup::parse(path), want, "{path}");
+            assert_eq!(PodQos::of_cgroups_path(path), Some(*qos), "{path}");
+            assert_eq!(pod_uid(path).as_deref(), Some(*uid), "{path}");
+        }
+        for path in [
+            // No pod cgroup (the kubelet without cgroupsPerQOS): the runtimes' defaults.
+            format!("/k8s.io/{ID}"),
+            format!("system.slice:crio:{ID}"),
+            format!("/crio/crio-{ID}"),
+            // Not the kubelet's.
+            "/pod1234/abc".into(),
+            "machine.slice:libpod:abc".into(),
+            "/machine.slice/libpod-abc.scope".into(),
+            // A slice chain that is not the pod slice's own spelling, or a pod slice with no
+            // scope below it, or more below the scope than crun's child.
+            format!("/kubepods.slice/kubepods-besteffort.slice/kubepods-burstable-pod{sd}.slice/crio-a.scope"),
+            format!("/kubepods-burstable.slice/kubepods-burstable-pod{sd}.slice/crio-a.scope"),
+            format!("/kubepods.slice/kubepods-pod{sd}.slice/a"),
+            format!("/kubepods.slice/kubepods-pod{sd}.slice/.scope"),
+            format!("/kubepods.slice/kubepods-pod{sd}.slice/crio-a.scope/b"),
+            format!("/kubepods/pod{UID}/a/container"),
+            // slice:prefix:name with a part missing, or a path for a part.
+            format!("kubepods-pod{sd}.slice::a"),
+            format!("kubepods-pod{sd}.slice:crio:"),
+            format!("/kubepods.slice/kubepods-pod{sd}.slice:crio:a"),
+            // A dash in a systemd pod level is a level of its own.
+            format!("kubepods-burstable-pod{UID}.slice:crio:a"),
+        ] {
+            assert_eq!(PodCgroup::parse(&path), None, "{path}");
+            assert_eq!(pod_uid(&path), None, "{path}");
+        }
+    }
+
+    /// Issue 48: a Burstable container with a fractional request, on the shared pool, whose
+    /// cgroup path is the systemd one of the issue, is not exclusive, with or without the
+    /// kubelet's state.
+    #[test]
+    fn a_burstable_container_on_the_shared_pool_is_not_exclusive() {
+        let c = KubeContainer {
+            cgroups_path: "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice/cri-containerd-abc.scope",
+            shares: Some(512),
+            cpus: "0-3",
+            name: Some("work"),
+        };
+        let st = Ok(Some(state("static", "0-3", &[])));
+        for s in [&st, &Ok(None)] {
+            assert_eq!(exclusive(&c, s), Err(NotExclusive::Qos(PodQos::Burstable)));
+        }
+    }
+
+    /// Where the kubelet keeps a state, a container whose cgroups path is none of its pod
+    /// cgroups is refused, naming the path, unless the kubelet recorded a container of its
+    /// name with exactly its CPUs (the kubelet without cgroupsPerQOS). Without a state the
+    /// kubelet has no word on it; with one that cannot be read, it is refused.
+    #[test]
+    fn an_unknown_cgroups_path_is_refused_while_the_kubelet_keeps_a_state() {
+        let c = |path: &'static str, cpus: &'static str| KubeContainer {
+            cgroups_path: path,
+            shares: Some(2048),
+            cpus,
+            name: Some("work"),
+        };
+        let rec = Ok(Some(state("static", "0-1", &[("u1", &[("work", "2-3")])])));
+        for path in [
+            "/pod1234/abc",
+            "/machine.slice/libpod-1.scope",
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice/abc",
+            // No cgroupsPerQOS: containerd's, CRI-O's (systemd, cgroupfs) default.
+            "/k8s.io/abc",
+            "system.slice:crio:abc",
+            "/crio/crio-abc",
+        ] {
+            let e = exclusive(&c(path, "0-1"), &rec).unwrap_err();
+            assert_eq!(
+                e,
+                NotExclusive::UnknownCgroupsPath {
+                    path: path.into(),
+                    cpus: "0-1".into()
+                }
+            );
+            assert!(e.undecided(), "{e}");
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&format!("its cgroups path is '{path}'"))
+                    && msg.contains("cannot tell"),
+                "{msg}"
+            );
+            // The kubelet recorded it: exclusive.
+            assert_eq!(exclusive(&c(path, "3,2"), &rec), Ok(()), "{path}");
+            // No kubelet state: not the kubelet's to say.
+            assert_eq!(exclusive(&c(path, "0-1"), &Ok(None)), Ok(()), "{path}");
+        }
+        // Recorded under another name, on other CPUs, by a policy that is not static, or
+        // without a name: refused.
+        let other = KubeContainer {
+            name: Some("db"),
+            ..c("/k8s.io/abc", "2-3")
+        };
+        let nameless = KubeContainer {
+            name: None,
+            ..c("/k8s.io/abc", "2-3")
+        };
+        let none_policy = Ok(Some(state("none", "0-3", &[("u1", &[("work", "2-3")])])));
+        for (k, s) in [
+            (other, &rec),
+            (nameless, &rec),
+            (c("/k8s.io/abc", "2"), &rec),
+            (c("/k8s.io/abc", ""), &rec),
+            (c("/k8s.io/abc", "2-3"), &none_policy),
+        ] {
+            assert!(
+                matches!(
+                    exclusive(&k, s),
+                    Err(NotExclusive::UnknownCgroupsPath { .. })
+                ),
+                "{k:?}"
+            );
+        }
+        let e = exclusive(&c("", "2-3"), &Ok(Some(state("static", "0-1", &[])))).unwrap_err();
+        assert!(e.to_string().starts_with("it has no cgroups path"), "{e}");
+        let broken = Err(StateError::Read {
+            path: "p".into(),
+            error: "EACCES".into(),
+        });
+        let e = exclusive(&c("/pod1234/abc", "2-3"), &broken).unwrap_err();
+        assert!(matches!(e, NotExclusive::State(_)) && e.undecided(), "{e}");
+        // The kubelet's word that a container holds none is not a refusal.
+        assert!(!NotExclusive::Qos(PodQos::Burstable).undecided());
+        assert!(!NotExclusive::NoShares.undecided());
     }
 
     #[test]

@@ -617,8 +617,14 @@ pub fn short(id: &str) -> &str {
 /// A value from outside as it may be printed: control characters escaped, at most 64
 /// characters.
 pub fn shown(v: &str) -> String {
-    let mut s: String = v.chars().take(64).flat_map(char::escape_default).collect();
-    if v.chars().count() > 64 {
+    shown_at_most(v, 64)
+}
+
+/// [`shown`] with room for `max` characters (a cgroups path, with a pod UID and a 64-digit
+/// container id, runs to about 150).
+pub fn shown_at_most(v: &str, max: usize) -> String {
+    let mut s: String = v.chars().take(max).flat_map(char::escape_default).collect();
+    if v.chars().count() > max {
         s.push_str("...");
     }
     s

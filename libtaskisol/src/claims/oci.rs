@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use super::kubelet::PodQos;
 use super::{valid_container_id, InputError, MAX_INPUT};
 use crate::cpuset::CpuSet;
 
@@ -87,72 +88,6 @@ impl HookState {
             status: raw.status,
         })
     }
-}
-
-/// A Kubernetes pod's QoS class, as the kubelet's cgroup layout says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PodQos {
-    /// Requests equal limits: with the static CPU manager, whole CPUs of its own.
-    Guaranteed,
-    /// Its cpuset is the shared pool.
-    Burstable,
-    /// Its cpuset is the shared pool.
-    BestEffort,
-}
-
-impl PodQos {
-    /// The kubelet's name of the class.
-    pub fn name(self) -> &'static str {
-        match self {
-            PodQos::Guaranteed => "Guaranteed",
-            PodQos::Burstable => "Burstable",
-            PodQos::BestEffort => "BestEffort",
-        }
-    }
-
-    /// The QoS class of a container whose OCI `linux.cgroupsPath` is `path`, read from the
-    /// kubelet's layout by its structure: `None` when the path is not a kubelet pod's.
-    ///
-    /// - systemd driver: `SLICE:PREFIX:NAME` with SLICE `kubepods-pod<uid>.slice`
-    ///   (Guaranteed) or `kubepods-<burstable|besteffort>-pod<uid>.slice`; systemd spells a
-    ///   slice's parents in its name, so the name's dash-separated parts are the levels.
-    /// - cgroupfs driver: `.../kubepods/pod<uid>/<container>` (Guaranteed) or
-    ///   `.../kubepods/<burstable|besteffort>/pod<uid>/<container>`.
-    ///
-    /// Only whole levels count: a pod or container whose name contains "burstable" is not
-    /// taken for a class.
-    pub fn of_cgroups_path(path: &str) -> Option<PodQos> {
-        let levels: Vec<&str> = if !path.starts_with('/') && path.split(':').count() == 3 {
-            let slice = path.split(':').next()?.strip_suffix(".slice")?;
-            slice.split('-').collect()
-        } else {
-            let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
-            // The level under kubepods, then the pod, then the container.
-            let at = parts.iter().position(|p| *p == "kubepods")?;
-            let under = &parts[at..];
-            match under.get(1) {
-                Some(q) if is_pod(q) && under.len() == 3 => under[..2].to_vec(),
-                Some(_) if under.len() == 4 && is_pod(under[2]) => under[..3].to_vec(),
-                _ => return None,
-            }
-        };
-        match levels.as_slice() {
-            ["kubepods", pod] if is_pod(pod) => Some(PodQos::Guaranteed),
-            ["kubepods", "burstable", pod] if is_pod(pod) => Some(PodQos::Burstable),
-            ["kubepods", "besteffort", pod] if is_pod(pod) => Some(PodQos::BestEffort),
-            _ => None,
-        }
-    }
-}
-
-/// A pod level: `pod` and the pod's UID (dashes or, under systemd, underscores).
-fn is_pod(level: &str) -> bool {
-    level.strip_prefix("pod").is_some_and(|uid| {
-        !uid.is_empty()
-            && uid
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    })
 }
 
 /// What isold reads from a bundle's `config.json`.

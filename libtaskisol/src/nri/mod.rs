@@ -107,8 +107,9 @@ pub fn claim_for(
     };
     match kubelet::exclusive(&k, &kubelet()) {
         Ok(()) => {}
-        // isold cannot tell whether the kubelet gave it CPUs: refused, not let through.
-        Err(e @ kubelet::NotExclusive::State(_)) => {
+        // isold cannot tell whether the kubelet gave it CPUs (its state unreadable, or a
+        // cgroups path none of its own while it keeps one): refused, not let through.
+        Err(e) if e.undecided() => {
             return Judged::Refused {
                 reason: "kubelet_state",
                 message: format!("claim refused: {e}"),
