@@ -6,7 +6,8 @@
 //! collector, replaced by rename so that a reader never sees half of it.
 //!
 //! Series stay few: the per-CPU ones exist for the isolated CPUs only, and a source that
-//! never fired on a CPU has no series there.
+//! never fired on a CPU has no series there; a value named by a network device or a thread,
+//! which come and go, has no series of its own ([`repair_value`]).
 
 use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
@@ -169,7 +170,7 @@ impl Metrics {
         let drift_repairs = must(IntCounterVec::new(
             Opts::new(
                 "isold_drift_repairs_total",
-                "Values without change events (sysctls, sysfs, IRQs, workqueues) put back after they drifted, by value",
+                "Values without change events (sysctls, sysfs, IRQs, workqueues) put back after they drifted, by value (rps:*, net_queues:*, sched:* for those of network devices and threads)",
             ),
             &["item", "value"],
         ));
@@ -360,7 +361,9 @@ impl Metrics {
     pub fn corrected(&self, item: &str, value: Option<&str>) {
         self.corrections.with_label_values(&[item]).inc();
         if let Some(v) = value {
-            self.drift_repairs.with_label_values(&[item, v]).inc();
+            self.drift_repairs
+                .with_label_values(&[item, &repair_value(v)])
+                .inc();
         }
     }
 
@@ -564,6 +567,22 @@ impl Metrics {
     }
 }
 
+/// The `value` label of `isold_drift_repairs_total` for the target `id`: the id of a value
+/// the machine has a fixed set of (`sysctl:vm.stat_interval`, `irq:4`, `workqueue:cpumask`,
+/// `rps:default`, a file), and for one named by a network device or a thread, which come and
+/// go, its kind with `*` for the device or thread (`rps:*` for `rps:DEV:rx-N`,
+/// `net_queues:*`, `sched:*`, `task:*`): every pod's veth would otherwise add a series that
+/// lives as long as the daemon.
+pub fn repair_value(id: &str) -> std::borrow::Cow<'_, str> {
+    match id.split_once(':') {
+        Some(("rps", key)) if key != "default" => "rps:*".into(),
+        Some(("net_queues", _)) => "net_queues:*".into(),
+        Some(("sched", _)) => "sched:*".into(),
+        Some(("task", _)) => "task:*".into(),
+        _ => id.into(),
+    }
+}
+
 /// The counts of a `/proc/interrupts` or `/proc/softirqs` table on `cpus`, by source: a
 /// numbered IRQ by its handlers' names (`irqN` without one), any other row by its label
 /// (LOC, RES, TIMER, NET_RX, ...). Zero counts are left out.
@@ -721,14 +740,10 @@ pub fn sandbox_hint(e: &std::io::Error) -> &'static str {
 mod tests {
     use super::*;
 
-    /// The ledger's sums counted by difference: the top sources named, the rest summed as
-    /// `other` of their kind, a named source keeping its label, and each interruption in
-    /// the histogram.
-    #[test]
-    fn noise_counters_name_the_top_sources_and_fold_the_rest() {
-        use libtaskisol::noise::{Interruption, Kind, Source, Sums};
+    /// CPUs 2-3 isolated of 0-3, realtime-virtual-host.
+    fn policy() -> Policy {
         let iso: CpuSet = "2-3".parse().unwrap();
-        let policy = Policy {
+        Policy {
             config: libtaskisol::policy::config::Config::defaults(
                 libtaskisol::policy::preset::Preset::RealtimeVirtualHost,
                 libtaskisol::policy::config::CpuSpec::List(iso.clone()),
@@ -738,8 +753,76 @@ mod tests {
             housekeeping: "0-1".parse().unwrap(),
             claimed: CpuSet::new(),
             claimed_power: Default::default(),
+        }
+    }
+
+    /// Pod churn with `rps` on: the repairs of 1,000 veths' queues (and of hot-plugged NICs'
+    /// channels, and of kthreads' priorities) leave the metrics page with the series one
+    /// veth gives, only the counts larger; a value the machine has a fixed set of keeps its
+    /// own series.
+    #[test]
+    fn a_thousand_devices_repairs_leave_the_series_of_one() {
+        let page = |devices: u32| {
+            let m = Metrics::new(&policy());
+            m.corrected("sysctl", Some("sysctl:vm.stat_interval"));
+            m.corrected("rps", Some("rps:default"));
+            for d in 0..devices {
+                for q in 0..2 {
+                    m.corrected("rps", Some(&format!("rps:veth{d:08x}:rx-{q}")));
+                }
+                m.corrected("net_queues", Some(&format!("net_queues:enp{d}")));
+                m.corrected("kthread_priority", Some(&format!("sched:{}:77", 1000 + d)));
+            }
+            String::from_utf8(m.encode()).unwrap()
         };
-        let m = Metrics::new(&policy);
+        let (one, many) = (page(1), page(1000));
+        let repairs = |text: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| l.starts_with("isold_drift_repairs_total{"))
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(
+            repairs(&many).len(),
+            repairs(&one).len(),
+            "the series of one device"
+        );
+        assert_eq!(
+            repairs(&many),
+            [
+                "isold_drift_repairs_total{item=\"kthread_priority\",value=\"sched:*\"} 1000",
+                "isold_drift_repairs_total{item=\"net_queues\",value=\"net_queues:*\"} 1000",
+                "isold_drift_repairs_total{item=\"rps\",value=\"rps:*\"} 2000",
+                "isold_drift_repairs_total{item=\"rps\",value=\"rps:default\"} 1",
+                "isold_drift_repairs_total{item=\"sysctl\",value=\"sysctl:vm.stat_interval\"} 1",
+            ]
+        );
+        // The same lines, the counts aside: the page grows by the digits of the counts only.
+        let shape = |text: &str| -> Vec<String> {
+            text.lines()
+                .map(|l| {
+                    l.rsplit_once(' ')
+                        .map_or(l, |(series, _)| series)
+                        .to_string()
+                })
+                .collect()
+        };
+        assert_eq!(shape(&one), shape(&many));
+        assert!(
+            many.len() <= one.len() + 20,
+            "{} -> {}",
+            one.len(),
+            many.len()
+        );
+    }
+
+    /// The ledger's sums counted by difference: the top sources named, the rest summed as
+    /// `other` of their kind, a named source keeping its label, and each interruption in
+    /// the histogram.
+    #[test]
+    fn noise_counters_name_the_top_sources_and_fold_the_rest() {
+        use libtaskisol::noise::{Interruption, Kind, Source, Sums};
+        let m = Metrics::new(&policy());
         let mut sums = std::collections::BTreeMap::new();
         let s: &mut Sums = sums.entry(3).or_default();
         let i = |kind, name: &str, ns| Interruption {

@@ -1341,3 +1341,151 @@ fn the_refusals_of_gone_threads_are_forgotten_too() {
         ]
     );
 }
+
+/// A network device in the kernel's sysfs layout below the fake root: its directory below
+/// `devpath`, the `/sys/class/net` link, `rx` rx queues with RPS off, and (a driver with
+/// channels) the tree's stand-in for the channels ioctl.
+fn add_netdev(tree: &Path, devpath: &str, name: &str, ifindex: u32, rx: u32, ch: Option<&str>) {
+    let d = tree.join(devpath).join(name);
+    common::put(&d, "ifindex", &format!("{ifindex}\n"));
+    for q in 0..rx {
+        common::put(&d, &format!("queues/rx-{q}/rps_cpus"), "0\n");
+    }
+    if let Some(c) = ch {
+        common::put(&d, "ethtool_channels", &format!("{c}\n"));
+        for q in rx..4 {
+            common::put(&d, &format!("queues/rx-{q}/rps_cpus"), "0\n");
+        }
+    }
+    std::fs::create_dir_all(tree.join("sys/class/net")).unwrap();
+    let up = "../../".to_string() + devpath.strip_prefix("sys/").unwrap();
+    std::os::unix::fs::symlink(
+        format!("{up}/{name}"),
+        tree.join(format!("sys/class/net/{name}")),
+    )
+    .unwrap();
+}
+
+/// The device `name` gone from the fake root (deleted, or moved to a pod's namespace).
+fn remove_netdev(tree: &Path, devpath: &str, name: &str) {
+    std::fs::remove_file(tree.join(format!("sys/class/net/{name}"))).unwrap();
+    std::fs::remove_dir_all(tree.join(devpath).join(name)).unwrap();
+}
+
+/// What the state takes on disk: the runtime file and its journal, in bytes.
+fn state_bytes(s: &Setup) -> u64 {
+    [s.state.clone(), journal_path(&s.state)]
+        .iter()
+        .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .sum()
+}
+
+const VIRTUAL: &str = "sys/devices/virtual/net";
+const PCI: &str = "sys/devices/pci0000:00/0000:00:09.0/net";
+
+/// Pod churn with `rps` on (a kernel before 6.3, no rps_default_mask): 1,000 veths made,
+/// steered by the daemon's per-device path (their masks' originals recorded) and deleted,
+/// and a NIC hot-plugged (its channels shrunk) and unplugged. Once the gone devices are
+/// forgotten the state file is the size it was before the churn, byte for byte: a veth
+/// that stays keeps its masks, a NIC renamed meanwhile keeps its channels (restore finds
+/// it by its ifindex), and restore then finds nothing gone.
+#[test]
+fn a_thousand_veths_made_and_deleted_leave_the_state_the_size_it_was() {
+    let s = setup("isolated_cpus = \"2-3\"\n[items]\nrps = true\n");
+    add_netdev(&s.tree, VIRTUAL, "veth-stay", 3, 2, None);
+    add_netdev(&s.tree, PCI, "eth1", 4, 4, Some("0 0 0 4 0 0 0 4"));
+    engine::apply(&s.root, &s.policy, &s.files).unwrap();
+    let ids = |s: &Setup| -> Vec<String> {
+        let st = State::load(&s.state).unwrap().unwrap();
+        let mut v: Vec<String> = st.entries().iter().map(|e| e.id.clone()).collect();
+        v.extend(st.unchangeable.into_keys());
+        v
+    };
+    let ids_before = ids(&s);
+    for id in ["rps:veth-stay:rx-1", "net_queues:eth1"] {
+        assert!(ids_before.iter().any(|i| i == id), "{id}: {ids_before:?}");
+    }
+    assert_eq!(
+        engine::forget_gone_devices(&s.root, &s.files, |_| true).unwrap(),
+        0,
+        "nothing gone yet"
+    );
+    // Measured as one whole file (the journal folded in), as a forgetting writes it.
+    State::load(&s.state)
+        .unwrap()
+        .unwrap()
+        .save(&s.state)
+        .unwrap();
+    libtaskisol::policy::state::drop_cache();
+    assert!(!journal_path(&s.state).exists());
+    let before = state_bytes(&s);
+
+    // The daemon's answer to new devices: planned and applied for those devices only, a
+    // burst of them at a time.
+    let devices = |names: &[String]| {
+        let names = names.iter().cloned().collect();
+        let targets = libtaskisol::policy::plan::plan_devices(&s.policy, &s.root, names).unwrap();
+        let rep = engine::apply_only(&s.root, &s.policy, &s.files, targets).unwrap();
+        assert!(rep.problems().next().is_none(), "{:?}", rep.outcomes);
+    };
+    add_netdev(&s.tree, PCI, "enp0s9", 5, 4, Some("0 0 0 4 0 0 0 4"));
+    devices(&["enp0s9".to_string()]);
+    remove_netdev(&s.tree, PCI, "enp0s9");
+    for round in 0..20u32 {
+        let names: Vec<String> = (0..50u32)
+            .map(|i| format!("veth{:08x}", (round * 50 + i).wrapping_mul(0x9e37_79b9)))
+            .collect();
+        for (i, n) in names.iter().enumerate() {
+            add_netdev(&s.tree, VIRTUAL, n, 100 + round * 50 + i as u32, 2, None);
+        }
+        devices(&names);
+        let steered = std::fs::read_to_string(
+            s.tree
+                .join(VIRTUAL)
+                .join(&names[0])
+                .join("queues/rx-1/rps_cpus"),
+        )
+        .unwrap();
+        assert_eq!(steered, "3\n", "steered onto the housekeeping CPUs");
+        for n in &names {
+            remove_netdev(&s.tree, VIRTUAL, n);
+        }
+    }
+    // eth1 renamed: the same device.
+    std::fs::rename(
+        s.tree.join("sys/class/net/eth1"),
+        s.tree.join("sys/class/net/eth1r"),
+    )
+    .unwrap();
+    let grown = state_bytes(&s);
+    assert!(grown > before + 1000 * 100, "{before} -> {grown}");
+
+    // Only the devices named are looked at.
+    assert_eq!(
+        engine::forget_gone_devices(&s.root, &s.files, |d| d == "enp0s9").unwrap(),
+        1
+    );
+    assert_eq!(
+        engine::forget_gone_devices(&s.root, &s.files, |_| true).unwrap(),
+        2000,
+        "two rx queues of each veth"
+    );
+    libtaskisol::policy::state::drop_cache();
+    assert_eq!(ids(&s), ids_before);
+    assert_eq!(state_bytes(&s), before, "{before} -> {grown} -> now");
+    assert_eq!(
+        engine::forget_gone_devices(&s.root, &s.files, |_| true).unwrap(),
+        0
+    );
+    let rep = engine::restore(&s.root, &s.files).unwrap();
+    assert!(rep.problems().next().is_none(), "{:?}", rep.outcomes);
+    assert!(!rep
+        .outcomes
+        .iter()
+        .any(|o| matches!(o.status, Status::Gone)));
+    let mask = |name: &str| {
+        std::fs::read_to_string(s.tree.join(VIRTUAL).join(name).join("queues/rx-1/rps_cpus"))
+            .unwrap()
+    };
+    assert_eq!(mask("veth-stay"), "0\n", "restored byte for byte");
+}

@@ -403,6 +403,19 @@ impl Daemon {
                 if !evs.is_empty() || lost {
                     self.env.log.trace(&format!("{} uevent(s)", evs.len()));
                 }
+                // A device that went away (a pod's veth deleted or moved into the pod's
+                // namespace) leaves the state at the next task sweep; a rename (`move`) or
+                // lost events do not say which name is gone: every device is looked at.
+                for e in &evs {
+                    match (e.action.as_str(), e.subsystem.as_deref(), e.net_device()) {
+                        ("remove", Some("net"), Some(dev)) => self.tasks.device_removed(dev),
+                        ("move", Some("net"), Some(_)) => self.tasks.forget_all_devices = true,
+                        _ => {}
+                    }
+                }
+                if lost {
+                    self.tasks.forget_all_devices = true;
+                }
                 // Network devices and their queues alone (veths, a pod's): planned for those
                 // devices only. Anything else, or events lost, is a rescan of everything.
                 let others = lost || evs.iter().any(|e| e.net_device().is_none());

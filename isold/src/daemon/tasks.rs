@@ -37,6 +37,16 @@ pub const FORGET_AFTER: Duration = Duration::from_secs(60);
 /// original is looked at instead.
 const FORGET_TIDS_KEPT: usize = 65536;
 
+/// Network devices removed since the state last lost gone devices' entries, after which the
+/// next task sweep drops them ([`engine::forget_gone_devices`]): with `rps` on a pod's veth
+/// leaves its queue masks' originals, and a node with pod churn would keep every veth it
+/// ever steered. Fewer are dropped [`FORGET_AFTER`] after the last pass, as exits are.
+pub const FORGET_AFTER_DEVICES: usize = 100;
+
+/// Removed devices' names kept for that at most: past it, every device's entries are
+/// looked at instead.
+const FORGET_DEVICES_KEPT: usize = 4096;
+
 /// A thread to look at (pid, tid), with the time of the event that asked for it.
 type Ask = (i32, i32, Option<u64>);
 
@@ -62,7 +72,14 @@ pub struct Tasks {
     /// Every thread's original is looked at the next time (a start after churn, or more
     /// exits than are worth keeping).
     pub forget_all: bool,
-    /// When the last pass that dropped gone threads' originals ran (or the start).
+    /// Network devices the kernel said were removed since their entries were last dropped
+    /// from the state (their names).
+    pub gone_devices: BTreeSet<String>,
+    /// Every network device's entries are looked at the next time (a device renamed, whose
+    /// old name the event does not give; events lost; more removals than are worth keeping).
+    pub forget_all_devices: bool,
+    /// When the last pass that dropped gone threads' or devices' originals ran (or the
+    /// start).
     last_forget: Instant,
     /// Threads that started or exec'd since the stall guard was last told (pid, tid).
     pub started: Vec<(i32, i32)>,
@@ -86,6 +103,8 @@ impl Tasks {
             new_threads: Vec::new(),
             exited: HashSet::new(),
             forget_all: true,
+            gone_devices: BTreeSet::new(),
+            forget_all_devices: false,
             last_forget: Instant::now(),
             started: Vec::new(),
         }
@@ -456,32 +475,69 @@ impl Tasks {
         give_back_memory();
     }
 
-    /// After [`FORGET_AFTER_EXITS`] exits, or any exit [`FORGET_AFTER`] after the last pass,
-    /// the originals of threads that are gone dropped from the state (restore would find
-    /// them gone), the fast path's memory of it renewed.
+    /// After [`FORGET_AFTER_EXITS`] exits or [`FORGET_AFTER_DEVICES`] removed network
+    /// devices, or any of them [`FORGET_AFTER`] after the last pass, the originals of
+    /// threads and the entries of devices that are gone dropped from the state (restore
+    /// would find them gone), the fast path's memory of it renewed.
     pub fn forget_gone(&mut self, cx: &mut Ctx, now: Instant) {
+        let pending =
+            !self.exited.is_empty() || !self.gone_devices.is_empty() || self.forget_all_devices;
         let due = self.forget_all
             || self.exited.len() as u64 >= FORGET_AFTER_EXITS
-            || (!self.exited.is_empty() && now.duration_since(self.last_forget) >= FORGET_AFTER);
+            || self.gone_devices.len() >= FORGET_AFTER_DEVICES
+            || (pending && now.duration_since(self.last_forget) >= FORGET_AFTER);
         if !due {
             return;
         }
         let (all, exited) = (self.forget_all, std::mem::take(&mut self.exited));
+        let all_devices = all || self.forget_all_devices;
+        let gone_devices = std::mem::take(&mut self.gone_devices);
         self.forget_all = false;
+        self.forget_all_devices = false;
         self.last_forget = now;
         let log = cx.env.log;
-        match engine::forget_gone_threads(&cx.env.root, &cx.env.files, |tid| {
-            all || exited.contains(&tid)
-        }) {
-            Ok(0) => {}
-            Ok(n) => {
-                log.info(&format!(
-                    "state: the originals of {n} thread(s) that are gone dropped"
-                ));
-                self.resync(&log);
-                give_back_memory();
+        let mut dropped = false;
+        if all || !exited.is_empty() {
+            match engine::forget_gone_threads(&cx.env.root, &cx.env.files, |tid| {
+                all || exited.contains(&tid)
+            }) {
+                Ok(0) => {}
+                Ok(n) => {
+                    log.info(&format!(
+                        "state: the originals of {n} thread(s) that are gone dropped"
+                    ));
+                    dropped = true;
+                }
+                Err(e) => log.warn(&format!("state: dropping gone threads' originals: {e}")),
             }
-            Err(e) => log.warn(&format!("state: dropping gone threads' originals: {e}")),
+        }
+        if all_devices || !gone_devices.is_empty() {
+            match engine::forget_gone_devices(&cx.env.root, &cx.env.files, |dev| {
+                all_devices || gone_devices.contains(dev)
+            }) {
+                Ok(0) => {}
+                Ok(n) => {
+                    log.info(&format!(
+                        "state: {n} original(s) of network devices that are gone dropped"
+                    ));
+                    dropped = true;
+                }
+                Err(e) => log.warn(&format!("state: dropping gone devices' originals: {e}")),
+            }
+        }
+        if dropped {
+            self.resync(&log);
+            give_back_memory();
+        }
+    }
+
+    /// Network device `name` removed (the kernel's `remove` uevent), for
+    /// [`Tasks::forget_gone`].
+    pub fn device_removed(&mut self, name: &str) {
+        if self.gone_devices.len() < FORGET_DEVICES_KEPT {
+            self.gone_devices.insert(name.to_string());
+        } else {
+            self.forget_all_devices = true;
         }
     }
 
@@ -819,6 +875,68 @@ mod tests {
         f.forget(t0 + FORGET_AFTER);
         assert!(!has_original_of_193(&f), "a minute after the last pass");
         assert!(f.tasks.exited.is_empty());
+    }
+
+    /// A veth the daemon steered (`rps` on, its queue masks' originals recorded) and then
+    /// removed: its entries leave the state at the first sweep after its `remove` event and
+    /// FORGET_AFTER, or once FORGET_AFTER_DEVICES devices were removed; a device still there
+    /// keeps its entries.
+    #[test]
+    fn the_entries_of_removed_devices_leave_the_state() {
+        let mut f = fake();
+        let cfg = Config::parse(
+            "isolated_cpus = \"2-3\"\n[items]\nrps = true\n",
+            Path::new("isold.toml"),
+        )
+        .unwrap();
+        f.policy = Policy::resolve(cfg, &f.env.root).unwrap();
+        for (name, ifindex) in [("vethgone", 7), ("vethstay", 8)] {
+            let dev = f.tree.join("sys/devices/virtual/net").join(name);
+            std::fs::create_dir_all(dev.join("queues/rx-0")).unwrap();
+            std::fs::write(dev.join("ifindex"), format!("{ifindex}\n")).unwrap();
+            std::fs::write(dev.join("queues/rx-0/rps_cpus"), "0\n").unwrap();
+            std::fs::create_dir_all(f.tree.join("sys/class/net")).unwrap();
+            std::os::unix::fs::symlink(
+                format!("../../devices/virtual/net/{name}"),
+                f.tree.join("sys/class/net").join(name),
+            )
+            .unwrap();
+        }
+        let names = ["vethgone", "vethstay"].map(String::from).into();
+        let targets =
+            libtaskisol::policy::plan::plan_devices(&f.policy, &f.env.root, names).unwrap();
+        engine::apply_only(&f.env.root, &f.policy, &f.env.files, targets).unwrap();
+        let has = |f: &Fake, dev: &str| {
+            libtaskisol::policy::state::State::load(&f.env.files.runtime)
+                .unwrap()
+                .is_some_and(|st| st.has(&format!("rps:{dev}:rx-0")))
+        };
+        assert!(has(&f, "vethgone") && has(&f, "vethstay"));
+        let t0 = Instant::now();
+        f.forget(t0);
+        assert!(
+            has(&f, "vethgone"),
+            "not removed yet: the start's pass keeps it"
+        );
+        std::fs::remove_file(f.tree.join("sys/class/net/vethgone")).unwrap();
+        f.tasks.device_removed("vethgone");
+        f.forget(t0 + FORGET_AFTER - Duration::from_secs(1));
+        assert!(has(&f, "vethgone"), "not a minute yet");
+        f.forget(t0 + FORGET_AFTER);
+        assert!(!has(&f, "vethgone"), "a minute after the last pass");
+        assert!(has(&f, "vethstay"));
+        assert!(f.tasks.gone_devices.is_empty());
+        // A burst of removals is dropped at once.
+        let t1 = t0 + FORGET_AFTER;
+        std::fs::remove_file(f.tree.join("sys/class/net/vethstay")).unwrap();
+        for n in 0..FORGET_AFTER_DEVICES - 1 {
+            f.tasks.device_removed(&format!("veth{n}"));
+        }
+        f.forget(t1);
+        assert!(has(&f, "vethstay"), "its removal not seen");
+        f.tasks.device_removed("vethstay");
+        f.forget(t1);
+        assert!(!has(&f, "vethstay"), "{FORGET_AFTER_DEVICES} removals");
     }
 
     /// The exited tids kept for the next drop are bounded: past the bound, every original

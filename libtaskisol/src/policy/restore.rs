@@ -442,6 +442,88 @@ pub fn forget_gone_threads(
     Ok(dropped)
 }
 
+/// The network device an id of the state names: `rps:DEV:rx-N` (a queue's RPS mask;
+/// `rps:default` names none) and `net_queues:DEV` (its channels and queue masks). These are
+/// the ids of the items that take network devices ([`super::items::Item::per_device`]); no
+/// other id names one.
+fn device_of(id: &str) -> Option<&str> {
+    let (kind, key) = id.split_once(':')?;
+    let dev = match kind {
+        "rps" => key.split_once(':')?.0,
+        "net_queues" => key,
+        _ => return None,
+    };
+    crate::net::valid_name(dev).then_some(dev)
+}
+
+/// Whether the device an entry recorded is gone, as restore would find it: a channels
+/// original by its ifindex too (restore follows a renamed device by it), a queue's mask
+/// and a refusal by name only, since they record no ifindex and restore writes them by
+/// name. A name no device has now can only come back as another device (a new veth given
+/// the same name, or this one renamed back), which must never get this device's original:
+/// its own is recorded when isold first writes it.
+fn device_gone(root: &SysRoot, dev: &str, ifindex: Option<u32>) -> bool {
+    match crate::net::device(root, dev) {
+        Ok(None) => match ifindex {
+            Some(i) => crate::net::name_of(root, i).is_none(),
+            None => true,
+        },
+        Ok(Some(d)) => {
+            ifindex.is_some_and(|i| d.ifindex != i && crate::net::name_of(root, i).is_none())
+        }
+        // Unreadable for another reason: not known to be gone.
+        Err(_) => false,
+    }
+}
+
+/// The originals and refusals of network devices that are gone (a pod's veth deleted,
+/// renamed or moved to another namespace, a NIC unplugged) dropped from the state files:
+/// restore would only find them gone, and a node with pod churn would otherwise keep every
+/// veth's queue masks (`rps:DEV:rx-N`) it ever steered until the next restore. Only devices
+/// whose name `candidate` accepts are looked at (a daemon passes those the kernel said were
+/// removed; `|_| true` looks at all), one look per device. Returns how many entries were
+/// dropped; written as [`forget_gone_threads`] writes (only when there were any, never over
+/// a state whose refused entries or set-aside lines a report must say first). Nothing is
+/// dropped when the devices cannot be listed at all (`/sys/class/net` missing).
+pub fn forget_gone_devices(
+    root: &SysRoot,
+    files: &StateFiles,
+    candidate: impl Fn(&str) -> bool,
+) -> Result<usize> {
+    let _lock = lock(&files.runtime)?;
+    let mut ledger = Ledger::load(files, root, String::new(), String::new())?;
+    if !ledger.rejected.is_empty()
+        || !ledger.state.set_aside.is_empty()
+        || !root.exists(crate::net::CLASS_NET)
+    {
+        return Ok(0);
+    }
+    let mut seen: std::collections::HashMap<(String, Option<u32>), bool> = Default::default();
+    let mut gone = |dev: &str, ifindex: Option<u32>| {
+        candidate(dev)
+            && *seen
+                .entry((dev.to_string(), ifindex))
+                .or_insert_with(|| device_gone(root, dev, ifindex))
+    };
+    let state = &mut ledger.state;
+    let before = state.entries().len() + state.unchangeable.len();
+    state
+        .entries_mut()
+        .retain(|e| match (&e.original, device_of(&e.id)) {
+            (Original::Channels { dev, ifindex, .. }, _) => !gone(dev, Some(*ifindex)),
+            (_, Some(dev)) => !gone(dev, None),
+            _ => true,
+        });
+    state
+        .unchangeable
+        .retain(|id, _| !device_of(id).is_some_and(|dev| gone(dev, None)));
+    let dropped = before - (state.entries().len() + state.unchangeable.len());
+    if dropped > 0 {
+        ledger.persist()?;
+    }
+    Ok(dropped)
+}
+
 /// A recorded CPU set the policy narrows: where it is, and its original.
 enum Narrowed {
     Irq(u32),

@@ -41,8 +41,9 @@ The kernel keeps only CPUs that are housekeeping for it and online when a mask i
 Devices and queues that appear while
 .B isold run
 runs (a pod's veth) get it within a second, from the kernel's device events, also on
-kernels without rps_default_mask; a device that goes away leaves the state file without an
-error.
+kernels without rps_default_mask; the originals of a device that goes away leave the state
+file within a minute of its removal (restore could only find it gone), so that pod churn
+does not grow it.
 Each mask is recorded before it is first written, 0 included, and
 .B isold restore
 writes it back byte for byte, rps_default_mask after the queues.
