@@ -1870,8 +1870,8 @@ impl Runtime {
 /// isold as an NRI plugin of a runtime that speaks containerd's protocol: it registers as
 /// `isold 90`, subscribes to the container lifecycle, fails the creation of a container
 /// whose claim the rule refuses (with the reason), claims a started container's CPUs,
-/// dials again when the runtime goes away, and at the new Synchronize releases the claim of
-/// a container that no longer exists.
+/// dials again at once when the runtime goes away, and at the new Synchronize (big pods
+/// beside) releases the claim of a container that no longer exists.
 #[test]
 fn isold_is_an_nri_plugin_that_claims_and_reconciles() {
     use libtaskisol::nri::api::{self, Container, ContainerState, PodSandbox};
@@ -1945,12 +1945,34 @@ fn isold_is_an_nri_plugin_that_claims_and_reconciles() {
     };
     let r = rt.call("CreateContainer", request(&fractional));
     assert_eq!((r.code, r.payload.len()), (code::OK, 0), "{r:?}");
+    // The housekeeping CPUs (no kubelet state yet, so the kubelet has no word on a container
+    // outside its pod cgroups): its creation fails, with the reason, and nothing changes.
+    let r = rt.call("CreateContainer", request(&container("hk1", "0-1", 0)));
+    assert_eq!(r.code, code::FAILED_PRECONDITION, "{r:?}");
+    assert!(
+        r.message
+            .contains("claim refused: container rt (hk1): CPUs 0-1 are not for containers"),
+        "{}",
+        r.message
+    );
+    assert_eq!(claimed_values(&t), before);
     std::fs::create_dir_all(t.root.join("var/lib/kubelet")).unwrap();
     std::fs::write(
         t.root.join("var/lib/kubelet/cpu_manager_state"),
         r#"{"policyName":"static","defaultCpuSet":"0-1","entries":{"u1":{"rt":"3"}},"checksum":0}"#,
     )
     .unwrap();
+    // With the kubelet's state, a container outside its pod cgroups that it did not record
+    // is refused, the reason naming its cgroups path (issue 48).
+    let r = rt.call("CreateContainer", request(&container("hk2", "0-1", 0)));
+    assert_eq!(r.code, code::FAILED_PRECONDITION, "{r:?}");
+    assert!(
+        r.message
+            .contains("claim refused: it has no cgroups path, none of the kubelet's pod cgroups"),
+        "{}",
+        r.message
+    );
+    assert_eq!(claimed_values(&t), before);
     let unrecorded = Container {
         cgroups_path: "/kubepods/podu2/un1".into(),
         shares: Some(1024),
@@ -1963,16 +1985,6 @@ fn isold_is_an_nri_plugin_that_claims_and_reconciles() {
         .message(2, &pod.encode())
         .message(3, &unrecorded.encode());
     assert_eq!(rt.call("StateChange", ev.0).code, code::OK);
-    assert_eq!(claimed_values(&t), before);
-    // The housekeeping CPUs: its creation fails, with the reason, and nothing changes.
-    let r = rt.call("CreateContainer", request(&container("hk1", "0-1", 0)));
-    assert_eq!(r.code, code::FAILED_PRECONDITION, "{r:?}");
-    assert!(
-        r.message
-            .contains("claim refused: container rt (hk1): CPUs 0-1 are not for containers"),
-        "{}",
-        r.message
-    );
     assert_eq!(claimed_values(&t), before);
     // CPU 3: created, then claimed at its start. The round trips are printed (BENCHMARKS.md:
     // what NRI adds to a container's creation and start), not asserted.
@@ -2025,7 +2037,17 @@ fn isold_is_an_nri_plugin_that_claims_and_reconciles() {
     );
     // The same cpuset again (the kubelet's reconcile): nothing to judge.
     assert_eq!(rt.call("UpdateContainer", update("3")).code, code::OK);
-    // To 2-3: admitted, and after it the claim follows the new cpuset.
+    // To 2-3, which the kubelet now records for it (rt1 has no pod cgroup, so only the
+    // kubelet's record says its CPUs are its own): admitted, and after it the claim follows
+    // the new cpuset.
+    let kubelet_records = |cpus: &str| {
+        std::fs::write(
+            t.root.join("var/lib/kubelet/cpu_manager_state"),
+            format!(r#"{{"policyName":"static","defaultCpuSet":"0-1","entries":{{"u1":{{"rt":"{cpus}"}}}},"checksum":0}}"#),
+        )
+        .unwrap()
+    };
+    kubelet_records("2-3");
     assert_eq!(rt.call("UpdateContainer", update("2-3")).code, code::OK);
     let post = |cpus: &str| {
         let mut e = libtaskisol::nri::wire::Encoder::default();
@@ -2048,6 +2070,7 @@ fn isold_is_an_nri_plugin_that_claims_and_reconciles() {
         claim_cpus() == "none"
     });
     eventually("given back", || claimed_values(&t) == before);
+    kubelet_records("3");
     let mut ev = libtaskisol::nri::wire::Encoder::default();
     ev.varint(1, 6)
         .message(2, &pod.encode())
@@ -2091,15 +2114,35 @@ fn isold_is_an_nri_plugin_that_claims_and_reconciles() {
             && audit.contains("which the kubelet gave no container"),
         "{audit}"
     );
-    // The runtime restarts: the plugin dials again; the new Synchronize does not list rt1.
+    // The runtime restarts: the plugin dials again at once (before the first second the
+    // back-off used to wait); the new Synchronize, with five pods of 128 KiB of annotations
+    // beside, does not list rt1.
     drop(rt);
+    let dropped = Instant::now();
     let (mut rt, _) = Runtime::accept(&listener);
+    let redial = dropped.elapsed();
+    assert!(
+        redial < Duration::from_millis(800),
+        "dialled again after {redial:?}"
+    );
     let r = rt.call("Configure", Vec::new());
     assert_eq!(r.code, code::OK);
     let mut sync = libtaskisol::nri::wire::Encoder::default();
     sync.message(1, &pod.encode());
+    for i in 0..5 {
+        let big = PodSandbox {
+            id: format!("big{i}"),
+            annotations: [(
+                "kubectl.kubernetes.io/last-applied-configuration".to_string(),
+                "x".repeat(128 << 10),
+            )]
+            .into(),
+            ..Default::default()
+        };
+        sync.message(1, &big.encode());
+    }
     let r = rt.call("Synchronize", sync.0);
-    assert_eq!(r.code, code::OK);
+    assert_eq!((r.code, r.payload.len()), (code::OK, 0));
     eventually("released at the synchronization", || {
         claimed_values(&t) == before
     });

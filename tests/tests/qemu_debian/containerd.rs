@@ -35,7 +35,7 @@ use std::time::Duration;
 use taskisol_tests::qemu::{run, Expect, KernelRole, Scenario, StepOutput, CONTAINERD_IMAGE_TAR};
 
 use super::containers::{claims_has, exposed, quiet, FUNCS};
-use super::{at_most, PRE, UNIT};
+use super::{at_least, at_most, PRE, UNIT};
 
 /// containerd's configuration (version 3): no registry (the sandbox image is the imported
 /// busybox), the `native` snapshotter (no overlay module in the guest), no AppArmor, the
@@ -400,17 +400,23 @@ fn isold_nri_isolates_a_containerd_containers_cpus_while_it_runs(role: KernelRol
     );
     // Pods with 128 KiB of annotations each (the size of a real pod's
     // last-applied-configuration, many times over), then isold restarted: the runtime's
-    // Synchronize carries them all; isold's peak memory stays small. Then 12 pods started at
-    // once: all run, and the plugin is never dropped.
+    // Synchronize carries them all and is answered within its deadline (containerd's journal
+    // since the restart has no `failed to synchronize plugin`), isold is registered within
+    // 2 s of the restart, its peak memory stays small. Then 12 pods started at once: all
+    // run, and the plugin is never dropped.
     s.step_with_timeout(
         "many_pods",
         &format!(
             "{PRE}{FUNCS}{NRI_FUNCS}cri pods big 5 --pad 131072 | tee /tmp/big.out\n\
              echo big_started=$(val started </tmp/big.out)\n\
+             since=$(date '+%Y-%m-%d %H:%M:%S')\n\
              systemctl restart isold; echo restart_rc=$?\n\
+             t0=$(now_cs)\n\
              registered 1\n\
+             echo registered_s=$(secs $(($(now_cs) - t0)))\n\
              sleep 2\n\
              echo active=$(systemctl is-active isold)\n\
+             echo synced_pods=$(journalctl -u isold --since \"$since\" -o cat | sed -n 's/.*NRI: registered and synchronized: \\([0-9]*\\) pod.*/\\1/p' | head -1)\n\
              echo hwm_kib=$(awk '/^VmHWM:/ {{print $2}}' /proc/$(systemctl show -p MainPID --value isold)/status)\n\
              journalctl -u isold -o cat | grep -iE 'NRI|synchron' | tail -3\n\
              c0=$(connections)\n\
@@ -420,6 +426,8 @@ fn isold_nri_isolates_a_containerd_containers_cpus_while_it_runs(role: KernelRol
              echo many_started=$(val started </tmp/many.out)\n\
              echo redials=$(($(connections) - c0))\n\
              echo nri_answers=\"$(isold status | grep NRI | sed 's/.*; answers/answers/')\"\n\
+             echo sync_failed=$(journalctl -u containerd --since \"$since\" -o cat | grep -ci 'failed to synchronize plugin')\n\
+             journalctl -u containerd --since \"$since\" -o cat | grep -i 'plugin' | tail -3\n\
              cri rmpods big >/dev/null; cri rmpods many; echo rmpods_rc=$?"
         ),
         Duration::from_secs(400),
@@ -427,7 +435,11 @@ fn isold_nri_isolates_a_containerd_containers_cpus_while_it_runs(role: KernelRol
             Expect::field("big_started", "5"),
             Expect::field("restart_rc", "0"),
             Expect::field("registered_rc", "0"),
+            at_most("registered_s", 2.0),
             Expect::field("active", "active"),
+            // The first registration after the restart synchronized the five big pods.
+            at_least("synced_pods", 5.0),
+            Expect::field("sync_failed", "0"),
             at_most("hwm_kib", 48.0 * 1024.0),
             Expect::field("many_started", "12"),
             Expect::field("redials", "0"),

@@ -55,6 +55,11 @@ pub(super) struct Session<'a> {
     sync: (Vec<api::PodSandbox>, Vec<api::Container>),
     /// Objects of this Synchronize skipped (over [`MAX_SYNC_OBJECTS`] or undecodable).
     sync_skipped: usize,
+    /// The last chunk of a Synchronize answered: its containers are judged and told to the
+    /// main loop next.
+    sync_due: bool,
+    /// The runtime's Synchronize answered once: the runtime calls this plugin.
+    pub(super) registered: bool,
     /// When the call being answered was read whole.
     read_at: Instant,
 }
@@ -67,10 +72,7 @@ impl<'a> Session<'a> {
         let waiting = ctx.notify_main.try_clone().ok().and_then(|notify| {
             std::thread::Builder::new()
                 .name("isold-nri-wait".into())
-                .spawn(move || {
-                    nice_this_thread();
-                    answer_when_told(w, rx, log, link, notify)
-                })
+                .spawn(move || answer_when_told(w, rx, log, link, notify))
                 .ok()
                 .map(|_| tx)
         });
@@ -82,6 +84,8 @@ impl<'a> Session<'a> {
             within: ANSWER_WITHIN,
             sync: (Vec::new(), Vec::new()),
             sync_skipped: 0,
+            sync_due: false,
+            registered: false,
             read_at: Instant::now(),
         }
     }
@@ -169,6 +173,12 @@ impl<'a> Session<'a> {
                     self.read_at.elapsed(),
                 );
             }
+            // Answered first, judged after: the runtime's deadline covers the whole
+            // exchange, and the main loop told before the answer would compete with it for
+            // the housekeeping CPUs (its reconciliation, a new scan).
+            if std::mem::take(&mut self.sync_due) {
+                self.synchronized();
+            }
         }
         Ok(())
     }
@@ -227,9 +237,7 @@ impl<'a> Session<'a> {
                     for c in s.containers {
                         self.keep_synced(|sync| &mut sync.1, c);
                     }
-                    if !s.more {
-                        self.synchronized();
-                    }
+                    self.sync_due = !s.more;
                     ok(api::synchronize_response(s.more))
                 }
                 Err(e) => bad(e),
@@ -289,9 +297,22 @@ impl<'a> Session<'a> {
             .is_some_and(|v| v.claims.iter().any(|c| c.container == id))
     }
 
-    /// The last chunk of Synchronize: every container that exists, to the main loop.
+    /// The last chunk of Synchronize, answered: isold registered, and every container that
+    /// exists to the main loop.
     fn synchronized(&mut self) {
         let (pods, containers) = std::mem::take(&mut self.sync);
+        if !self.registered {
+            self.registered = true;
+            let mut l = self.ctx.link.lock().unwrap_or_else(|e| e.into_inner());
+            l.connected = true;
+            l.connects += 1;
+            l.last_error.clear();
+        }
+        self.ctx.log.info(&format!(
+            "NRI: registered and synchronized: {} pod(s), {} container(s)",
+            pods.len(),
+            containers.len()
+        ));
         if self.sync_skipped > 0 {
             self.ctx.log.warn(&format!(
                 "NRI: Synchronize: {} pod(s) or container(s) skipped",
