@@ -200,7 +200,7 @@ fn apply_verify_restore_on_a_captured_tree() {
     assert!(out.contains("IRQ 4 (ttyS0): changed: 0-3 -> 0-1"), "{out}");
     // Delivered to CPU 3 when captured: the IO-APIC moves it when it next fires.
     assert!(
-        out.contains("IRQ 1 (i8042): set, move pending (effective CPUs still 3)"),
+        out.contains("IRQ 1 (i8042): set, move pending (effective CPUs still 3: the kernel moves it when it next fires)"),
         "{out}"
     );
     assert_eq!(read(r, "proc/sys/kernel/printk"), "4\t4\t1\t7\n");

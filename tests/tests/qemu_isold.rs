@@ -210,6 +210,29 @@ fn net_steps(s: &mut Scenario) {
             Expect::field("nic_irqs", "8"),
         ],
     );
+    // A one-shot apply, as the README has a user run first: the driver spreads the queues
+    // it keeps over every CPU when their number changes, and apply puts their IRQs back off
+    // the isolated CPUs before it returns.
+    s.step(
+        "net_one_shot_apply_verifies",
+        &format!(
+            "{PRE}isold --config /tmp/net.toml apply >/tmp/net.apply 2>&1; echo apply_rc=$?\n\
+             echo eth0_rx=$(net_rx_count eth0)\n\
+             echo nic_irqs_on_isolated=$(nic_irqs_on '[23]')none\n\
+             isold --config /tmp/net.toml verify >/tmp/net.verify0; echo verify_rc=$?\n\
+             grep -E 'deviates|failed' /tmp/net.verify0 | head -n 5\n\
+             isold restore >/dev/null 2>&1; echo restore_rc=$?\n\
+             echo eth0_rx_restored=$(net_rx_count eth0)"
+        ),
+        vec![
+            Expect::field("apply_rc", "0"),
+            Expect::field("eth0_rx", "2"),
+            Expect::field("nic_irqs_on_isolated", "none"),
+            Expect::field("verify_rc", "0"),
+            Expect::field("restore_rc", "0"),
+            Expect::field("eth0_rx_restored", "4"),
+        ],
+    );
     s.step_with_timeout(
         "net_isold_run_follows_devices",
         &format!(

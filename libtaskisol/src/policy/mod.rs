@@ -416,7 +416,10 @@ impl fmt::Display for Status {
         match self {
             Status::Changed { from, to } => write!(f, "changed: {from} -> {to}"),
             Status::MovePending { effective } => {
-                write!(f, "set, move pending (effective CPUs still {effective})")
+                write!(
+                    f,
+                    "set, move pending (effective CPUs still {effective}: the kernel moves it when it next fires)"
+                )
             }
             Status::Waiting { until } => write!(f, "set, takes effect after {until}"),
             Status::NotPresent { reason } => write!(f, "not present: {reason}"),

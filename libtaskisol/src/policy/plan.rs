@@ -48,6 +48,15 @@ pub fn plan_devices(
     Ok(p.out)
 }
 
+/// The targets of the item named `item` alone.
+pub fn plan_item(policy: &Policy, root: &SysRoot, item: &str) -> Result<Vec<Target>> {
+    let mut p = Planning::new(policy, root);
+    for i in items::ALL.iter().filter(|i| i.name == item) {
+        (i.plan)(&mut p)?;
+    }
+    Ok(p.out)
+}
+
 /// The targets of the configuration files the policy writes (a part of [`plan`], without its
 /// task scan).
 pub fn file_targets(policy: &Policy, root: &SysRoot) -> Result<Vec<Target>> {

@@ -521,6 +521,41 @@ kill $w
             Expect::field("cleanup_rc", "0"),
         ],
     );
+    // The administrator's lines in a file isold edits (issue 48): twenty rounds of a start, a
+    // line appended while the daemon watches the file (at a different phase of its check each
+    // time), and a stop that restores. Every line stays; isold's own line goes each time.
+    if role == KernelRole::Rt612 {
+        s.step_with_timeout(
+            "administrators_lines_survive_edit_stop_restore",
+            "printf 'isolated_cpus = \"2-3\"\\non_stop = \"restore\"\\n' >/etc/isold/isold.toml\n\
+             printf '#IRQBALANCE_ONESHOT=\\n#IRQBALANCE_BANNED_CPULIST=\\n' >/etc/default/irqbalance\n\
+             lost=0; left=0; i=1\n\
+             while [ $i -le 20 ]; do\n\
+               systemctl start isold || echo start_failed=$i\n\
+               wait_for 10 grep -q '^IRQBALANCE_BANNED_CPULIST=2-3$' /etc/default/irqbalance || echo not_written=$i\n\
+               echo \"ADMIN_$i=\\\"--journal\\\"\" >>/etc/default/irqbalance\n\
+               /usr/bin/busybox usleep $(( (i % 7) * 300000 ))\n\
+               systemctl stop isold\n\
+               grep -q \"^ADMIN_$i=\" /etc/default/irqbalance || lost=$((lost + 1))\n\
+               grep -q '^IRQBALANCE_BANNED_CPULIST=' /etc/default/irqbalance && left=$((left + 1))\n\
+               i=$((i + 1))\n\
+             done\n\
+             echo lost=$lost; echo left=$left\n\
+             echo admin_lines=$(grep -c '^ADMIN_' /etc/default/irqbalance)\n\
+             journalctl -u isold --no-pager -o cat | grep -c 'corrected /etc/default/irqbalance' | sed 's/^/corrected=/'\n\
+             rm /etc/default/irqbalance\n\
+             printf 'isolated_cpus = \"2-3\"\\n' >/etc/isold/isold.toml",
+            Duration::from_secs(300),
+            vec![
+                Expect::output_lacks("start_failed="),
+                Expect::output_lacks("not_written="),
+                Expect::field("lost", "0"),
+                Expect::field("left", "0"),
+                Expect::field("admin_lines", "20"),
+                Expect::field("corrected", "0"),
+            ],
+        );
+    }
     // `[metrics]` under the shipped unit: without the drop-in of isold(8) the sandbox refuses
     // the listener and the textfile, and the journal says which drop-in opens them; with it,
     // both publish.

@@ -17,7 +17,9 @@ use super::common::{failed, in_runs, report, set_aside_note, write_file};
 pub use super::common::{lock, lock_path, StateLock};
 use super::partition;
 use super::plan::{plan, Op, Target};
-pub use super::restore::{forget_gone_threads, give_back, restore, restore_where};
+pub use super::restore::{
+    forget_gone_devices, forget_gone_threads, give_back, restore, restore_where,
+};
 use super::state::{self, Entry, Ledger, Original, StateFiles};
 use super::threads::{refusal, set_thread_affinity_if, set_thread_sched, Refusal};
 use super::{shown, Outcome, Policy, Report, Status};
@@ -414,7 +416,42 @@ fn outcome(t: &Target, status: Status) -> Outcome {
 pub fn apply(root: &SysRoot, policy: &Policy, files: &StateFiles) -> Result<Report> {
     let _lock = lock(&files.runtime)?;
     let targets = plan(policy, root)?;
-    apply_targets(root, policy, files, targets)
+    let mut rep = apply_targets(root, policy, files, targets)?;
+    // A driver spreads the IRQs of the queues it keeps over every CPU when their number
+    // changes (virtio-net, mlx5): the IRQs planned before are planned and applied again.
+    let channels = rep
+        .outcomes
+        .iter()
+        .any(|o| o.item == "net_queues" && matches!(o.status, Status::Changed { .. }));
+    if channels && policy.on("irq_affinity") {
+        let again = super::plan::plan_item(policy, root, "irq_affinity")?;
+        let second = apply_targets(root, policy, files, again)?;
+        merge_second_pass(&mut rep, second);
+    }
+    Ok(rep)
+}
+
+/// The outcomes of a second pass over some targets folded into the first report: a target
+/// the second pass changed (or failed, or found pending) takes its outcome; one it found
+/// right keeps the first pass's; a target new in the second pass is added.
+fn merge_second_pass(rep: &mut Report, second: Report) {
+    for o in second.outcomes {
+        match rep.outcomes.iter_mut().find(|f| f.id == o.id) {
+            Some(_) if matches!(o.status, Status::AlreadyRight) => {}
+            Some(first) => *first = o,
+            None => rep.outcomes.push(o),
+        }
+    }
+    for w in second.written {
+        if !rep.written.contains(&w) {
+            rep.written.push(w);
+        }
+    }
+    for n in second.notes {
+        if !rep.notes.contains(&n) {
+            rep.notes.push(n);
+        }
+    }
 }
 
 /// Apply the thread items of `policy` (affinity, kthread priority) to these threads only, as
