@@ -25,7 +25,8 @@ pub use ledger::{
     OTHER,
 };
 pub use record::{
-    daemon_instance, find, instance_of, measure, unix_offset, ProcThreads, Recorder, INSTANCE,
+    daemon_instance, find, instance_of, measure, remove_recording, unix_offset, ProcThreads,
+    Recorder, INSTANCE,
 };
 pub use report::{CpuReport, SourceReport};
 

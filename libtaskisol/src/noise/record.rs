@@ -70,24 +70,36 @@ pub struct Recorder {
     /// The clock of the events' times: `mono` (CLOCK_MONOTONIC, which [`unix_offset`] turns
     /// into Unix time) where the kernel has it, else the kernel's default (`local`).
     pub clock: String,
+    /// The instance existed and was taken over as it was (see [`Recorder::start`]).
+    pub adopted: bool,
 }
 
 impl Recorder {
-    /// Make the instance below `tracefs` (removing one a killed daemon left), record on
-    /// `cpus` only, enable the ledger's events that this kernel has, and open each CPU's
-    /// raw pipe. The instance keeps the buffers the kernel made (a resize queues work on
-    /// every CPU). `name` is the instance's name.
+    /// Record on `cpus` in the instance `name` below `tracefs`: made when it does not exist,
+    /// adopted as it is when it does (the daemon's, kept over a stop, a restart or a kill -9;
+    /// [`Recorder::adopted`] says so). Only what differs from what the ledger needs is
+    /// written: the CPUs recorded, the clock (set while the buffer is empty: setting it
+    /// empties it), an event that is not enabled. Enabling or disabling an event patches
+    /// kernel text, which interrupts every CPU: an instance adopted with its events enabled
+    /// interrupts none. Each CPU's raw pipe is opened. The instance keeps the buffers the
+    /// kernel made (a resize queues work on every CPU). One made here and not finished is
+    /// removed again.
     pub fn start(root: &SysRoot, tracefs: &str, cpus: &CpuSet, name: &str) -> Result<Recorder> {
         let dir = format!("{tracefs}/instances/{name}");
-        if root.exists(&dir) {
-            let _ = root.write(format!("{dir}/events/enable"), "0");
-            crate::tracefs::remove_instance(root, &dir)?;
+        let adopted = root.exists(&dir);
+        if !adopted {
+            crate::tracefs::make_instance(root, tracefs, &dir, &[])?;
         }
-        crate::tracefs::make_instance(root, tracefs, &dir, &[])?;
         let made = (|| -> Result<Recorder> {
-            root.write(format!("{dir}/tracing_cpumask"), cpus.to_mask_string())?;
-            // Times that can be told as Unix time ("when was the longest"), set while the
-            // buffer is empty (setting the clock empties it).
+            let mask_file = format!("{dir}/tracing_cpumask");
+            let recorded = root
+                .read_to_string(&mask_file)
+                .ok()
+                .and_then(|t| CpuSet::parse_mask(t.trim()).ok());
+            if recorded.as_ref() != Some(cpus) {
+                root.write(&mask_file, cpus.to_mask_string())?;
+            }
+            // Times that can be told as Unix time ("when was the longest").
             let clocks = root
                 .read_to_string(format!("{dir}/trace_clock"))
                 .unwrap_or_default();
@@ -95,7 +107,9 @@ impl Recorder {
                 .split_whitespace()
                 .any(|c| c.trim_matches(['[', ']']) == "mono")
             {
-                root.write(format!("{dir}/trace_clock"), "mono")?;
+                if !clocks.split_whitespace().any(|c| c == "[mono]") {
+                    root.write(format!("{dir}/trace_clock"), "mono")?;
+                }
                 "mono".to_string()
             } else {
                 "local".to_string()
@@ -133,7 +147,14 @@ impl Recorder {
                     input: format.name.clone(),
                     reason,
                 })?;
-                root.write(format!("{dir}/events/{e}/enable"), "1")?;
+                let enable = format!("{dir}/events/{e}/enable");
+                // "1", or "1*"-like forms a kernel may add: enabled is what starts with 1.
+                let on = root
+                    .read_to_string(&enable)
+                    .is_ok_and(|t| t.trim_start().starts_with('1'));
+                if !on {
+                    root.write(&enable, "1")?;
+                }
             }
             let mut open = Vec::new();
             for cpu in cpus.iter() {
@@ -156,13 +177,19 @@ impl Recorder {
                 bad_pages: 0,
                 lost_pages: 0,
                 clock,
+                adopted,
             })
         })();
-        if made.is_err() {
+        if made.is_err() && !adopted {
             let _ = root.write(format!("{dir}/events/enable"), "0");
             let _ = crate::tracefs::remove_instance(root, &dir);
         }
         made
+    }
+
+    /// The instance's directory.
+    pub fn dir(&self) -> &str {
+        &self.dir
     }
 
     /// Read what each CPU recorded since the last call, to the end of what is there (never
@@ -208,10 +235,21 @@ impl Recorder {
 
     /// Stop recording and remove the instance.
     pub fn stop(self, root: &SysRoot) -> Result<()> {
-        let _ = root.write(format!("{}/events/enable", self.dir), "0");
         drop(self.cpus);
-        crate::tracefs::remove_instance(root, &self.dir)
+        remove_recording(root, &self.dir)
     }
+
+    /// Stop reading and leave the instance recording, its events enabled, for the next
+    /// [`Recorder::start`] to adopt (a daemon's stop or restart: see
+    /// [`crate::policy::state::Original::TraceInstance`]).
+    pub fn close(self) {}
+}
+
+/// Disable the events of the instance `dir` and remove it (the kernel refuses while one of
+/// its files is open: EBUSY).
+pub fn remove_recording(root: &SysRoot, dir: &str) -> Result<()> {
+    let _ = root.write(format!("{dir}/events/enable"), "0");
+    crate::tracefs::remove_instance(root, dir)
 }
 
 /// The threads of the running system (or a tree) as the ledger tells them apart: the idle
@@ -395,6 +433,7 @@ mod tests {
             bad_pages: 0,
             lost_pages: 0,
             clock: "mono".into(),
+            adopted: false,
         };
         let mut got = Vec::new();
         let n = r

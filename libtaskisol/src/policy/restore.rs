@@ -23,6 +23,19 @@ use crate::{irq, tasks};
 pub(super) fn restore_one(root: &SysRoot, o: &Original) -> Status {
     match o {
         Original::Partition(p) => partition::restore(root, p),
+        Original::TraceInstance { dir } => {
+            if !root.exists(dir) {
+                return Status::Gone;
+            }
+            crate::noise::remove_recording(root, dir).map_or_else(
+                |e| Status::Failed {
+                    error: e.to_string(),
+                },
+                |()| Status::Restored {
+                    to: "removed (its events disabled)".into(),
+                },
+            )
+        }
         Original::Channels {
             dev,
             ifindex,
@@ -697,6 +710,24 @@ pub fn give_back(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The noise ledger's instance: removed by restore (in a captured tree with its files),
+    /// `Gone` when it no longer exists (a reboot, someone removed it).
+    #[test]
+    fn the_noise_ledgers_instance_is_removed_at_restore() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = SysRoot::new(dir.path());
+        let inst = "/sys/kernel/tracing/instances/isold-noise-7";
+        std::fs::create_dir_all(root.path(format!("{inst}/events/irq"))).unwrap();
+        std::fs::write(root.path(format!("{inst}/events/enable")), "1\n").unwrap();
+        let o = Original::TraceInstance { dir: inst.into() };
+        assert!(
+            matches!(restore_one(&root, &o), Status::Restored { .. }),
+            "restored"
+        );
+        assert!(!root.exists(inst));
+        assert_eq!(restore_one(&root, &o), Status::Gone);
+    }
 
     /// A thread's original goes back to the thread recorded only: another thread that has
     /// its id now (another start time) or none is `Gone`, and is left as it is.

@@ -9,7 +9,7 @@ use crate::cpuset::CpuSet;
 use crate::cpuwatch::{self, Kind, Seen};
 use crate::error::Result;
 use crate::policy::config::{glob_match, StallsConfig};
-use crate::policy::state::{Entry, Ledger, Original, State, StateFiles};
+use crate::policy::state::{Entry, Original, State, StateFiles};
 use crate::policy::{engine, threads, Status};
 use crate::sched::{SchedAttr, SCHED_DEADLINE};
 use crate::sysroot::SysRoot;
@@ -355,9 +355,7 @@ impl Guard {
 
 /// The loan's original in the state files, before the loan.
 fn record(root: &SysRoot, w: &Watch, id: &str, s: &Seen, original: &SchedAttr) -> Result<()> {
-    let _lock = engine::lock(&w.files.runtime)?;
-    let mut ledger = Ledger::load(&w.files, root, w.isolated.clone(), w.config.clone())?;
-    ledger.state.record(Entry {
+    let entry = Entry {
         id: id.to_string(),
         item: "stalls".into(),
         label: format!("lent a slice: {}", s.label()),
@@ -371,8 +369,8 @@ fn record(root: &SysRoot, w: &Watch, id: &str, s: &Seen, original: &SchedAttr) -
             nice: original.nice,
             reset_on_fork: original.reset_on_fork(),
         },
-    });
-    ledger.persist().map_err(|e| ledger.not_recorded(e))
+    };
+    engine::record_original(root, &w.files, &w.isolated, &w.config, entry).map(drop)
 }
 
 /// Every loan recorded in the state files given back (a start after a crash): a line per

@@ -33,6 +33,26 @@ mod verify;
 
 pub use verify::{verify, waiting};
 
+/// Record `entry` in the state files (under their lock) before the change it undoes, unless
+/// its id is recorded already (the first original stays). `isolated` and `config` head a
+/// runtime state file that does not exist yet. Returns whether it was new. An error says which
+/// state directory could not take it: the change must then not be made.
+pub fn record_original(
+    root: &SysRoot,
+    files: &StateFiles,
+    isolated: &str,
+    config: &str,
+    entry: Entry,
+) -> Result<bool> {
+    let _lock = lock(&files.runtime)?;
+    let mut ledger = Ledger::load(files, root, isolated.to_string(), config.to_string())?;
+    if !ledger.state.record(entry) {
+        return Ok(false);
+    }
+    ledger.persist().map_err(|e| ledger.not_recorded(e))?;
+    Ok(true)
+}
+
 /// The runtime state file of `root` (`<root>/run/isold/state.json`).
 pub fn default_state_path(root: &SysRoot) -> PathBuf {
     root.path(state::DEFAULT_STATE)

@@ -116,6 +116,15 @@ pub enum Original {
         /// Whether it had reset-on-fork.
         reset_on_fork: bool,
     },
+    /// The noise ledger's tracefs instance (`isold-noise-<pidns>`), which did not exist
+    /// before isold made it. It outlives a stop and a restart of the daemon, its events still
+    /// enabled (enabling or disabling a tracepoint patches kernel text, which interrupts every
+    /// CPU, the isolated ones with their workload): the next start adopts it as it is, and
+    /// `isold restore` removes it.
+    TraceInstance {
+        /// The instance's directory (`/sys/kernel/tracing/instances/isold-noise-<pidns>`).
+        dir: String,
+    },
 }
 
 impl Original {
@@ -262,6 +271,22 @@ impl Entry {
                     return Err(format!("nice {nice}"));
                 }
                 sched(*policy, *rt_priority)
+            }
+            Original::TraceInstance { dir } => {
+                item("noise")?;
+                let named = kind == "trace_instance"
+                    && key
+                        .strip_prefix(crate::noise::INSTANCE)
+                        .and_then(|ns| ns.strip_prefix('-'))
+                        .is_some_and(|ns| !ns.is_empty() && ns.bytes().all(|b| b.is_ascii_digit()));
+                if !named
+                    || !crate::tracefs::TRACEFS
+                        .iter()
+                        .any(|t| *dir == format!("{t}/instances/{key}"))
+                {
+                    return Err(format!("{dir} is not the instance of {}", self.id));
+                }
+                Ok(())
             }
             Original::Channels {
                 dev,

@@ -826,6 +826,43 @@ fn an_entry_must_be_one_isold_records() {
     assert!(loan("loan:21:5", "kthread_priority", 0).check().is_err());
     assert!(loan("loan:21:5", "stalls", 20).check().is_err());
 
+    // The noise ledger's instance: only the daemon's name, only below a tracefs directory.
+    let inst = |id: &str, item: &str, dir: &str| Entry {
+        id: id.into(),
+        item: item.into(),
+        label: String::new(),
+        original: Original::TraceInstance { dir: dir.into() },
+    };
+    let ok = "trace_instance:isold-noise-4026531836";
+    for dir in [
+        "/sys/kernel/tracing/instances/isold-noise-4026531836",
+        "/sys/kernel/debug/tracing/instances/isold-noise-4026531836",
+    ] {
+        assert_eq!(inst(ok, "noise", dir).check(), Ok(()), "{dir}");
+    }
+    let dir = "/sys/kernel/tracing/instances/isold-noise-4026531836";
+    assert!(inst(ok, "stalls", dir).check().is_err());
+    assert!(inst("sysctl:isold-noise-4026531836", "noise", dir)
+        .check()
+        .is_err());
+    for bad in [
+        "/sys/kernel/tracing/instances/isold-noise-1",
+        "/sys/kernel/tracing/instances/isold-noise-4026531836/..",
+        "/sys/kernel/tracing/instances/../../../../etc",
+        "/etc/instances/isold-noise-4026531836",
+    ] {
+        assert!(inst(ok, "noise", bad).check().is_err(), "{bad}");
+    }
+    for id in [
+        "trace_instance:isold-noise-",
+        "trace_instance:isold-noise-12x",
+        "trace_instance:isold-audit-5",
+        "trace_instance:isold-noise5",
+    ] {
+        let d = format!("/sys/kernel/tracing/instances/{}", &id[15..]);
+        assert!(inst(id, "noise", &d).check().is_err(), "{id}");
+    }
+
     use crate::policy::partition::{Moved, PartitionOriginal};
     let part = |dir: &str, cgroup: &str| Entry {
         id: format!("cgroup_partition:{dir}"),
