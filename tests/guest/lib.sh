@@ -1028,3 +1028,82 @@ noise_bench() {
     isold restore >/dev/null 2>&1
     echo "restore_rc=$?"
 }
+
+# restart_case WINDOW: `isold run` as shipped (isolated_cpus only: the stall guard and the noise
+# ledger on), a SCHED_FIFO loop on CPU 3, CPU 2 idle. The IPIs (CAL, RES, IWI, TLB) CPUs 2 and 3
+# take over WINDOW s with nothing done (control), over WINDOW s from a stop (SIGTERM) and a
+# start (restart), and from a kill -9 and a start (kill9). Where the kernel has the
+# ipi_send_cpu and ipi_send_cpumask tracepoints (6.6+), an instance of the case's own, enabled
+# before the windows, names each IPI's call site ("NAME_site: COUNT CALLSITE").
+restart_case() {
+    rm -f /tmp/rs.*
+    printf 'isolated_cpus = "2-3"\n' >/tmp/rs.toml
+    rs_up && echo "first_recording=yes"
+    loop_on_cpu3 /tmp/rs.loop || {
+        echo loop_started=no
+        return 1
+    }
+    _T=/sys/kernel/tracing
+    _I=$_T/instances/rs-ipis
+    if [ -d $_T/events/ipi/ipi_send_cpumask ] && [ -d $_T/events/ipi/ipi_send_cpu ]; then
+        mkdir $_I
+        echo 'cpumask & CPUS{2-3}' >$_I/events/ipi/ipi_send_cpumask/filter
+        echo 'cpu >= 2' >$_I/events/ipi/ipi_send_cpu/filter
+        echo 1 >$_I/events/ipi/ipi_send_cpumask/enable
+        echo 1 >$_I/events/ipi/ipi_send_cpu/enable
+        echo "ipi_sites=yes"
+    else
+        echo "ipi_sites=no"
+    fi
+    sleep 3
+    rs_window control "$1" true
+    rs_window restart "$1" rs_restart
+    grep -q 'adopted' /run/isold/status.json && echo "adopted_after_restart=yes"
+    rs_window kill9 "$1" rs_kill9
+    grep -q 'adopted' /run/isold/status.json && echo "adopted_after_kill9=yes"
+    if [ -d $_I ]; then
+        echo 0 >$_I/events/enable
+        rmdir $_I
+    fi
+    kill -TERM "$(cat /tmp/rs.isold)"
+    wait_for 20 sg_gone "$(cat /tmp/rs.isold)"
+    echo "instances_after_stop=$(ls $_T/instances | tr '\n' ' ')"
+    kill "$(cat /tmp/rs.loop)"
+    isold restore >/dev/null 2>&1
+    echo "restore_rc=$?"
+    echo "instances_after_restore=$(ls $_T/instances | tr '\n' ' ')"
+    grep -i 'noise ledger' /tmp/rs.log | sed 's/^/log: /'
+}
+rs_up() {
+    setsid isold --config /tmp/rs.toml run </dev/null >>/tmp/rs.log 2>&1 &
+    echo $! >/tmp/rs.isold
+    wait_for 60 grep -qs '"state": "recording CPUs 2-3' /run/isold/status.json
+}
+rs_restart() {
+    kill -TERM "$(cat /tmp/rs.isold)"
+    wait_for 20 sg_gone "$(cat /tmp/rs.isold)"
+    rs_up
+}
+rs_kill9() {
+    kill -9 "$(cat /tmp/rs.isold)"
+    wait_for 20 sg_gone "$(cat /tmp/rs.isold)"
+    rs_up
+}
+# rs_ipis: CPU 2's and CPU 3's CAL, RES, IWI and TLB summed.
+rs_ipis() { awk '$1 ~ /^(CAL|RES|IWI|TLB):$/ { c2 += $4; c3 += $5 } END { print c2, c3 }' /proc/interrupts; }
+# rs_window NAME SECONDS CMD: CMD run at the start of a window of SECONDS s (CMD's own time
+# included); NAME_cpu2 and NAME_cpu3 are the IPIs each took, NAME_site lines their call sites.
+rs_window() {
+    [ -d "$_I" ] && echo >$_I/trace
+    _t0=$(now_cs)
+    # shellcheck disable=SC2046
+    set -- "$1" "$2" "$3" $(rs_ipis)
+    $3 || echo "$1_cmd=failed"
+    while [ $(($(now_cs) - _t0)) -lt $(($2 * 100)) ]; do usleep 200000; done
+    # shellcheck disable=SC2046
+    set -- "$1" "$2" "$3" "$4" "$5" $(rs_ipis)
+    echo "$1_cpu2=$(($6 - $4))"
+    echo "$1_cpu3=$(($7 - $5))"
+    echo "$1_seconds=$(secs $(($(now_cs) - _t0)))"
+    [ -d "$_I" ] && grep -v '^#' $_I/trace | sed -E 's/.*callsite=([^ ]*).*/\1/' | sort | uniq -c | sed "s/^ */$1_site: /"
+}

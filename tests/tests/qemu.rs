@@ -476,6 +476,7 @@ fn seed_case(s: &mut Scenario) {
     // after the seed's case had turned RT throttling off and on again.
     stalls::add(s);
     noise::add(s);
+    noise::add_restart(s);
     seed::add(s, window).unwrap_or_else(|e| panic!("{e}"));
 }
 

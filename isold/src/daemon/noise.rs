@@ -5,6 +5,12 @@
 //! feed the metrics (`isold_cpu_noise_*`) and the status, and its ledger by minute and
 //! hour goes to `noise.json` next to the status (written whole when it changed, at most once
 //! an interval), which `isold noise` reads.
+//!
+//! The instance outlives the daemon: a stop, a restart or a kill -9 leaves it recording with
+//! its events enabled, and the next start adopts it, so that only the first start patches
+//! kernel text (which interrupts every CPU, the isolated ones too). It is recorded in the
+//! state files before it is made ([`Original::TraceInstance`]): `isold restore`, a stop with
+//! `on_stop = "restore"` and `[noise] enabled = false` remove it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -15,6 +21,8 @@ use std::time::{Duration, Instant};
 use libtaskisol::audit::Scope;
 use libtaskisol::noise::{self, Ledger, LedgerFile, ProcThreads, Recorder, Sums};
 use libtaskisol::policy::config::NoiseConfig;
+use libtaskisol::policy::engine;
+use libtaskisol::policy::state::{Entry, Original, StateFiles};
 use libtaskisol::{CpuSet, SysRoot};
 
 use super::os::now_s;
@@ -31,8 +39,45 @@ const NAMES_FOR: Duration = Duration::from_secs(60);
 pub enum Ctl {
     /// Record these CPUs, with this scope's workloads and these settings, from now on.
     Watch(CpuSet, Box<Scope>, NoiseConfig),
-    /// Remove the instance and end.
+    /// End, the instance left recording for the next start.
     Stop,
+}
+
+/// Where the instance is recorded before it is made: the state files, and what heads a
+/// runtime state file the ledger has to start (the policy's CPUs and file).
+#[derive(Debug, Clone)]
+pub struct Books {
+    pub files: StateFiles,
+    pub isolated: String,
+    pub config: String,
+}
+
+/// The state files' id of the daemon's instance.
+pub fn instance_id() -> String {
+    format!("trace_instance:{}", noise::daemon_instance())
+}
+
+/// The instance `dir` recorded in the state files as isold's, before it is made.
+fn record_instance(root: &SysRoot, books: &Books, dir: &str) -> libtaskisol::Result<()> {
+    let entry = Entry {
+        id: instance_id(),
+        item: "noise".into(),
+        label: format!("the noise ledger's tracefs instance {dir}"),
+        original: Original::TraceInstance { dir: dir.into() },
+    };
+    engine::record_original(root, &books.files, &books.isolated, &books.config, entry).map(drop)
+}
+
+/// The daemon's instance removed and forgotten (`[noise] enabled = false`): its events
+/// disabled, which interrupts every CPU once.
+pub fn remove_instance(root: &SysRoot, files: &StateFiles) -> Result<(), String> {
+    let id = instance_id();
+    let rep = engine::restore_where(root, files, |i| i == id).map_err(|e| e.to_string())?;
+    let problem = rep
+        .problems()
+        .next()
+        .map(|o| format!("{}: {}", o.label, o.status));
+    problem.map_or(Ok(()), Err)
 }
 
 /// What the ledger shares with the main thread.
@@ -64,7 +109,7 @@ impl std::fmt::Debug for NoiseLedger {
 
 impl NoiseLedger {
     /// Start recording `cpus` (`scope` tells the workload apart) as `cfg` says; the metrics
-    /// get each interruption when published.
+    /// get each interruption when published; the instance is recorded in `books` first.
     pub fn start(
         root: SysRoot,
         cpus: CpuSet,
@@ -72,6 +117,7 @@ impl NoiseLedger {
         cfg: NoiseConfig,
         metrics: Option<Arc<Metrics>>,
         file: PathBuf,
+        books: Books,
     ) -> std::io::Result<NoiseLedger> {
         let (ctl, rx) = std::sync::mpsc::channel::<Ctl>();
         let shared = Arc::new(Mutex::new(Shared {
@@ -91,6 +137,7 @@ impl NoiseLedger {
                 };
                 run(
                     &root,
+                    &books,
                     cpus,
                     scope,
                     cfg,
@@ -126,7 +173,7 @@ impl NoiseLedger {
         let _ = self.ctl.send(c);
     }
 
-    /// The instance removed and the thread ended (waiting for it at most 2 s).
+    /// The thread ended (waiting for it at most 2 s), the instance left recording.
     pub fn stop(mut self) {
         self.send(Ctl::Stop);
         if let Some(t) = self.thread.take() {
@@ -199,15 +246,22 @@ impl Out {
     }
 }
 
-/// The recorder for `cpus`, or why there is none.
-fn recorder(root: &SysRoot, cpus: &CpuSet) -> Result<Recorder, String> {
+/// The recorder for `cpus`, or why there is none: the instance an earlier run left adopted
+/// as it is, else made (recorded in `books` first) once enabling its events would not wait
+/// behind a workload.
+fn recorder(root: &SysRoot, books: &Books, cpus: &CpuSet) -> Result<Recorder, String> {
     if cpus.is_empty() {
         return Err("off (no isolated CPU to record)".into());
     }
     let tracefs = noise::find(root).map_err(|e| e.to_string())?;
-    if let Some(why) = libtaskisol::tracefs::enabling_would_wait(root, &tracefs, cpus) {
-        return Err(format!("waiting: {why}"));
+    let dir = format!("{tracefs}/instances/{}", noise::daemon_instance());
+    if !root.exists(&dir) {
+        if let Some(why) = libtaskisol::tracefs::enabling_would_wait(root, &tracefs, cpus) {
+            return Err(format!("waiting: {why}"));
+        }
     }
+    record_instance(root, books, &dir)
+        .map_err(|e| format!("cannot record the instance in the state files: {e}"))?;
     Recorder::start(root, &tracefs, cpus, &noise::daemon_instance())
         .map_err(|e| format!("cannot record: {e}"))
 }
@@ -217,6 +271,7 @@ fn recorder(root: &SysRoot, cpus: &CpuSet) -> Result<Recorder, String> {
 #[allow(clippy::too_many_arguments)]
 fn run(
     root: &SysRoot,
+    books: &Books,
     mut cpus: CpuSet,
     mut scope: Scope,
     mut cfg: NoiseConfig,
@@ -241,9 +296,16 @@ fn run(
     threads.ignore = me.clone();
     loop {
         if rec.is_none() && Instant::now() >= retry_at {
-            match recorder(root, &cpus) {
+            match recorder(root, books, &cpus) {
                 Ok(r) => {
-                    say(format!("recording CPUs {cpus}"));
+                    say(format!(
+                        "recording CPUs {cpus}{}",
+                        if r.adopted {
+                            " (the instance of an earlier run, adopted)"
+                        } else {
+                            ""
+                        }
+                    ));
                     rec = Some(r);
                 }
                 Err(why) => {
@@ -263,8 +325,9 @@ fn run(
                 threads = ProcThreads::new(root, &scope);
                 threads.ignore = me.clone();
                 if moved {
+                    // Adopted again at once: only its CPUs are written.
                     if let Some(r) = rec.take() {
-                        let _ = r.stop(root);
+                        r.close();
                     }
                     retry_at = Instant::now();
                 }
@@ -272,7 +335,7 @@ fn run(
             }
             Ok(Ctl::Stop) | Err(RecvTimeoutError::Disconnected) => {
                 if let Some(r) = rec.take() {
-                    let _ = r.stop(root);
+                    r.close();
                 }
                 say("stopped".into());
                 // The ledger stays for `isold noise`, which says the daemon is gone.
@@ -303,7 +366,7 @@ fn run(
             sh.state = format!("stopped: {e}");
             drop(sh);
             if let Some(r) = rec.take() {
-                let _ = r.stop(root);
+                r.close();
             }
             retry_at = Instant::now() + RETRY;
             continue;

@@ -126,6 +126,11 @@ impl Daemon {
                 cfg,
                 metrics,
                 self.books.noise_file(),
+                super::noise::Books {
+                    files: self.env.files.clone(),
+                    isolated: self.policy.isolated.to_string(),
+                    config: self.policy.config_file().display().to_string(),
+                },
             ) {
                 Ok(n) => {
                     // Its events enabled before the daemon says it is ready (at most 10 s).
@@ -152,7 +157,8 @@ impl Daemon {
         self.books.dirty = true;
     }
 
-    /// The instance removed and the ledger's thread ended.
+    /// The ledger's thread ended, its instance left recording (for the next start to adopt:
+    /// see [`super::noise`]).
     pub(super) fn stop_noise_ledger(&mut self) {
         if let Some(n) = self.noise.take() {
             n.stop();
@@ -168,10 +174,17 @@ impl Daemon {
                 Box::new(crate::metrics::scope_of(&self.policy)),
                 self.policy.noise().clone(),
             )),
-            (Some(_), false) | (None, true) => {
+            (Some(_), false) => {
                 self.stop_noise_ledger();
+                // Turned off: its instance goes too (its events disabled, once).
+                if let Err(e) = super::noise::remove_instance(&self.env.root, &self.env.files) {
+                    self.env
+                        .log
+                        .warn(&format!("noise ledger: its instance not removed: {e}"));
+                }
                 self.start_noise_ledger();
             }
+            (None, true) => self.start_noise_ledger(),
             (None, false) => {}
         }
     }

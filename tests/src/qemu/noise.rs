@@ -277,3 +277,104 @@ pub fn bench_report(outcome: &super::Outcome) -> String {
     }
     t
 }
+
+/// The step that restarts the daemon under a busy isolated CPU.
+pub const RESTART_STEP: &str = "isold_restart_and_kill9_send_no_text_patching_ipis";
+
+/// The time the restart step may take (TCG: three windows and three starts of isold).
+pub const RESTART_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Each window's length, seconds (the restart's own time is included in its window).
+const RESTART_WINDOW_S: u32 = 6;
+
+/// The functions that sent an IPI to CPU 2 or 3 in a window: (function, count).
+fn ipi_sites(o: &StepOutput, window: &str) -> Vec<(String, u64)> {
+    let prefix = format!("{window}_site: ");
+    o.stdout
+        .lines()
+        .filter_map(|l| {
+            let (n, site) = l.strip_prefix(&prefix)?.trim().split_once(' ')?;
+            let func = site.split('+').next().unwrap_or(site).to_string();
+            Some((func, n.parse().ok()?))
+        })
+        .collect()
+}
+
+/// A restart or a kill -9 of the daemon against the control window: every function that sent
+/// an IPI to the isolated CPUs also sent one in the control window, except the PM QoS
+/// request's lapse (`wake_up_if_idle`: the harness has no systemd, whose fd store keeps the
+/// request across a restart); and no CPU took more than three times the control's rate plus 10.
+fn no_more_ipis_than_control(o: &StepOutput, window: &str) -> Result<(), String> {
+    if o.field("ipi_sites") == Some("yes") {
+        let control: Vec<String> = ipi_sites(o, "control").into_iter().map(|s| s.0).collect();
+        let new: Vec<(String, u64)> = ipi_sites(o, window)
+            .into_iter()
+            .filter(|(f, _)| !control.contains(f) && f != "wake_up_if_idle")
+            .collect();
+        if !new.is_empty() {
+            return Err(format!(
+                "{window}: IPIs from {new:?}, none of them in the control window"
+            ));
+        }
+    }
+    let secs = |w: &str| num(o, &format!("{w}_seconds"));
+    for cpu in [2, 3] {
+        let control = num(o, &format!("control_cpu{cpu}"))?;
+        let got = num(o, &format!("{window}_cpu{cpu}"))?;
+        let allowed = 3.0 * control * secs(window)? / secs("control")? + 10.0;
+        if got > allowed {
+            return Err(format!(
+                "{window}: CPU {cpu} took {got} IPIs (control {control} in {} s, allowed {allowed:.0})",
+                secs("control")?
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The daemon stopped (SIGTERM) and started, then killed (-9) and started, while a SCHED_FIFO
+/// loop holds isolated CPU 3: the noise ledger's tracefs instance outlives the daemon and the
+/// next start adopts it, so neither sends the isolated CPUs the text-patching IPIs of turning
+/// trace events off and on (588 of them per restart on 6.12-rt before, 2026-12-06); `isold
+/// restore` removes the instance. The guest side is `restart_case` in tests/guest/lib.sh.
+pub fn add_restart(s: &mut Scenario) {
+    for b in ["isold", "chisol"] {
+        if !s.binaries.iter().any(|x| x == b) {
+            s.binaries.push(b.into());
+        }
+    }
+    s.timeout += RESTART_TIMEOUT;
+    s.step_with_timeout(
+        RESTART_STEP,
+        &format!("taskset -pc 0-1 $$ >/dev/null\nrestart_case {RESTART_WINDOW_S}"),
+        RESTART_TIMEOUT,
+        vec![
+            Expect::field("first_recording", "yes"),
+            Expect::field("adopted_after_restart", "yes"),
+            Expect::field("adopted_after_kill9", "yes"),
+            Expect::field("restore_rc", "0"),
+            Expect::that(
+                "a restart sends the isolated CPUs no IPI the control window has not",
+                |o: &StepOutput| no_more_ipis_than_control(o, "restart"),
+            ),
+            Expect::that(
+                "a kill -9 and a start send the isolated CPUs no IPI the control window has not",
+                |o: &StepOutput| no_more_ipis_than_control(o, "kill9"),
+            ),
+            Expect::that(
+                "the instance outlives a stop and `isold restore` removes it",
+                |o: &StepOutput| match (
+                    o.field("instances_after_stop"),
+                    o.field("instances_after_restore"),
+                ) {
+                    (Some(stop), Some(restore))
+                        if stop.contains("isold-noise-") && !restore.contains("isold-noise") =>
+                    {
+                        Ok(())
+                    }
+                    other => Err(format!("after stop, after restore = {other:?}")),
+                },
+            ),
+        ],
+    );
+}
