@@ -1489,3 +1489,103 @@ fn a_thousand_veths_made_and_deleted_leave_the_state_the_size_it_was() {
     };
     assert_eq!(mask("veth-stay"), "0\n", "restored byte for byte");
 }
+
+/// What a forgetting of gone devices must not drop, and what it must: a NIC renamed while a
+/// new device took its name keeps its channels' original (restore follows it by its
+/// ifindex) until the renamed device goes too; a refusal of a gone device's channels goes;
+/// nothing goes when the devices cannot be listed, or when the state holds an entry refused
+/// at the load that a report must say first; and a forgetting that drops nothing writes
+/// nothing.
+#[test]
+fn forgetting_gone_devices_follows_ifindexes_and_leaves_what_a_report_needs() {
+    let s = setup("isolated_cpus = \"2-3\"\n[items]\nrps = true\n");
+    add_netdev(&s.tree, PCI, "eth1", 4, 4, Some("0 0 0 4 0 0 0 4"));
+    engine::apply(&s.root, &s.policy, &s.files).unwrap();
+    let has = |id: &str| {
+        libtaskisol::policy::state::drop_cache();
+        let st = State::load(&s.state).unwrap().unwrap();
+        st.has(id) || st.unchangeable.contains_key(id)
+    };
+    assert!(has("net_queues:eth1"));
+    let mut st = State::load(&s.state).unwrap().unwrap();
+    st.unchangeable
+        .insert("net_queues:gone0".into(), "EOPNOTSUPP".into());
+    st.save(&s.state).unwrap();
+    libtaskisol::policy::state::drop_cache();
+
+    // No /sys/class/net: nothing can be known gone.
+    let class = s.tree.join("sys/class/net");
+    std::fs::rename(&class, s.tree.join("sys/class/net.away")).unwrap();
+    assert_eq!(
+        engine::forget_gone_devices(&s.root, &s.files, |_| true).unwrap(),
+        0
+    );
+    assert!(has("net_queues:gone0"));
+    std::fs::rename(s.tree.join("sys/class/net.away"), &class).unwrap();
+
+    // Nothing gone but the refusal's device: a run that drops nothing leaves the file as it
+    // was (not even rewritten).
+    assert_eq!(
+        engine::forget_gone_devices(&s.root, &s.files, |d| d != "gone0").unwrap(),
+        0
+    );
+    let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let (ino, bytes) = (inode(&s.state), std::fs::read(&s.state).unwrap());
+    assert_eq!(
+        engine::forget_gone_devices(&s.root, &s.files, |d| d != "gone0").unwrap(),
+        0
+    );
+    assert_eq!(inode(&s.state), ino, "the state file was rewritten");
+    assert_eq!(std::fs::read(&s.state).unwrap(), bytes);
+    assert!(!journal_path(&s.state).exists());
+
+    // eth1 renamed, and a new device takes the name: the original is still eth1r's.
+    std::fs::rename(class.join("eth1"), class.join("eth1r")).unwrap();
+    add_netdev(&s.tree, VIRTUAL, "eth1", 9, 1, None);
+    assert_eq!(
+        engine::forget_gone_devices(&s.root, &s.files, |d| d != "gone0").unwrap(),
+        0
+    );
+    assert!(has("net_queues:eth1"));
+
+    // A state with an entry refused at the load: left to the report.
+    let bad = libtaskisol::policy::state::Entry {
+        id: "task:5:1".into(),
+        item: "tasks".into(),
+        label: "task 5 (x)".into(),
+        original: Original::Affinity {
+            pid: 5,
+            tid: 6,
+            starttime: 1,
+            comm: "x".into(),
+            cpus: "0-3".into(),
+            taken_off: None,
+        },
+    };
+    let st = State::load(&s.state).unwrap().unwrap();
+    st.append(&s.state, &[bad]).unwrap();
+    libtaskisol::policy::state::drop_cache();
+    assert_eq!(
+        engine::forget_gone_devices(&s.root, &s.files, |_| true).unwrap(),
+        0
+    );
+    assert!(has("net_queues:gone0"));
+    // Without it: the refusal of the gone device goes; then, eth1r gone too, eth1's channels.
+    let mut st = State::load(&s.state).unwrap().unwrap();
+    st.entries_mut().retain(|e| e.id != "task:5:1");
+    st.save(&s.state).unwrap();
+    libtaskisol::policy::state::drop_cache();
+    assert_eq!(
+        engine::forget_gone_devices(&s.root, &s.files, |_| true).unwrap(),
+        1
+    );
+    assert!(!has("net_queues:gone0"));
+    assert!(has("net_queues:eth1"));
+    std::fs::remove_file(class.join("eth1r")).unwrap();
+    std::fs::remove_dir_all(s.tree.join(PCI).join("eth1")).unwrap();
+    assert_eq!(
+        engine::forget_gone_devices(&s.root, &s.files, |_| true).unwrap(),
+        1
+    );
+    assert!(!has("net_queues:eth1"));
+}

@@ -280,7 +280,7 @@ impl PodCgroup {
     pub fn parse(path: &str) -> Option<PodCgroup> {
         let colon: Vec<&str> = path.split(':').collect();
         if let [slice, prefix, id] = colon[..] {
-            if path.starts_with('/') || [slice, prefix, id].iter().any(|p| p.contains('/')) {
+            if [slice, prefix, id].iter().any(|p| p.contains('/')) {
                 return None;
             }
             if prefix.is_empty() || id.is_empty() {

@@ -288,6 +288,38 @@ mod tests {
         );
     }
 
+    /// What a second write records as the file's original: the file as its administrator has
+    /// it, isold's own change taken out, and where isold's lines are gone from the file (the
+    /// administrator removed them) the file as it is.
+    #[test]
+    fn a_second_writes_original_is_the_administrators_file() {
+        let wrote = format!("{DEBIAN}IRQBALANCE_BANNED_CPULIST=3\n");
+        let admin = format!("{wrote}IRQBALANCE_ARGS=\"--journal\"\n");
+        assert_eq!(
+            undo_edit_kept(Some(DEBIAN), &wrote, &admin).as_deref(),
+            Some(format!("{DEBIAN}IRQBALANCE_ARGS=\"--journal\"\n").as_str())
+        );
+        let removed = format!("{DEBIAN}IRQBALANCE_ARGS=\"--journal\"\n");
+        assert_eq!(
+            undo_edit_kept(Some(DEBIAN), &wrote, &removed).as_deref(),
+            Some(removed.as_str())
+        );
+        // isold made the file: nothing of it left once isold's lines are out.
+        assert_eq!(undo_edit_kept(None, "A=1\n", "A=1\n"), None);
+    }
+
+    /// A file now shorter than isold's run of lines cannot hold it: not found (strict), the
+    /// file as it is (kept).
+    #[test]
+    fn a_file_shorter_than_isolds_lines_does_not_hold_them() {
+        let wrote = "X=1\nA=1\nB=2\n";
+        assert!(undo_edit(Some("X=1\n"), wrote, "C=3\n").is_err());
+        assert_eq!(
+            undo_edit_kept(Some("X=1\n"), wrote, "C=3\n").as_deref(),
+            Some("C=3\n")
+        );
+    }
+
     #[test]
     fn a_replaced_line_comes_back() {
         let orig = "X=1\nIRQBALANCE_BANNED_CPULIST=7\nY=2\n";

@@ -196,6 +196,26 @@ mod tests {
         );
     }
 
+    /// What isold wrote last, read back into the file as it is now: isold's line an
+    /// administrator changed by hand holds what isold wrote again, every other line stays, and
+    /// a whole text is left as it is.
+    #[test]
+    fn as_written_puts_isolds_last_text_back_into_the_file_as_it_is() {
+        let written = "# Written by isold: x\n[Manager]\nCPUAffinity=0-1\n";
+        let now = "# Written by isold: x\n[Manager]\nDefaultTimeoutStartSec=10s\nCPUAffinity=0,1\n";
+        assert_eq!(
+            drop_in().as_written(written, now),
+            "# Written by isold: x\n[Manager]\nDefaultTimeoutStartSec=10s\nCPUAffinity=0-1\n"
+        );
+        // The new policy's line is not what counts: what isold wrote last is.
+        let wrote_before = written.replace("0-1", "0-2");
+        assert_eq!(
+            drop_in().as_written(&wrote_before, now),
+            "# Written by isold: x\n[Manager]\nDefaultTimeoutStartSec=10s\nCPUAffinity=0-2\n"
+        );
+        assert_eq!(FileEdit::Whole("a\n".into()).as_written("b\n", now), now);
+    }
+
     #[test]
     fn options_lines_are_found_by_their_parameters() {
         let kvm = FileEdit::Lines {
