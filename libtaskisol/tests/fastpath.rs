@@ -1243,14 +1243,9 @@ fn the_originals_of_gone_threads_are_forgotten_and_nothing_else() {
     assert_eq!(rep.outcomes.len(), rest.len() + kept.len());
 }
 
-/// A state holding what a report must say first (an entry refused at the load) is left for
-/// the apply or restore that says it.
-#[test]
-fn forgetting_leaves_a_state_with_refused_entries_to_the_report() {
-    let s = setup("isolated_cpus = \"2-3\"\n");
-    let journal = journal_path(&s.state);
-    renew(&s, 999_999);
-    // An entry that is not one isold records, appended as the fast path appends.
+/// An entry that is not one isold records (a thread id that is not of the pid), appended as
+/// the fast path appends: the load refuses it, and a report must say so first.
+fn append_refused_entry(s: &Setup) {
     let bad = libtaskisol::policy::state::Entry {
         id: "task:5:1".into(),
         item: "tasks".into(),
@@ -1266,6 +1261,16 @@ fn forgetting_leaves_a_state_with_refused_entries_to_the_report() {
     };
     let st = State::load(&s.state).unwrap().unwrap();
     st.append(&s.state, &[bad]).unwrap();
+}
+
+/// A state holding what a report must say first (an entry refused at the load) is left for
+/// the apply or restore that says it.
+#[test]
+fn forgetting_leaves_a_state_with_refused_entries_to_the_report() {
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    let journal = journal_path(&s.state);
+    renew(&s, 999_999);
+    append_refused_entry(&s);
     // Read from the disk, not from this process's memory of the last state written.
     libtaskisol::policy::state::drop_cache();
     let journal_before = std::fs::read(&journal).unwrap();
@@ -1549,21 +1554,7 @@ fn forgetting_gone_devices_follows_ifindexes_and_leaves_what_a_report_needs() {
     assert!(has("net_queues:eth1"));
 
     // A state with an entry refused at the load: left to the report.
-    let bad = libtaskisol::policy::state::Entry {
-        id: "task:5:1".into(),
-        item: "tasks".into(),
-        label: "task 5 (x)".into(),
-        original: Original::Affinity {
-            pid: 5,
-            tid: 6,
-            starttime: 1,
-            comm: "x".into(),
-            cpus: "0-3".into(),
-            taken_off: None,
-        },
-    };
-    let st = State::load(&s.state).unwrap().unwrap();
-    st.append(&s.state, &[bad]).unwrap();
+    append_refused_entry(&s);
     libtaskisol::policy::state::drop_cache();
     assert_eq!(
         engine::forget_gone_devices(&s.root, &s.files, |_| true).unwrap(),

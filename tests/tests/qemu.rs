@@ -1005,12 +1005,7 @@ fn emulator_matches_the_kernel(s: &mut Scenario) {
 /// CPU 3 that runs without the vmstat quiesce is named (audit's JSON and text, noise's note),
 /// one started with it is not.
 fn audit_names_workloads_without_quiesce(s: &mut Scenario) {
-    if !s.binaries.iter().any(|b| b == "isold") {
-        s.binaries.push("isold".into());
-    }
-    if !s.binaries.iter().any(|b| b == "isol-meter") {
-        s.binaries.push("isol-meter".into());
-    }
+    s.need_binaries(&["isold", "isol-meter"]);
     s.step_with_timeout(
         "audit_names_a_workload_without_quiesce",
         "isol-meter -c 3 -D 0 -j >/dev/null 2>&1 & p=$!

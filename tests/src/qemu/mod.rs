@@ -619,6 +619,15 @@ impl Scenario {
         self.step_with_timeout(name, script, Duration::from_secs(60), expects)
     }
 
+    /// The binaries a step needs put in the guest, each once however many steps need it.
+    pub fn need_binaries(&mut self, names: &[&str]) {
+        for b in names {
+            if !self.binaries.iter().any(|x| x == b) {
+                self.binaries.push((*b).into());
+            }
+        }
+    }
+
     pub fn step_with_timeout(
         &mut self,
         name: &str,

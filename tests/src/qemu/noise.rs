@@ -93,11 +93,7 @@ fn metric(o: &StepOutput, name_and_labels: &str) -> Option<f64> {
 
 /// Adds the case to a scenario booted with [`super::ISOL23`].
 pub fn add(s: &mut Scenario) {
-    for b in ["isold", "isol-tlb", "/usr/bin/oslat"] {
-        if !s.binaries.iter().any(|x| x == b) {
-            s.binaries.push(b.into());
-        }
-    }
+    s.need_binaries(&["isold", "isol-tlb", "/usr/bin/oslat"]);
     s.timeout += STEP_TIMEOUT;
     s.step_with_timeout(
         STEP,
@@ -338,11 +334,7 @@ fn no_more_ipis_than_control(o: &StepOutput, window: &str) -> Result<(), String>
 /// trace events off and on (588 of them per restart on 6.12-rt before, 2026-12-06); `isold
 /// restore` removes the instance. The guest side is `restart_case` in tests/guest/lib.sh.
 pub fn add_restart(s: &mut Scenario) {
-    for b in ["isold", "chisol"] {
-        if !s.binaries.iter().any(|x| x == b) {
-            s.binaries.push(b.into());
-        }
-    }
+    s.need_binaries(&["isold", "chisol"]);
     s.timeout += RESTART_TIMEOUT;
     s.step_with_timeout(
         RESTART_STEP,

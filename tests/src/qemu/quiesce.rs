@@ -231,11 +231,7 @@ fn meter_activated(what: &'static str) -> Expect {
 /// Adds the patched kernel's cases to a scenario booted with [`super::ISOL23`] on
 /// [`super::KernelRole::Isol61`], before anything takes CPU 3 from the root cgroup.
 pub fn add(s: &mut Scenario) {
-    for b in ["isol-meter", "/usr/bin/oslat"] {
-        if !s.binaries.iter().any(|x| x == b) {
-            s.binaries.push(b.into());
-        }
-    }
+    s.need_binaries(&["isol-meter", "/usr/bin/oslat"]);
     let mut conf = vec![
         Expect::field("measuring_state", ACTIVE),
         Expect::field("main_state", CONFIGURED),
@@ -344,9 +340,7 @@ fn meter_allocated() -> Expect {
 /// The stock kernel's side of the seed's line: `oslat -f 1 -c 3` on isolated CPU 3 and the
 /// write blocked for the whole window.
 pub fn add_stock(s: &mut Scenario) {
-    if !s.binaries.iter().any(|x| x == "/usr/bin/oslat") {
-        s.binaries.push("/usr/bin/oslat".into());
-    }
+    s.need_binaries(&["/usr/bin/oslat"]);
     let window = f64::from(WINDOW_S);
     let mut expects = vec![
         Expect::field("measuring_state", "absent"),

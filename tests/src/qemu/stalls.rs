@@ -74,9 +74,7 @@ pub fn metric(out: &StepOutput, series: &str) -> Option<f64> {
 /// Adds the case (and its cleanup step) to a scenario booted with [`super::ISOL23`]; it
 /// leaves every value as it found it (`isold restore`, the fair server's runtime).
 pub fn add(s: &mut Scenario) {
-    if !s.binaries.iter().any(|b| b == "isold") {
-        s.binaries.push("isold".into());
-    }
+    s.need_binaries(&["isold"]);
     // The step's own time (about 150 s under TCG, 7.2-rt the slowest) on top of the boot's.
     s.timeout += STEP_TIMEOUT;
     let expects = vec![
