@@ -907,9 +907,16 @@ noise_case() {
     for _t in /proc/$_os/task/*; do
         grep -q '^Cpus_allowed_list:[[:space:]]*3$' $_t/status && echo "oslat_worker=${_t##*/}"
     done
+    _n0=$(now_cs)
     isold noise --cpus 2-3 --duration 10 --json >/tmp/noise.json 2>/tmp/noise.err &
     _nz=$!
-    wait_for 30 grep -q 'isold noise: recording' /tmp/noise.err
+    # The culprits below must fall in its window: how long it took to start says whether
+    # they did.
+    if wait_for 30 grep -q 'isold noise: recording' /tmp/noise.err; then
+        echo "noise_started_after=$(secs $(($(now_cs) - _n0)))"
+    else
+        echo "noise_started_after=never"
+    fi
     sleep 1.5
     isold noise --json >/tmp/nz.before
     _c0=$(irq_count 4 3)

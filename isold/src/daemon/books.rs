@@ -293,17 +293,22 @@ impl Books {
                 if let Some((m, _)) = &self.metrics {
                     m.stall_lent(*cpu, used.as_secs_f64());
                 }
+                let how = match how {
+                    How::Deadline => String::new(),
+                    How::Fifo(p) => format!(", by SCHED_FIFO {p} pulses"),
+                };
+                let what = match to {
+                    // Its CPU time went with it.
+                    None => format!("it ran to its end{how}), thread gone"),
+                    Some(t) => format!(
+                        "{}, {:.1} ms of CPU{how}), back to {t}",
+                        if *ran { "it ran" } else { "it did not run" },
+                        used.as_secs_f64() * 1000.0
+                    ),
+                };
                 self.log.debug(&format!(
-                    "stall guard: {label} on CPU {cpu}: loan ended after {:.2} s ({}, {:.1} ms of CPU{}), {}",
-                    held.as_secs_f64(),
-                    if *ran { "it ran" } else { "it did not run" },
-                    used.as_secs_f64() * 1000.0,
-                    match how {
-                        How::Deadline => String::new(),
-                        How::Fifo(p) => format!(", by SCHED_FIFO {p} pulses"),
-                    },
-                    to.as_ref()
-                        .map_or_else(|| "thread gone".to_string(), |t| format!("back to {t}"))
+                    "stall guard: {label} on CPU {cpu}: loan ended after {:.2} s ({what}",
+                    held.as_secs_f64()
                 ))
             }
             Event::Failed(msg) => self.log.warn(msg),

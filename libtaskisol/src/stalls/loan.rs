@@ -161,11 +161,12 @@ impl Guard {
             if l.how != How::Deadline || now.saturating_duration_since(l.since) < DEADLINE_GRACE {
                 continue;
             }
-            let ran = cpuwatch::read_seen(root, l.thread.pid, l.thread.tid)
+            // A thread gone meanwhile ran to its end: its loan ends below.
+            let waits = cpuwatch::read_seen(root, l.thread.pid, l.thread.tid)
                 .ok()
                 .flatten()
-                .is_some_and(|s| s.ran_since(&l.thread));
-            if !ran {
+                .is_some_and(|s| s.same_thread(&l.thread) && !s.ran_since(&l.thread));
+            if waits {
                 // Its own policy between the pulses (the deadline entity's throttle goes).
                 let _ = threads::set_thread_attr(root, l.thread.pid, l.thread.tid, &l.original);
                 l.how = How::Fifo(l.above);
@@ -214,7 +215,8 @@ impl Guard {
         let seen = cpuwatch::read_seen(root, loan.thread.pid, tid)
             .ok()
             .flatten();
-        let ran = seen.as_ref().is_some_and(|s| s.ran_since(&loan.thread));
+        // A runnable thread ends only by running: one gone meanwhile ran.
+        let ran = seen.as_ref().map_or(true, |s| s.ran_since(&loan.thread));
         let used = Duration::from_nanos(
             seen.as_ref()
                 .map_or(0, |s| s.exec_ns.saturating_sub(loan.thread.exec_ns)),

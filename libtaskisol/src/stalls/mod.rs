@@ -21,7 +21,8 @@
 //!    or ranks at least as high, or alone for [`NOT_RUNNING_AFTER`] ([`starving`]).
 //!
 //! A starving thread is lent SCHED_DEADLINE (`runtime_us` every `period_us`, reset-on-fork),
-//! one per CPU at a time, for at most `lend_for`, or until it is no longer runnable; its own
+//! one per CPU at a time (the CPU's own kernel threads first, whose work other CPUs wait on,
+//! then the longest waiting), for at most `lend_for`, or until it is no longer runnable; its own
 //! policy is recorded in the state files first ([`crate::policy::state::Original::Loan`]) and written back at the
 //! end, so `isold restore` and the next start after a `kill -9` give it back too. Where the
 //! kernel refuses a deadline task (EPERM: RT throttling on with isolcpus, whose CPUs share no
@@ -96,9 +97,10 @@ pub enum Event {
         cpu: u32,
         /// How long the loan lasted.
         held: Duration,
-        /// The thread ran during the loan.
+        /// The thread ran during the loan (one gone meanwhile did: it ran to its end).
         ran: bool,
-        /// The CPU time it used during the loan: what the workload gave up.
+        /// The CPU time it used during the loan: what the workload gave up (not known, 0,
+        /// for a thread gone meanwhile).
         used: Duration,
         /// What it was given back (`None`: gone).
         to: Option<String>,
@@ -350,8 +352,13 @@ impl Guard {
             now,
             self.watch.settings.threshold,
         );
-        // The longest waiting first (one loan per CPU).
-        starving.sort_by_key(|(tid, _)| self.tracked.get(tid).map(|t| t.since));
+        // One loan per CPU: a CPU's own kernel threads first (other CPUs wait on their work:
+        // a flush, a grace period, a timer), then the longest waiting.
+        starving.sort_by_key(|(tid, _)| {
+            self.tracked
+                .get(tid)
+                .map(|t| (t.seen.kind() != Kind::PerCpuKthread, t.since))
+        });
         // One loan per CPU at a time: the workload loses at most one slice's share.
         let mut lent_on: CpuSet = self.loans.values().map(|l| l.thread.cpu as usize).collect();
         for (tid, behind) in starving {

@@ -344,6 +344,78 @@ fn one_loan_per_cpu_at_a_time() {
     assert_eq!(t.state_of(other), ('R', SCHED_DEADLINE));
 }
 
+/// A task and CPU 3's kworker found starving at the same pass: the kworker, whose work
+/// other CPUs wait on (a flush, stat_refresh), is lent first, the task when it is given
+/// back. (The two wait equally long; without the rule the order would be the hash map's.)
+#[test]
+fn a_cpus_own_kernel_thread_is_lent_before_a_task() {
+    for _ in 0..8 {
+        let t = Tree::new();
+        t.thread(40, "sh", 0x400100, 'S', 0, 0, 3, "3");
+        let mut g = guard(&t, StallsConfig::default());
+        let t0 = Instant::now();
+        g.pass(&t.root, t0);
+        t.idle([200, 200, 200, 100]);
+        t.thread(40, "sh", 0x400100, 'R', 0, 0, 3, "3");
+        t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
+        let mut loop_ns = 100;
+        let mut at = t0;
+        let mut first = None;
+        for _ in 0..16 {
+            at += Duration::from_millis(250);
+            loop_ns += 1000;
+            t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
+            first = g.pass(&t.root, at).into_iter().find_map(|e| match e {
+                Event::Rescued(r) => Some(r.thread.tid),
+                _ => None,
+            });
+            if first.is_some() {
+                break;
+            }
+        }
+        assert_eq!(first, Some(20));
+        assert_eq!(t.state_of(40), ('R', 0));
+        // The kworker ran and sleeps: the task is lent at the next pass.
+        t.thread(20, "kworker/3:1", 0x4208060, 'S', SCHED_DEADLINE, 0, 3, "3");
+        t.put("proc/20/task/20/schedstat", "900 0 6\n");
+        g.pass(&t.root, at + Duration::from_millis(250));
+        assert_eq!(t.state_of(40), ('R', SCHED_DEADLINE));
+    }
+}
+
+/// A lent thread that ends (it ran to its end) is given back as gone and as having run,
+/// and its loan stays SCHED_DEADLINE: it is not taken for one the kernel did not run,
+/// however late the guard looks.
+#[test]
+fn a_lent_thread_that_ends_ran_and_is_no_fifo_loan() {
+    let (t, mut g, t0) = kworker_waits();
+    let mut loop_ns = 100;
+    let mut at = t0;
+    while g.lent() == 0 && at < t0 + Duration::from_secs(4) {
+        at += Duration::from_millis(250);
+        loop_ns += 1000;
+        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
+        g.pass(&t.root, at);
+    }
+    assert_eq!(g.lent(), 1);
+    std::fs::remove_dir_all(t.dir.path().join("proc/20")).unwrap();
+    let ev = g.pass(&t.root, at + DEADLINE_GRACE + Duration::from_millis(200));
+    assert!(
+        ev.iter().any(|e| matches!(
+            e,
+            Event::Returned {
+                ran: true,
+                to: None,
+                how: How::Deadline,
+                ..
+            }
+        )),
+        "{ev:?}"
+    );
+    assert_eq!(g.lent(), 0);
+    assert_eq!(loans(&t.files()), 0);
+}
+
 /// A deadline loan the thread does not run under for a second becomes SCHED_FIFO
 /// pulses; a thread that used its loan's allowance (an overrun: the tick stopped on a
 /// nohz_full CPU) gets no pulse until the allowance catches up, so a CPU hog lent a

@@ -56,6 +56,14 @@ fn daemon_delta(o: &StepOutput, n: u64, pick: &dyn Fn(&str) -> bool) -> Result<(
     Ok((a.0 - b.0, a.1 - b.1))
 }
 
+/// What the one-time `isold noise` wrote on its standard error.
+fn noise_err(o: &StepOutput) -> Vec<&str> {
+    o.stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("noise_err: "))
+        .collect()
+}
+
 fn num(o: &StepOutput, k: &str) -> Result<f64, String> {
     o.field(k)
         .and_then(|v| v.parse().ok())
@@ -102,6 +110,17 @@ pub fn add(s: &mut Scenario) {
         vec![
             Expect::field("ledger_recording", "yes"),
             Expect::field("noise_rc", "0"),
+            // Its culprits come once it records: a start that took longer missed them.
+            Expect::that(
+                "the one-time isold noise records within 30 s of its start",
+                |o: &StepOutput| match o.field("noise_started_after") {
+                    Some(v) if v.parse::<f64>().is_ok() => Ok(()),
+                    other => Err(format!(
+                        "started after {other:?}; its standard error: {:?}",
+                        noise_err(o)
+                    )),
+                },
+            ),
             Expect::field("daemon_noise_rc", "0"),
             Expect::field("since_rc", "0"),
             Expect::field("since_window", "yes"),
@@ -175,7 +194,9 @@ pub fn add(s: &mut Scenario) {
                         Ok(())
                     } else {
                         Err(format!(
-                            "longest {longest_us:.1} us ({src}), oslat {max_us} us; IRQ 4 {irq}, TLB {tlb}, shell {sh}"
+                            "longest {longest_us:.1} us ({src}), oslat {max_us} us; IRQ 4 {irq}, TLB {tlb}, shell {sh}; recording after {:?} s; its standard error: {:?}",
+                            o.field("noise_started_after"),
+                            noise_err(o)
                         ))
                     }
                 },
