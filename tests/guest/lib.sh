@@ -898,8 +898,9 @@ noise_case() {
     _i0=$(sg_cpu2_irqs)
     sleep 3
     echo "cpu2_irqs_ledger_on=$(($(sg_cpu2_irqs) - _i0))"
-    # oslat on CPU 3 (its main thread on CPU 0), for longer than everything below.
-    oslat -c 3 -C 0 -D 30 >/tmp/nz.oslat 2>&1 &
+    # oslat on CPU 3 (its main thread on CPU 0), until everything below is done (SIGINT ends
+    # it with its figures; 300 s bounds a step that goes wrong).
+    oslat -c 3 -C 0 -D 300 >/tmp/nz.oslat 2>&1 &
     _os=$!
     # Past its start-up (its measuring loop runs once its threads are set up).
     sleep 6
@@ -910,9 +911,10 @@ noise_case() {
     _n0=$(now_cs)
     isold noise --cpus 2-3 --duration 10 --json >/tmp/noise.json 2>/tmp/noise.err &
     _nz=$!
-    # The culprits below must fall in its window: how long it took to start says whether
-    # they did.
-    if wait_for 30 grep -q 'isold noise: recording' /tmp/noise.err; then
+    # The culprits below must fall in its window. Under TCG, with oslat spinning on CPU 3,
+    # each event it enables takes 0.2-0.5 s (text patching waits on every CPU): it took 5-15 s
+    # to start here, and over 30 s with two guests on the host's two cores.
+    if wait_for 120 grep -q 'isold noise: recording' /tmp/noise.err; then
         echo "noise_started_after=$(secs $(($(now_cs) - _n0)))"
     else
         echo "noise_started_after=never"
@@ -950,6 +952,7 @@ noise_case() {
     sleep 2.5
     isold noise --json >/tmp/nz.after
     echo "daemon_noise_rc=$?"
+    kill -INT $_os
     wait $_os
     echo "oslat_max_us=$(sed -n "s/^ *Maximum:[^0-9]*\([0-9]*\).*/\1/p" /tmp/nz.oslat | head -n 1)"
     grep -i 'maximum\|error' /tmp/nz.oslat | sed 's/^/oslat: /'

@@ -12,8 +12,9 @@ use super::{Expect, Scenario, StepOutput};
 /// The step.
 pub const STEP: &str = "isold_noise_names_each_culprit_beside_oslat";
 
-/// The time the step may take (TCG: oslat's 24 s, isold's start and stop, the reads).
-pub const STEP_TIMEOUT: Duration = Duration::from_secs(240);
+/// The time the step may take (TCG: the one-time measure's start, up to 120 s under load,
+/// its 10 s, isold's start and stop, the reads).
+pub const STEP_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The JSON printed by the step between "--- NAME" and "--- end".
 pub fn json(out: &StepOutput, name: &str) -> Option<Value> {
@@ -112,7 +113,7 @@ pub fn add(s: &mut Scenario) {
             Expect::field("noise_rc", "0"),
             // Its culprits come once it records: a start that took longer missed them.
             Expect::that(
-                "the one-time isold noise records within 30 s of its start",
+                "the one-time isold noise records within 120 s of its start",
                 |o: &StepOutput| match o.field("noise_started_after") {
                     Some(v) if v.parse::<f64>().is_ok() => Ok(()),
                     other => Err(format!(
