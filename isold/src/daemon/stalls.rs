@@ -33,6 +33,8 @@ pub enum Ctl {
 pub struct Figures {
     /// Threads lent a slice now.
     pub lent: usize,
+    /// Threads whose policy the state files hold for a loan (lent now or lately).
+    pub recorded: usize,
     /// The guard thread's CPU time so far.
     pub cpu_s: f64,
     /// Passes, walks and the last walk's length.
@@ -135,16 +137,21 @@ impl StallGuard {
         let _ = self.ctl.send(c);
     }
 
-    /// Every loan given back, the thread ended: the events of the give-back. A stop waits
-    /// for a pass in progress (a walk over every thread takes seconds under emulation) at
-    /// most [`STOP_WAIT`]; a loan still out then is in the state file for the next start
-    /// and `isold restore`.
+    /// Every loan given back and every record of one dropped, the thread ended: the events
+    /// of the give-back. A stop waits for a pass in progress (a walk over every thread takes
+    /// seconds under emulation) at most [`STOP_WAIT`]; a loan still out then is in the
+    /// state file for the next start and `isold restore` (a record of a loan that ended
+    /// gives the thread the policy it has).
     pub fn stop(mut self) -> Vec<Event> {
         self.send(Ctl::Stop);
-        let lent = self.figures.lock().unwrap_or_else(|e| e.into_inner()).lent;
-        // Nothing lent at the last pass: nothing to wait for (a loan made since is in the
-        // state file, for the next start and `isold restore`).
-        let wait = if lent > 0 {
+        let recorded = self
+            .figures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .recorded;
+        // Nothing lent or recorded at the last pass: nothing to wait for (a loan made since
+        // is in the state file, for the next start and `isold restore`).
+        let wait = if recorded > 0 {
             STOP_WAIT
         } else {
             std::time::Duration::from_millis(100)
@@ -203,6 +210,7 @@ fn run(
         {
             let mut f = figures.lock().unwrap_or_else(|e| e.into_inner());
             f.lent = guard.lent();
+            f.recorded = guard.recorded();
             f.cpu_s = thread_cpu_ns() as f64 / 1e9;
             f.work = guard.work.clone();
         }

@@ -455,6 +455,33 @@ pub fn forget_gone_threads(
     Ok(dropped)
 }
 
+/// The entries whose id `pick` accepts dropped from the state files, nothing on the system
+/// touched: what they recorded is what the system has again (the stall guard gave a thread
+/// its own policy back itself). Returns how many were dropped; written as
+/// [`forget_gone_threads`] writes (only when there were any, never over a state whose
+/// refused entries or set-aside lines a report must say first: those entries stay, and a
+/// restore finds their values already in place).
+pub fn forget_where(
+    root: &SysRoot,
+    files: &StateFiles,
+    pick: impl Fn(&str) -> bool,
+) -> Result<usize> {
+    let _lock = lock(&files.runtime)?;
+    let mut ledger = Ledger::load(files, root, String::new(), String::new())?;
+    if !ledger.rejected.is_empty() || !ledger.state.set_aside.is_empty() {
+        return Ok(0);
+    }
+    let state = &mut ledger.state;
+    let before = state.entries().len();
+    if !state.entries().iter().any(|e| pick(&e.id)) {
+        return Ok(0);
+    }
+    state.entries_mut().retain(|e| !pick(&e.id));
+    let dropped = before - state.entries().len();
+    ledger.persist()?;
+    Ok(dropped)
+}
+
 /// The network device an id of the state names: `rps:DEV:rx-N` (a queue's RPS mask;
 /// `rps:default` names none) and `net_queues:DEV` (its channels and queue masks). These are
 /// the ids of the items that take network devices ([`super::items::Item::per_device`]); no

@@ -10,7 +10,7 @@ use crate::cpuwatch::{self, Kind, Seen};
 use crate::error::Result;
 use crate::policy::config::{glob_match, StallsConfig};
 use crate::policy::state::{Entry, Original, State, StateFiles};
-use crate::policy::{engine, threads, Status};
+use crate::policy::{engine, threads};
 use crate::sched::{SchedAttr, SCHED_DEADLINE};
 use crate::sysroot::SysRoot;
 
@@ -37,6 +37,24 @@ impl Loan {
         slice.mul_f64(periods + 1.0)
     }
 }
+
+/// A thread's own policy recorded in the state files for its loans: kept between them, so
+/// that a thread that starves again and again (ktimers/3 behind a SCHED_FIFO loop) costs
+/// one state write, not two per loan.
+#[derive(Debug)]
+pub(super) struct Kept {
+    pub(super) id: String,
+    /// What is recorded: the thread's own policy before its last loan.
+    pub(super) original: SchedAttr,
+    /// When the record goes if the thread is not lent again (`None` while it is lent, or
+    /// when its policy could not be given back: then it stays for `isold restore`).
+    pub(super) until: Option<Instant>,
+}
+
+/// How long a thread's record outlives its last loan: a thread lent again within it costs
+/// no state write. Between its loans the thread has its own policy, so what a restore
+/// would write meanwhile is what it has.
+pub const KEEP_FOR: Duration = Duration::from_secs(10);
 
 /// A deadline loan under which the thread has not run for this long is made SCHED_FIFO
 /// pulses instead: a thread that overran an earlier loan carries the deficit in its
@@ -74,8 +92,10 @@ impl Guard {
             return;
         };
         let s = t.seen.clone();
+        // Written back as a plain policy: 6.12+ reports the fair slice in the runtime, and
+        // writing that back would pin a custom slice.
         let original = match threads::thread_attr(root, s.pid, s.tid) {
-            Ok(a) => a,
+            Ok(a) => SchedAttr::plain(a.policy, a.priority, a.nice, a.reset_on_fork()),
             Err(_) => return,
         };
         if original.policy == SCHED_DEADLINE {
@@ -83,13 +103,22 @@ impl Guard {
         }
         let id = format!("loan:{}:{}", s.tid, s.starttime);
         let t0 = Instant::now();
-        let recorded = record(root, &self.watch, &id, &s, &original);
-        self.ledger_time += t0.elapsed();
-        let Some(t) = self.tracked.get_mut(&tid) else {
-            return;
+        // A record of an earlier thread with this tid (it ended) goes; one of this thread
+        // with the same policy is kept as it is.
+        if let Some(old) = self.kept.get(&tid).filter(|k| k.id != id) {
+            let old = old.id.clone();
+            let _ = engine::forget_where(root, &self.watch.files, |i| i == old);
+            self.kept.remove(&tid);
+        }
+        let kept = self.kept.get(&tid).is_some_and(|k| k.original == original);
+        let recorded = if kept {
+            Ok(())
+        } else {
+            record(root, &self.watch, &id, &s, &original)
         };
+        self.ledger_time += t0.elapsed();
         if let Err(e) = recorded {
-            if !t.said {
+            if let Some(t) = self.tracked.get_mut(&tid).filter(|t| !t.said) {
                 t.said = true;
                 events.push(Event::Failed(format!(
                     "stall guard: {} starves on CPU {} but its policy could not be recorded, so it is not lent a slice: {e}",
@@ -112,17 +141,32 @@ impl Guard {
                 How::Fifo(above)
             }
             Err(e) => {
-                let _ = engine::restore_where(root, &self.watch.files, |i| i == id);
-                if !matches!(e.errno(), Some(libc::ESRCH)) && !t.said {
-                    t.said = true;
-                    events.push(Event::Failed(format!(
-                        "stall guard: {} starves on CPU {}: {e}",
-                        s.label(),
-                        s.cpu
-                    )));
+                // Nothing changed: the record goes.
+                let _ = engine::forget_where(root, &self.watch.files, |i| i == id);
+                self.kept.remove(&tid);
+                if let Some(t) = self.tracked.get_mut(&tid).filter(|t| !t.said) {
+                    if !matches!(e.errno(), Some(libc::ESRCH)) {
+                        t.said = true;
+                        events.push(Event::Failed(format!(
+                            "stall guard: {} starves on CPU {}: {e}",
+                            s.label(),
+                            s.cpu
+                        )));
+                    }
                 }
                 return;
             }
+        };
+        self.kept.insert(
+            tid,
+            Kept {
+                id: id.clone(),
+                original,
+                until: None,
+            },
+        );
+        let Some(t) = self.tracked.get_mut(&tid) else {
+            return;
         };
         let first = !t.said;
         t.said = true;
@@ -222,6 +266,7 @@ impl Guard {
                 .map_or(0, |s| s.exec_ns.saturating_sub(loan.thread.exec_ns)),
         );
         let threshold = self.watch.settings.threshold;
+        let same = seen.as_ref().is_some_and(|s| s.same_thread(&loan.thread));
         if let Some(t) = self.tracked.get_mut(&tid) {
             t.since = if waiting {
                 now.checked_sub(threshold).unwrap_or(now)
@@ -236,41 +281,66 @@ impl Guard {
         let cpu = loan.thread.cpu;
         let how = loan.how;
         let held = now.saturating_duration_since(loan.since);
+        // Its own policy back; the record stays for a while (a thread lent again soon costs
+        // no state write), or goes now with a thread that is gone.
+        let given = if same {
+            match threads::set_thread_attr(root, loan.thread.pid, tid, &loan.original) {
+                Ok(()) => Ok(()),
+                Err(e) if matches!(e.errno(), Some(libc::ESRCH)) => Err(None),
+                Err(e) => Err(Some(e)),
+            }
+        } else {
+            Err(None)
+        };
+        let returned = |to| Event::Returned {
+            label: label.clone(),
+            cpu,
+            held,
+            ran,
+            used,
+            to,
+            how,
+        };
+        Some(match given {
+            Ok(()) => {
+                if let Some(k) = self.kept.get_mut(&tid) {
+                    k.until = Some(now + KEEP_FOR);
+                }
+                returned(Some(loan.original.to_string()))
+            }
+            Err(None) => {
+                let t0 = Instant::now();
+                let _ = engine::forget_where(root, &self.watch.files, |i| i == loan.id);
+                self.ledger_time += t0.elapsed();
+                self.kept.remove(&tid);
+                returned(None)
+            }
+            // Kept (`until` stays `None`) for `isold restore`.
+            Err(Some(e)) => Event::Failed(format!(
+                "stall guard: {label}: its own policy ({}) could not be given back: {e}; it stays in the state file for isold restore",
+                loan.original
+            )),
+        })
+    }
+
+    /// The records of threads not lent again within [`KEEP_FOR`] of their last loan dropped
+    /// from the state files, in one write.
+    pub(super) fn forget_kept(&mut self, root: &SysRoot, now: Instant) {
+        let expired: Vec<String> = self
+            .kept
+            .values()
+            .filter(|k| k.until.is_some_and(|u| now >= u))
+            .map(|k| k.id.clone())
+            .collect();
+        if expired.is_empty() {
+            return;
+        }
         let t0 = Instant::now();
-        let restored = engine::restore_where(root, &self.watch.files, |i| i == loan.id);
+        if engine::forget_where(root, &self.watch.files, |i| expired.iter().any(|e| e == i)).is_ok()
+        {
+            self.kept.retain(|_, k| !expired.contains(&k.id));
+        }
         self.ledger_time += t0.elapsed();
-        Some(
-            match restored {
-                Ok(rep) => match rep.outcomes.first().map(|o| &o.status) {
-                    Some(Status::Restored { to }) => Event::Returned {
-                        label,
-                        cpu,
-                        held,
-                        ran,
-                        used,
-                        to: Some(to.clone()),
-                        how,
-                    },
-                    Some(Status::Gone) | None => Event::Returned {
-                        label,
-                        cpu,
-                        held,
-                        ran,
-                        used,
-                        to: None,
-                        how,
-                    },
-                    Some(other) => Event::Failed(format!(
-                        "stall guard: {label}: its own policy ({}) could not be given back: {other}; it stays in the state file for isold restore",
-                        loan.original
-                    )),
-                },
-                Err(e) => Event::Failed(format!(
-                    "stall guard: {label}: its own policy ({}) could not be given back: {e}; it stays in the state file for isold restore",
-                    loan.original
-                )),
-            },
-        )
     }
 
     /// SCHED_FIFO loans: the thread boosted for its share of this pass, then its own policy
@@ -345,13 +415,20 @@ impl Guard {
         }
     }
 
-    /// Every loan given back (a stop, the guard turned off).
+    /// Every loan given back and every record dropped (a stop, the guard turned off); a
+    /// thread whose policy could not be given back keeps its record for `isold restore`.
     pub fn give_back_all(&mut self, root: &SysRoot) -> Vec<Event> {
         let now = Instant::now();
         let tids: Vec<i32> = self.loans.keys().copied().collect();
-        tids.into_iter()
+        let events = tids
+            .into_iter()
             .filter_map(|tid| self.give_back(root, tid, now, false))
-            .collect()
+            .collect();
+        for k in self.kept.values_mut().filter(|k| k.until.is_some()) {
+            k.until = Some(now);
+        }
+        self.forget_kept(root, now);
+        events
     }
 }
 
@@ -372,7 +449,7 @@ fn record(root: &SysRoot, w: &Watch, id: &str, s: &Seen, original: &SchedAttr) -
             reset_on_fork: original.reset_on_fork(),
         },
     };
-    engine::record_original(root, &w.files, &w.isolated, &w.config, entry).map(drop)
+    engine::record_current(root, &w.files, &w.isolated, &w.config, entry).map(drop)
 }
 
 /// Every loan recorded in the state files given back (a start after a crash): a line per

@@ -24,7 +24,8 @@
 //! one per CPU at a time (the CPU's own kernel threads first, whose work other CPUs wait on,
 //! then the longest waiting), for at most `lend_for`, or until it is no longer runnable; its own
 //! policy is recorded in the state files first ([`crate::policy::state::Original::Loan`]) and written back at the
-//! end, so `isold restore` and the next start after a `kill -9` give it back too. Where the
+//! end, so `isold restore` and the next start after a `kill -9` give it back too; the record
+//! is kept [`KEEP_FOR`] after the loan, so a thread lent again and again costs one write. Where the
 //! kernel refuses a deadline task (EPERM: RT throttling on with isolcpus, whose CPUs share no
 //! root domain with the rest), or does not run it for a second (7.x keeps a thread that
 //! overran an earlier loan throttled until its far deadline), the loan is SCHED_FIFO one
@@ -47,6 +48,7 @@ mod loan;
 
 pub use loan::give_back_recorded;
 use loan::Loan;
+pub use loan::KEEP_FOR;
 
 /// How a loan is made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,6 +180,9 @@ pub struct Guard {
     idle: BTreeMap<usize, u64>,
     tracked: HashMap<i32, Track>,
     loans: HashMap<i32, Loan>,
+    /// The threads whose own policy is recorded in the state files for their loans (kept
+    /// between loans, see [`loan::KEEP_FOR`]).
+    kept: HashMap<i32, loan::Kept>,
     /// The threads that live on the watched CPUs (tid -> pid, the CPUs it may run on):
     /// their per-CPU kernel threads, and threads whose affinity is inside them. Read every
     /// pass while one of their CPUs is busy.
@@ -225,6 +230,7 @@ impl Guard {
             idle: BTreeMap::new(),
             tracked: HashMap::new(),
             loans: HashMap::new(),
+            kept: HashMap::new(),
             roster: HashMap::new(),
             asked: Vec::new(),
             ledger_time: Duration::ZERO,
@@ -280,6 +286,12 @@ impl Guard {
     /// How many threads are lent a slice now.
     pub fn lent(&self) -> usize {
         self.loans.len()
+    }
+
+    /// How many threads have their own policy recorded in the state files for a loan (lent
+    /// now, or lately: see [`KEEP_FOR`]).
+    pub fn recorded(&self) -> usize {
+        self.kept.len()
     }
 
     /// One look at the watched CPUs: starving threads lent a slice, ended loans given back.
@@ -339,6 +351,7 @@ impl Guard {
         });
         if busy.is_empty() && self.loans.is_empty() {
             self.tracked.clear();
+            self.forget_kept(root, now);
             return events;
         }
         if !busy.is_empty() {
@@ -347,6 +360,7 @@ impl Guard {
         self.follow(root, &busy, now);
         self.look_at_known(root, &busy, now);
         self.end_loans(root, &busy, now, &mut events);
+        self.forget_kept(root, now);
         let mut starving = starving(
             self.tracked.values().map(|t| (&t.seen, t.since)),
             now,

@@ -235,7 +235,8 @@ fn a_starving_kworker_is_lent_a_slice_and_given_it_back() {
         "{ev:?}"
     );
     assert_eq!(t.state_of(20), ('S', 0));
-    assert_eq!(loans(&files), 0);
+    // Its record is kept a while, for a next loan.
+    assert_eq!(loans(&files), 1);
     assert_eq!(g.lent(), 0);
 
     // Woken again and starving: lent again; the guard dies; the record gives it back.
@@ -342,6 +343,135 @@ fn one_loan_per_cpu_at_a_time() {
     let other = if first == 20 { 70 } else { 20 };
     assert_eq!(t.state_of(first), ('S', 0));
     assert_eq!(t.state_of(other), ('R', SCHED_DEADLINE));
+}
+
+/// The state files' names, inodes, lengths and modification times: a write replaces a
+/// file (a new inode) or appends to the journal.
+fn state_snapshot(t: &Tree) -> Vec<(String, u64, u64, i64, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut v: Vec<_> = std::fs::read_dir(t.dir.path().join("run/isold"))
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let m = e.metadata().unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                m.ino(),
+                m.len(),
+                m.mtime(),
+                m.mtime_nsec(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// A thread that starves again and again (ktimers/3 behind a FIFO loop) costs one state
+/// write: its own policy is recorded before its first loan and kept between loans, each
+/// loan's end writes its policy back without touching the state files, and the record goes
+/// once it is not lent again for KEEP_FOR. A policy its owner changed between two loans is
+/// recorded anew and is what it gets back.
+#[test]
+fn a_thread_lent_again_and_again_is_recorded_once() {
+    let (t, mut g, t0) = kworker_waits();
+    let files = t.files();
+    let loop_ns = std::cell::Cell::new(100);
+    let mut kw_ns = 100;
+    let mut runs = 6;
+    let mut at = t0;
+    let step = |g: &mut Guard, at: &mut Instant| {
+        *at += Duration::from_millis(250);
+        loop_ns.set(loop_ns.get() + 1000);
+        t.put(
+            "proc/10/task/10/schedstat",
+            &format!("{} 0 5\n", loop_ns.get()),
+        );
+        g.pass(&t.root, *at)
+    };
+    let lend = |g: &mut Guard, at: &mut Instant| {
+        for _ in 0..16 {
+            step(g, at);
+            if g.lent() == 1 {
+                return;
+            }
+        }
+        panic!("not lent");
+    };
+    lend(&mut g, &mut at);
+    let recorded = state_snapshot(&t);
+    assert_eq!(loans(&files), 1);
+    for _ in 0..5 {
+        // It runs under its loan and sleeps: its own policy back at the next pass.
+        kw_ns += 1000;
+        runs += 1;
+        t.thread(20, "kworker/3:1", 0x4208060, 'S', SCHED_DEADLINE, 0, 3, "3");
+        t.put("proc/20/task/20/schedstat", &format!("{kw_ns} 0 {runs}\n"));
+        step(&mut g, &mut at);
+        assert_eq!(g.lent(), 0);
+        assert_eq!(t.state_of(20), ('S', 0));
+        // Woken again: it starves again and is lent again.
+        t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
+        t.put("proc/20/task/20/schedstat", &format!("{kw_ns} 0 {runs}\n"));
+        lend(&mut g, &mut at);
+        assert_eq!(t.state_of(20), ('R', SCHED_DEADLINE));
+    }
+    assert_eq!(state_snapshot(&t), recorded, "the state files were written");
+    assert_eq!(loans(&files), 1);
+
+    // Given back; its owner makes it SCHED_BATCH before it starves again: recorded anew,
+    // and SCHED_BATCH is what it gets back.
+    kw_ns += 1000;
+    runs += 1;
+    t.thread(20, "kworker/3:1", 0x4208060, 'S', SCHED_DEADLINE, 0, 3, "3");
+    t.put("proc/20/task/20/schedstat", &format!("{kw_ns} 0 {runs}\n"));
+    step(&mut g, &mut at);
+    t.thread(20, "kworker/3:1", 0x4208060, 'R', 3, 0, 3, "3");
+    t.put("proc/20/task/20/schedstat", &format!("{kw_ns} 0 {runs}\n"));
+    lend(&mut g, &mut at);
+    assert_ne!(state_snapshot(&t), recorded);
+    assert_eq!(loans(&files), 1);
+    kw_ns += 1000;
+    t.thread(20, "kworker/3:1", 0x4208060, 'S', SCHED_DEADLINE, 0, 3, "3");
+    t.put(
+        "proc/20/task/20/schedstat",
+        &format!("{kw_ns} 0 {}\n", runs + 1),
+    );
+    step(&mut g, &mut at);
+    assert_eq!(t.state_of(20), ('S', 3));
+
+    // Not lent again for KEEP_FOR: the record goes.
+    let ended = at;
+    while at < ended + KEEP_FOR - Duration::from_millis(300) {
+        step(&mut g, &mut at);
+    }
+    assert_eq!(loans(&files), 1);
+    while at < ended + KEEP_FOR + Duration::from_millis(300) {
+        step(&mut g, &mut at);
+    }
+    assert_eq!(loans(&files), 0);
+    assert_eq!(t.state_of(20), ('S', 3));
+}
+
+/// A stop drops every kept record: nothing of the guard is left in the state files.
+#[test]
+fn a_stop_leaves_no_record() {
+    let (t, mut g, t0) = kworker_waits();
+    let mut at = t0;
+    let mut loop_ns = 100;
+    while g.lent() == 0 && at < t0 + Duration::from_secs(4) {
+        at += Duration::from_millis(250);
+        loop_ns += 1000;
+        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
+        g.pass(&t.root, at);
+    }
+    t.thread(20, "kworker/3:1", 0x4208060, 'S', SCHED_DEADLINE, 0, 3, "3");
+    t.put("proc/20/task/20/schedstat", "900 0 6\n");
+    g.pass(&t.root, at + Duration::from_millis(250));
+    assert_eq!((g.lent(), loans(&t.files())), (0, 1));
+    g.give_back_all(&t.root);
+    assert_eq!(loans(&t.files()), 0);
+    assert_eq!(t.state_of(20), ('S', 0));
 }
 
 /// A task and CPU 3's kworker found starving at the same pass: the kworker, whose work

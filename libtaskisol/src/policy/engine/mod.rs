@@ -18,7 +18,7 @@ pub use super::common::{lock, lock_path, StateLock};
 use super::partition;
 use super::plan::{plan, Op, Target};
 pub use super::restore::{
-    forget_gone_devices, forget_gone_threads, give_back, restore, restore_where,
+    forget_gone_devices, forget_gone_threads, forget_where, give_back, restore, restore_where,
 };
 use super::state::{self, Entry, Ledger, Original, StateFiles};
 use super::threads::{refusal, set_thread_affinity_if, set_thread_sched, Refusal};
@@ -48,6 +48,29 @@ pub fn record_original(
     let mut ledger = Ledger::load(files, root, isolated.to_string(), config.to_string())?;
     if !ledger.state.record(entry) {
         return Ok(false);
+    }
+    ledger.persist().map_err(|e| ledger.not_recorded(e))?;
+    Ok(true)
+}
+
+/// Record `entry` as [`record_original`] does, or, when its id recorded another original
+/// (a thread whose owner changed its policy since it was recorded), replace that one: the
+/// state files are written only when the entry is new or changed. Returns whether they were.
+pub fn record_current(
+    root: &SysRoot,
+    files: &StateFiles,
+    isolated: &str,
+    config: &str,
+    entry: Entry,
+) -> Result<bool> {
+    let _lock = lock(&files.runtime)?;
+    let mut ledger = Ledger::load(files, root, isolated.to_string(), config.to_string())?;
+    match ledger.state.get_mut(&entry.id) {
+        Some(e) if e.original == entry.original => return Ok(false),
+        Some(e) => *e = entry,
+        None => {
+            ledger.state.record(entry);
+        }
     }
     ledger.persist().map_err(|e| ledger.not_recorded(e))?;
     Ok(true)
