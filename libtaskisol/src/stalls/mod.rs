@@ -21,8 +21,9 @@
 //!    or ranks at least as high, or alone for [`NOT_RUNNING_AFTER`] ([`starving`]).
 //!
 //! A starving thread is lent SCHED_DEADLINE (`runtime_us` every `period_us`, reset-on-fork),
-//! one per CPU at a time (the CPU's own kernel threads first, whose work other CPUs wait on,
-//! then the longest waiting), for at most `lend_for`, or until it is no longer runnable; its own
+//! one per CPU at a time (the longest waiting first, the CPU's own kernel threads, whose work
+//! other CPUs wait on, counting a threshold more), for at most `lend_for`, or until it is no
+//! longer runnable; its own
 //! policy is recorded in the state files first ([`crate::policy::state::Original::Loan`]) and written back at the
 //! end, so `isold restore` and the next start after a `kill -9` give it back too; the record
 //! is kept [`KEEP_FOR`] after the loan, so a thread lent again and again costs one write. Where the
@@ -366,12 +367,17 @@ impl Guard {
             now,
             self.watch.settings.threshold,
         );
-        // One loan per CPU: a CPU's own kernel threads first (other CPUs wait on their work:
-        // a flush, a grace period, a timer), then the longest waiting.
+        // One loan per CPU, the longest waiting first; a CPU's own kernel threads (other CPUs
+        // wait on their work: a flush, a grace period, a timer) count a threshold more: they
+        // go before a task that waited as long, never before one that waited a threshold
+        // longer, so a task is not kept waiting behind kernel threads that starve again and
+        // again (ktimers/3, rcuc/3 behind a FIFO loop on PREEMPT_RT).
+        let threshold = self.watch.settings.threshold;
         starving.sort_by_key(|(tid, _)| {
-            self.tracked
-                .get(tid)
-                .map(|t| (t.seen.kind() != Kind::PerCpuKthread, t.since))
+            self.tracked.get(tid).map(|t| match t.seen.kind() {
+                Kind::PerCpuKthread => t.since,
+                _ => t.since + threshold,
+            })
         });
         // One loan per CPU at a time: the workload loses at most one slice's share.
         let mut lent_on: CpuSet = self.loans.values().map(|l| l.thread.cpu as usize).collect();

@@ -513,6 +513,45 @@ fn a_cpus_own_kernel_thread_is_lent_before_a_task() {
     }
 }
 
+/// A task waiting behind a kernel thread of its CPU that never gets done (each loan runs
+/// out with it still runnable) is lent once it has waited a threshold longer: a CPU's own
+/// kernel threads go first only among threads that waited about as long. (Seen: a task
+/// preempted inside an RCU read-side section on CPU 3 of 7.2-rt, kept waiting for minutes
+/// behind ktimers/3 and rcuc/3, stalled RCU for the whole machine.)
+#[test]
+fn a_task_is_not_kept_waiting_behind_kernel_threads_for_good() {
+    let t = Tree::new();
+    t.thread(40, "sh", 0x400100, 'S', 0, 0, 3, "3");
+    let mut g = guard(&t, StallsConfig::default());
+    let t0 = Instant::now();
+    g.pass(&t.root, t0);
+    t.idle([200, 200, 200, 100]);
+    t.thread(40, "sh", 0x400100, 'R', 0, 0, 3, "3");
+    t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
+    let mut loop_ns = 100;
+    let mut at = t0;
+    let mut lent = Vec::new();
+    for _ in 0..40 {
+        at += Duration::from_millis(250);
+        loop_ns += 1000;
+        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
+        for e in g.pass(&t.root, at) {
+            if let Event::Rescued(r) = e {
+                lent.push((r.thread.tid, at - t0));
+            }
+        }
+        if lent.iter().any(|(tid, _)| *tid == 40) {
+            break;
+        }
+    }
+    assert_eq!(lent.first().map(|l| l.0), Some(20), "{lent:?}");
+    let task = lent.iter().find(|(tid, _)| *tid == 40);
+    assert!(
+        task.is_some_and(|(_, after)| *after <= Duration::from_millis(5500)),
+        "{lent:?}"
+    );
+}
+
 /// A lent thread that ends (it ran to its end) is given back as gone and as having run,
 /// and its loan stays SCHED_DEADLINE: it is not taken for one the kernel did not run,
 /// however late the guard looks.
