@@ -60,6 +60,29 @@ pub(super) fn parse_sched(s: &str) -> Result<SchedPolicy, String> {
 /// The items whose state is a table of the file (`[sysctl]`, `[kthread_priority]`, `[kvm]`).
 const TABLE_ITEMS: &[&str] = &["sysctl", "kthread_priority", "kvm"];
 
+/// The values of `t` with their whole dotted names (`prefix.key`) and their keys' spans, in
+/// the table's order: a table below (`vm.stat_interval = 10`, `[sysctl.vm]`, `vm = { ...
+/// }`) is a part of the name, anything else (a value, an array of tables) an entry.
+fn dotted<'a>(
+    t: &'a dyn TableLike,
+    prefix: &str,
+    out: &mut Vec<(String, Option<std::ops::Range<usize>>, &'a Item)>,
+) {
+    for (k, item) in t.iter() {
+        let name = if prefix.is_empty() {
+            k.to_string()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match item.as_table_like() {
+            Some(sub) => dotted(sub, &name, out),
+            None => {
+                let span = t.get_key_value(k).and_then(|(key, _)| key.span());
+                out.push((name, span, item));
+            }
+        }
+    }
+}
 fn item_names() -> Vec<&'static str> {
     items::ALL.iter().map(|i| i.name).collect()
 }
@@ -366,18 +389,47 @@ impl Config {
                 c.printk_line = line_in(t, "printk");
             }
         }
+        // The tables whose keys are dotted names, spelled as tuned does (`vm.stat_interval =
+        // 10`, which TOML reads as tables) or quoted: each name whole, in file order.
+        let walk_dotted = |t: &dyn TableLike,
+                           section: &str,
+                           f: &mut dyn FnMut(&str, &Value) -> Result<(), String>|
+         -> Result<Vec<(String, Option<usize>)>, ConfigError> {
+            let mut flat = Vec::new();
+            dotted(t, "", &mut flat);
+            flat.sort_by_key(|(_, span, _)| span.as_ref().map_or(usize::MAX, |s| s.start));
+            let mut lines: Vec<(String, Option<usize>)> = Vec::new();
+            for (name, key_span, item) in flat {
+                // Quoted and dotted are two keys to TOML, one name here.
+                if let Some((_, first)) = lines.iter().find(|(n, _)| *n == name) {
+                    let first = first.map_or_else(String::new, |l| format!(" (line {l})"));
+                    return Err(err(
+                        key_span,
+                        format!(
+                            "[{section}] {name} is set twice: here and before{first}; keep one"
+                        ),
+                    ));
+                }
+                let Item::Value(v) = item else {
+                    return Err(err(
+                        item.span().or(key_span),
+                        format!("[{section}] {name} must be a value, not a table"),
+                    ));
+                };
+                f(&name, v).map_err(|reason| err(key_span.clone(), reason))?;
+                lines.push((name, line_of(text, key_span)));
+            }
+            Ok(lines)
+        };
         if let Some(t) = table("sysctl")? {
-            walk(t, "sysctl", &mut |k, v| match v {
+            let lines = walk_dotted(t, "sysctl", &mut |k, v| match v {
                 Value::Boolean(b) if !*b.value() => c.set_sysctl(k, None),
                 Value::String(_) | Value::Integer(_) => c.set_sysctl(k, value_text(v).as_deref()),
                 _ => Err(format!("sysctl {k} takes a number, a string or false")),
             })?;
-            for (k, _) in t
-                .iter()
-                .filter(|(k, _)| c.sysctl.iter().any(|(n, _)| n == k))
-            {
-                if let Some(line) = line_in(t, k) {
-                    c.sysctl_lines.insert(k.to_string(), line);
+            for (k, line) in lines {
+                if let Some(line) = line.filter(|_| c.sysctl.iter().any(|(n, _)| *n == k)) {
+                    c.sysctl_lines.insert(k, line);
                 }
             }
         }
@@ -392,7 +444,7 @@ impl Config {
             })?;
         }
         if let Some(t) = table("kvm")? {
-            walk(t, "kvm", &mut |k, v| match v {
+            walk_dotted(t, "kvm", &mut |k, v| match v {
                 Value::Boolean(b) if !*b.value() => c.set_kvm(k, None),
                 Value::String(_) | Value::Integer(_) => c.set_kvm(k, value_text(v).as_deref()),
                 _ => Err(format!("kvm {k} takes a number, a string or false")),

@@ -627,3 +627,75 @@ fn every_preset_parses_with_every_item_switched() {
         }
     }
 }
+
+/// tuned's spelling of sysctl names: dotted keys (`vm.stat_interval = 10`, which TOML reads
+/// as tables), `[sysctl.vm]` and inline tables name what the quoted key names, in file
+/// order, with their lines; [kvm]'s module.parameter alike. One name spelled both ways is
+/// refused, naming both lines.
+#[test]
+fn tuned_dotted_names_are_the_names() {
+    let quoted = parse(
+        "isolated_cpus = \"2-3\"\n[sysctl]\n\"vm.stat_interval\" = 10\n\"kernel.nmi_watchdog\" = false\n\"net.core.busy_read\" = 50\n\"vm.dirty_ratio\" = 5\n",
+    )
+    .unwrap();
+    let dotted = parse(
+        "isolated_cpus = \"2-3\"\n[sysctl]\nvm.stat_interval = 10\nkernel.nmi_watchdog = false\nnet.core.busy_read = 50\nvm.dirty_ratio = 5\n",
+    )
+    .unwrap();
+    assert_eq!(dotted.sysctl, quoted.sysctl);
+    assert!(dotted
+        .sysctl
+        .contains(&("net.core.busy_read".into(), "50".into())));
+    assert!(!dotted
+        .sysctl
+        .iter()
+        .any(|(k, _)| k == "kernel.nmi_watchdog"));
+    // File order, across the prefixes TOML groups them by.
+    let added: Vec<&str> = dotted
+        .sysctl
+        .iter()
+        .map(|(k, _)| k.as_str())
+        .filter(|k| ["net.core.busy_read", "vm.dirty_ratio"].contains(k))
+        .collect();
+    assert_eq!(added, ["net.core.busy_read", "vm.dirty_ratio"]);
+    assert_eq!(dotted.sysctl_lines.get("vm.stat_interval"), Some(&3));
+    assert_eq!(dotted.sysctl_lines.get("vm.dirty_ratio"), Some(&6));
+    let tables = parse(
+        "isolated_cpus = \"2-3\"\n[sysctl]\nkernel.nmi_watchdog = false\nnet = { core = { busy_read = 50 } }\n[sysctl.vm]\nstat_interval = 10\ndirty_ratio = 5\n",
+    )
+    .unwrap();
+    let sorted = |c: &Config| {
+        let mut v = c.sysctl.clone();
+        v.sort();
+        v
+    };
+    assert_eq!(sorted(&tables), sorted(&quoted));
+
+    let kvm =
+        parse("isolated_cpus = \"2-3\"\n[kvm]\nkvm.halt_poll_ns = 0\nkvm.nx_huge_pages = false\n")
+            .unwrap();
+    let kvm_quoted = parse(
+        "isolated_cpus = \"2-3\"\n[kvm]\n\"kvm.halt_poll_ns\" = 0\n\"kvm.nx_huge_pages\" = false\n",
+    )
+    .unwrap();
+    assert_eq!(kvm.kvm, kvm_quoted.kvm);
+    assert!(kvm
+        .kvm
+        .contains(&("kvm".into(), "halt_poll_ns".into(), "0".into())));
+
+    let e = parse(
+        "isolated_cpus = \"2-3\"\n[sysctl]\n\"vm.stat_interval\" = 5\nvm.stat_interval = 6\n",
+    )
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "/etc/isold/isold.toml:4: [sysctl] vm.stat_interval is set twice: here and before (line 3); keep one"
+    );
+    // A value TOML reads as a table of tables is still no name's value.
+    let e = parse("isolated_cpus = \"2-3\"\n[sysctl]\nvm = [{ a = 1 }]\n").unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("sysctl vm takes a number, a string or false"),
+        "{e}"
+    );
+}
