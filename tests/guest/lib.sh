@@ -909,7 +909,9 @@ noise_case() {
         grep -q '^Cpus_allowed_list:[[:space:]]*3$' $_t/status && echo "oslat_worker=${_t##*/}"
     done
     _n0=$(now_cs)
-    isold noise --cpus 2-3 --duration 10 --json >/tmp/noise.json 2>/tmp/noise.err &
+    # 30 s: the culprits below take 5 s, and with two guests on the host's two cores the
+    # commands between them took 10 s more (a 10 s window once ended half way through).
+    isold noise --cpus 2-3 --duration 30 --json >/tmp/noise.json 2>/tmp/noise.err &
     _nz=$!
     # The culprits below must fall in its window. Under TCG, with oslat spinning on CPU 3,
     # each event it enables takes 0.2-0.5 s (text patching waits on every CPU): it took 5-15 s

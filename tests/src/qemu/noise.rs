@@ -13,7 +13,7 @@ use super::{Expect, Scenario, StepOutput};
 pub const STEP: &str = "isold_noise_names_each_culprit_beside_oslat";
 
 /// The time the step may take (TCG: the one-time measure's start, up to 120 s under load,
-/// its 10 s, isold's start and stop, the reads).
+/// its 30 s, isold's start and stop, the reads).
 pub const STEP_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The JSON printed by the step between "--- NAME" and "--- end".
