@@ -188,7 +188,11 @@ pub fn run(
         Some(Err(e)) => return fail(format!("--osnoise: {e}")),
         None => None,
     };
-    let window = if root.is_host() {
+    // No window asked, none taken: the two samples' few milliseconds apart are no
+    // observation, and rates from them would be a single count scaled up.
+    let window = if args.duration <= 0.0 {
+        0.0
+    } else if root.is_host() {
         elapsed
     } else {
         args.duration

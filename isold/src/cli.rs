@@ -82,7 +82,7 @@ pub enum Command {
     Restore(RestoreArgs),
     /// Check the configuration file and print the resolved policy; change nothing.
     Check(Output),
-    /// Who can and who did disturb each isolated CPU, with the fix for each; change nothing.
+    /// Who can and who did disturb each isolated CPU, with the fix for each; changes no setting (a window records the tick_stop tracepoint, which interrupts every CPU once; --duration 0 touches nothing).
     Audit(AuditArgs),
     /// Every interruption of each isolated CPU, timed and named: the longest, and the sources ranked by the time they took; from the ledger of the running `isold run`, or recorded once with --duration.
     Noise(NoiseArgs),
@@ -189,7 +189,9 @@ pub struct AuditArgs {
     #[arg(long = "cpus", value_name = "LIST")]
     pub cpus: Option<String>,
 
-    /// Seconds to watch the CPUs for the "disturbed by" part; 0 takes no window.
+    /// Seconds to watch the CPUs for the "disturbed by" part, recording the kernel's
+    /// tick_stop tracepoint meanwhile; 0 takes no window: what can disturb only, no rate,
+    /// nothing enabled.
     #[arg(
         short = 'd',
         long = "duration",

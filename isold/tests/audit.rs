@@ -634,6 +634,35 @@ fn the_audit_of_this_machine_leaves_itself_out() {
         !pids.contains(&audit_pid),
         "the audit ({audit_pid}) reported itself: {pids:?}"
     );
+    // --duration 0 is no window: no rate from the two samples' few milliseconds.
+    assert_eq!(v["window_s"], 0.0);
+    let c = &v["per_cpu"][0];
+    assert_eq!(c["verdict"], "unobserved", "{c}");
+    assert!(c["tick"].is_null(), "{c}");
+    assert_eq!(c["disturbed_by"].as_array().map(Vec::len), Some(0), "{c}");
+}
+
+/// The same in words: `--duration 0` prints what can disturb and says there was no window,
+/// with no rate anywhere.
+#[test]
+fn a_zero_window_on_this_machine_prints_no_rate() {
+    let out = Command::new(env!("CARGO_BIN_EXE_isold"))
+        .args(["audit", "--cpus", "1", "--duration", "0"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("audit: no window (--duration 0): what can disturb, not what did"),
+        "{text}"
+    );
+    for rate in ["/s)", "/s,", "/s "] {
+        assert!(!text.contains(rate), "{rate} in {text}");
+    }
 }
 
 /// The CPU's settings follow the kernel's: the tick stopped only under nohz_full, RCU

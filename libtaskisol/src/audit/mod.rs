@@ -518,31 +518,35 @@ pub fn audit(
         let tick = tick_of(&irq_deltas, cpu, window_s, nohz_full);
         let mut did = Vec::new();
         let mut workload_irqs_fired = Vec::new();
-        let at = At {
-            cpu,
-            nohz_full,
-            cpus: &scope.cpus,
-            window_s,
-        };
-        did_interrupts(
-            &irq_deltas,
-            &at,
-            &irqs,
-            (&mut did, &mut workload_irqs_fired),
-        );
-        if let Some(d) = &softirq_deltas {
-            did_softirqs(d, cpu, window_s, &mut did);
-        }
         let mut workloads_ran = Vec::new();
-        did_threads(
-            &earlier,
-            after,
-            cpu,
-            window_s,
-            &workload_of,
-            &mut did,
-            &mut workloads_ran,
-        );
+        // No window, nothing observed: two samples a few milliseconds apart (taken anyway)
+        // say nothing of what disturbs, and their counts would read as rates.
+        if window_s > 0.0 {
+            let at = At {
+                cpu,
+                nohz_full,
+                cpus: &scope.cpus,
+                window_s,
+            };
+            did_interrupts(
+                &irq_deltas,
+                &at,
+                &irqs,
+                (&mut did, &mut workload_irqs_fired),
+            );
+            if let Some(d) = &softirq_deltas {
+                did_softirqs(d, cpu, window_s, &mut did);
+            }
+            did_threads(
+                &earlier,
+                after,
+                cpu,
+                window_s,
+                &workload_of,
+                &mut did,
+                &mut workloads_ran,
+            );
+        }
         did.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.source.cmp(&b.source)));
         let starving = starving_threads(&earlier, after, cpu, window_s);
         let without_quiesce = if interface {
