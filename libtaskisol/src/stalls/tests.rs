@@ -1,6 +1,6 @@
 use super::loan::DEADLINE_GRACE;
 use super::*;
-use crate::policy::state::State;
+use crate::policy::state::{Entry, Original, State};
 
 fn seen(tid: i32, policy: u32, prio: u32) -> Seen {
     Seen {
@@ -450,6 +450,7 @@ fn a_thread_lent_again_and_again_is_recorded_once() {
         step(&mut g, &mut at);
     }
     assert_eq!(loans(&files), 0);
+    assert_eq!(g.recorded(), 0);
     assert_eq!(t.state_of(20), ('S', 3));
 }
 
@@ -662,4 +663,110 @@ fn the_workloads_rt_threads_and_ignored_ones_are_left_alone() {
     for tid in [40, 50, 60] {
         assert_ne!(t.state_of(tid).1, SCHED_DEADLINE);
     }
+}
+
+fn loan_entry(starttime: u64, policy: u32) -> Entry {
+    Entry {
+        id: format!("loan:20:{starttime}"),
+        item: "stalls".into(),
+        label: "lent a slice: kworker/3:1 (kernel thread 20)".into(),
+        original: Original::Loan {
+            pid: 20,
+            tid: 20,
+            starttime,
+            comm: "kworker/3:1".into(),
+            policy,
+            rt_priority: 0,
+            nice: 0,
+            reset_on_fork: false,
+        },
+    }
+}
+
+/// What the guard's records rest on: record_current writes a new entry, leaves an equal one
+/// unwritten and replaces a changed one; forget_where drops the entries it picks and says
+/// how many, leaves the rest, and touches nothing over a state with a line set aside.
+#[test]
+fn records_are_written_only_when_new_or_changed_and_forgotten_by_id() {
+    use crate::policy::engine::{forget_where, record_current};
+    let t = Tree::new();
+    let files = t.files();
+    let rec = |e| record_current(&t.root, &files, "2-3", "isold.toml", e).unwrap();
+    assert!(rec(loan_entry(7, 0)));
+    let written = state_snapshot(&t);
+    assert!(!rec(loan_entry(7, 0)));
+    assert_eq!(state_snapshot(&t), written);
+    assert!(rec(loan_entry(7, 3)));
+    let s = State::load(&files.runtime).unwrap().unwrap();
+    assert!(matches!(
+        s.get("loan:20:7").map(|e| &e.original),
+        Some(Original::Loan { policy: 3, .. })
+    ));
+    assert!(rec(loan_entry(8, 0)));
+    assert_eq!(loans(&files), 2);
+    assert_eq!(
+        forget_where(&t.root, &files, |i| i == "loan:20:7").unwrap(),
+        1
+    );
+    assert_eq!(loans(&files), 1);
+    assert_eq!(
+        forget_where(&t.root, &files, |i| i == "loan:20:7").unwrap(),
+        0
+    );
+    // A torn journal line: set aside for the next apply or restore to report, so the state
+    // is not rewritten here.
+    let journal = t.dir.path().join("run/isold/state.journal");
+    let mut text = std::fs::read_to_string(&journal).unwrap_or_default();
+    text.push_str("{\"torn\n");
+    std::fs::write(&journal, text).unwrap();
+    assert_eq!(forget_where(&t.root, &files, |_| true).unwrap(), 0);
+    assert_eq!(loans(&files), 1);
+}
+
+/// A thread gone and another given its tid: the old record goes when the new one is lent,
+/// and recorded() counts the threads the state holds for the guard.
+#[test]
+fn a_reused_tid_replaces_the_gone_threads_record() {
+    let (t, mut g, t0) = kworker_waits();
+    let files = t.files();
+    let mut at = t0;
+    let mut loop_ns = 100;
+    let mut tick = |g: &mut Guard, at: &mut Instant| {
+        *at += Duration::from_millis(250);
+        loop_ns += 1000;
+        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
+        g.pass(&t.root, *at);
+    };
+    while g.lent() == 0 && at < t0 + Duration::from_secs(4) {
+        tick(&mut g, &mut at);
+    }
+    assert_eq!((g.lent(), g.recorded()), (1, 1));
+    // It runs and sleeps: given back, its record kept.
+    t.thread(20, "kworker/3:1", 0x4208060, 'S', SCHED_DEADLINE, 0, 3, "3");
+    t.put("proc/20/task/20/schedstat", "900 0 6\n");
+    tick(&mut g, &mut at);
+    assert_eq!((g.lent(), g.recorded()), (0, 1));
+    // Gone; a new thread with tid 20 (another start time) starves there.
+    let stat = t.dir.path().join("proc/20/task/20/stat");
+    let text = std::fs::read_to_string(&stat).unwrap();
+    let mut f: Vec<String> = text.split(' ').map(String::from).collect();
+    // Field 22, the start time (the fixture's 7).
+    f[21] = "8".into();
+    f[2] = "R".into();
+    f[40] = "0".into();
+    let text = f.join(" ");
+    std::fs::write(&stat, &text).unwrap();
+    std::fs::write(t.dir.path().join("proc/20/stat"), &text).unwrap();
+    while g.lent() == 0 && at < t0 + Duration::from_secs(12) {
+        tick(&mut g, &mut at);
+    }
+    assert_eq!((g.lent(), g.recorded()), (1, 1));
+    let s = State::load(&files.runtime).unwrap().unwrap();
+    let ids: Vec<&str> = s
+        .entries()
+        .iter()
+        .map(|e| e.id.as_str())
+        .filter(|i| i.starts_with("loan:"))
+        .collect();
+    assert_eq!(ids, ["loan:20:8"]);
 }
