@@ -284,7 +284,11 @@ fn a_thread_still_waiting_when_its_loan_runs_out_is_lent_again_at_once() {
         for e in g.pass(&t.root, at) {
             match e {
                 Event::Rescued(r) if lent.is_none() => lent = Some((at, r.first_of_episode)),
-                Event::Returned { .. } if returned.is_none() => returned = Some(at),
+                // It ran under its deadline loan: never taken for one the kernel did not run.
+                Event::Returned { how, .. } if returned.is_none() => {
+                    assert_eq!(how, How::Deadline);
+                    returned = Some(at)
+                }
                 Event::Rescued(r) if returned.is_some() && again.is_none() => {
                     again = Some((at, r.first_of_episode))
                 }

@@ -660,6 +660,8 @@ fn tuned_dotted_names_are_the_names() {
     assert_eq!(added, ["net.core.busy_read", "vm.dirty_ratio"]);
     assert_eq!(dotted.sysctl_lines.get("vm.stat_interval"), Some(&3));
     assert_eq!(dotted.sysctl_lines.get("vm.dirty_ratio"), Some(&6));
+    // A name turned off sets nothing: no line of its own.
+    assert!(!dotted.sysctl_lines.contains_key("kernel.nmi_watchdog"));
     let tables = parse(
         "isolated_cpus = \"2-3\"\n[sysctl]\nkernel.nmi_watchdog = false\nnet = { core = { busy_read = 50 } }\n[sysctl.vm]\nstat_interval = 10\ndirty_ratio = 5\n",
     )
