@@ -774,3 +774,58 @@ fn a_reused_tid_replaces_the_gone_threads_record() {
         .collect();
     assert_eq!(ids, ["loan:20:8"]);
 }
+
+/// Two threads with records: the one that expires goes, the other's stays, and goes in
+/// its turn once its own last loan is KEEP_FOR old.
+#[test]
+fn each_record_expires_on_its_own() {
+    let t = Tree::new();
+    t.thread(40, "sh", 0x400100, 'S', 0, 0, 3, "3");
+    let mut g = guard(&t, StallsConfig::default());
+    let t0 = Instant::now();
+    g.pass(&t.root, t0);
+    t.idle([200, 200, 200, 100]);
+    t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
+    t.thread(40, "sh", 0x400100, 'R', 0, 0, 3, "3");
+    let files = t.files();
+    let loop_ns = std::cell::Cell::new(100);
+    let tick = |g: &mut Guard, at: &mut Instant| {
+        *at += Duration::from_millis(250);
+        loop_ns.set(loop_ns.get() + 1000);
+        t.put(
+            "proc/10/task/10/schedstat",
+            &format!("{} 0 5\n", loop_ns.get()),
+        );
+        g.pass(&t.root, *at)
+    };
+    let mut at = t0;
+    // The kworker is lent first, runs and sleeps: its record kept from here.
+    while !(g.lent() == 1 && t.state_of(20).1 == SCHED_DEADLINE) {
+        tick(&mut g, &mut at);
+        assert!(at < t0 + Duration::from_secs(5));
+    }
+    t.thread(20, "kworker/3:1", 0x4208060, 'S', SCHED_DEADLINE, 0, 3, "3");
+    t.put("proc/20/task/20/schedstat", "900 0 6\n");
+    tick(&mut g, &mut at);
+    let kw_back = at;
+    // The task, which never runs, is lent on and on meanwhile.
+    while at < kw_back + KEEP_FOR {
+        tick(&mut g, &mut at);
+    }
+    assert_eq!(
+        loans(&files),
+        1,
+        "the kworker's record went, the task's stays"
+    );
+    assert_eq!(g.recorded(), 1);
+    // The task runs and sleeps: its own record goes KEEP_FOR later.
+    t.thread(40, "sh", 0x400100, 'S', SCHED_DEADLINE, 0, 3, "3");
+    t.put("proc/40/task/40/schedstat", "900 0 6\n");
+    tick(&mut g, &mut at);
+    assert_eq!(t.state_of(40), ('S', 0));
+    let task_back = at;
+    while at < task_back + KEEP_FOR + Duration::from_millis(300) {
+        tick(&mut g, &mut at);
+    }
+    assert_eq!((loans(&files), g.recorded()), (0, 0));
+}
