@@ -44,13 +44,7 @@ pub fn record_original(
     config: &str,
     entry: Entry,
 ) -> Result<bool> {
-    let _lock = lock(&files.runtime)?;
-    let mut ledger = Ledger::load(files, root, isolated.to_string(), config.to_string())?;
-    if !ledger.state.record(entry) {
-        return Ok(false);
-    }
-    ledger.persist().map_err(|e| ledger.not_recorded(e))?;
-    Ok(true)
+    record_with(root, files, isolated, config, entry, false)
 }
 
 /// Record `entry` as [`record_original`] does, or, when its id recorded another original
@@ -63,10 +57,23 @@ pub fn record_current(
     config: &str,
     entry: Entry,
 ) -> Result<bool> {
+    record_with(root, files, isolated, config, entry, true)
+}
+
+/// One entry recorded under the state files' lock; an entry of the same id is kept, or
+/// replaced when `replace` and its original differs. Persisted only when something changed.
+fn record_with(
+    root: &SysRoot,
+    files: &StateFiles,
+    isolated: &str,
+    config: &str,
+    entry: Entry,
+    replace: bool,
+) -> Result<bool> {
     let _lock = lock(&files.runtime)?;
     let mut ledger = Ledger::load(files, root, isolated.to_string(), config.to_string())?;
     match ledger.state.get_mut(&entry.id) {
-        Some(e) if e.original == entry.original => return Ok(false),
+        Some(e) if !replace || e.original == entry.original => return Ok(false),
         Some(e) => *e = entry,
         None => {
             ledger.state.record(entry);
