@@ -66,13 +66,19 @@ fn who_starves_behind_whom() {
 struct Tree {
     dir: tempfile::TempDir,
     root: SysRoot,
+    /// The loop's CPU time so far (its schedstat), ns.
+    loop_ns: std::cell::Cell<u64>,
 }
 
 impl Tree {
     fn new() -> Tree {
         let dir = tempfile::tempdir().unwrap();
         let root = SysRoot::new(dir.path());
-        let t = Tree { dir, root };
+        let t = Tree {
+            dir,
+            root,
+            loop_ns: std::cell::Cell::new(100),
+        };
         t.put("proc/sys/kernel/random/boot_id", "b00t\n");
         t.idle([100, 100, 100, 100]);
         t.thread(10, "sh", 0x400100, 'R', 1, 1, 3, "3");
@@ -127,6 +133,22 @@ impl Tree {
             &format!("proc/{tid}/stat"),
             &format!("{tid} ({comm}) {}\n", f.join(" ")),
         );
+    }
+
+    /// The loop on CPU 3 ran since the last look (its CPU time moved on).
+    fn loop_ran(&self) {
+        self.loop_ns.set(self.loop_ns.get() + 1000);
+        self.put(
+            "proc/10/task/10/schedstat",
+            &format!("{} 0 5\n", self.loop_ns.get()),
+        );
+    }
+
+    /// A quarter second on, the loop having run: the guard's pass then.
+    fn step(&self, g: &mut Guard, at: &mut Instant) -> Vec<Event> {
+        *at += Duration::from_millis(250);
+        self.loop_ran();
+        g.pass(&self.root, *at)
     }
 
     fn state_of(&self, tid: i32) -> (char, u32) {
@@ -193,14 +215,10 @@ fn a_starving_kworker_is_lent_a_slice_and_given_it_back() {
     // CPU 3 busy from now on (its idle time stands), the kworker woken there.
     t.idle([200, 200, 200, 100]);
     t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
-    let mut loop_ns = 100;
     let mut at = t0;
     let mut rescued = None;
     for _ in 0..12 {
-        at += Duration::from_millis(250);
-        loop_ns += 1000;
-        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
-        for e in g.pass(&t.root, at) {
+        for e in t.step(&mut g, &mut at) {
             if let Event::Rescued(r) = e {
                 rescued = Some((at - t0, r));
             }
@@ -243,10 +261,7 @@ fn a_starving_kworker_is_lent_a_slice_and_given_it_back() {
     t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
     let mut at = at + Duration::from_millis(250);
     for _ in 0..12 {
-        at += Duration::from_millis(250);
-        loop_ns += 1000;
-        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
-        g.pass(&t.root, at);
+        t.step(&mut g, &mut at);
         if g.lent() == 1 {
             break;
         }
@@ -268,13 +283,11 @@ fn a_starving_kworker_is_lent_a_slice_and_given_it_back() {
 #[test]
 fn a_thread_still_waiting_when_its_loan_runs_out_is_lent_again_at_once() {
     let (t, mut g, t0) = kworker_waits();
-    let mut loop_ns = 100;
     let mut kw_ns = 100;
     let (mut lent, mut returned, mut again) = (None, None, None);
     for i in 1..=40u64 {
         let at = t0 + Duration::from_millis(250 * i);
-        loop_ns += 1000;
-        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
+        t.loop_ran();
         if lent.is_some() && returned.is_none() {
             // It runs a little under its loan, never enough to finish, and not at all
             // once the loan is over.
@@ -320,13 +333,9 @@ fn one_loan_per_cpu_at_a_time() {
     t.idle([200, 200, 200, 100]);
     t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
     t.thread(70, "kworker/3:2", 0x4208060, 'R', 0, 0, 3, "3");
-    let mut loop_ns = 100;
     let mut at = t0;
     for _ in 0..12 {
-        at += Duration::from_millis(250);
-        loop_ns += 1000;
-        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
-        g.pass(&t.root, at);
+        t.step(&mut g, &mut at);
     }
     assert_eq!(g.lent(), 1);
     let lent: Vec<i32> = [20, 70]
@@ -380,22 +389,12 @@ fn state_snapshot(t: &Tree) -> Vec<(String, u64, u64, i64, i64)> {
 fn a_thread_lent_again_and_again_is_recorded_once() {
     let (t, mut g, t0) = kworker_waits();
     let files = t.files();
-    let loop_ns = std::cell::Cell::new(100);
     let mut kw_ns = 100;
     let mut runs = 6;
     let mut at = t0;
-    let step = |g: &mut Guard, at: &mut Instant| {
-        *at += Duration::from_millis(250);
-        loop_ns.set(loop_ns.get() + 1000);
-        t.put(
-            "proc/10/task/10/schedstat",
-            &format!("{} 0 5\n", loop_ns.get()),
-        );
-        g.pass(&t.root, *at)
-    };
     let lend = |g: &mut Guard, at: &mut Instant| {
         for _ in 0..16 {
-            step(g, at);
+            t.step(g, at);
             if g.lent() == 1 {
                 return;
             }
@@ -411,7 +410,7 @@ fn a_thread_lent_again_and_again_is_recorded_once() {
         runs += 1;
         t.thread(20, "kworker/3:1", 0x4208060, 'S', SCHED_DEADLINE, 0, 3, "3");
         t.put("proc/20/task/20/schedstat", &format!("{kw_ns} 0 {runs}\n"));
-        step(&mut g, &mut at);
+        t.step(&mut g, &mut at);
         assert_eq!(g.lent(), 0);
         assert_eq!(t.state_of(20), ('S', 0));
         // Woken again: it starves again and is lent again.
@@ -429,7 +428,7 @@ fn a_thread_lent_again_and_again_is_recorded_once() {
     runs += 1;
     t.thread(20, "kworker/3:1", 0x4208060, 'S', SCHED_DEADLINE, 0, 3, "3");
     t.put("proc/20/task/20/schedstat", &format!("{kw_ns} 0 {runs}\n"));
-    step(&mut g, &mut at);
+    t.step(&mut g, &mut at);
     t.thread(20, "kworker/3:1", 0x4208060, 'R', 3, 0, 3, "3");
     t.put("proc/20/task/20/schedstat", &format!("{kw_ns} 0 {runs}\n"));
     lend(&mut g, &mut at);
@@ -441,17 +440,17 @@ fn a_thread_lent_again_and_again_is_recorded_once() {
         "proc/20/task/20/schedstat",
         &format!("{kw_ns} 0 {}\n", runs + 1),
     );
-    step(&mut g, &mut at);
+    t.step(&mut g, &mut at);
     assert_eq!(t.state_of(20), ('S', 3));
 
     // Not lent again for KEEP_FOR: the record goes.
     let ended = at;
     while at < ended + KEEP_FOR - Duration::from_millis(300) {
-        step(&mut g, &mut at);
+        t.step(&mut g, &mut at);
     }
     assert_eq!(loans(&files), 1);
     while at < ended + KEEP_FOR + Duration::from_millis(300) {
-        step(&mut g, &mut at);
+        t.step(&mut g, &mut at);
     }
     assert_eq!(loans(&files), 0);
     assert_eq!(g.recorded(), 0);
@@ -463,12 +462,8 @@ fn a_thread_lent_again_and_again_is_recorded_once() {
 fn a_stop_leaves_no_record() {
     let (t, mut g, t0) = kworker_waits();
     let mut at = t0;
-    let mut loop_ns = 100;
     while g.lent() == 0 && at < t0 + Duration::from_secs(4) {
-        at += Duration::from_millis(250);
-        loop_ns += 1000;
-        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
-        g.pass(&t.root, at);
+        t.step(&mut g, &mut at);
     }
     t.thread(20, "kworker/3:1", 0x4208060, 'S', SCHED_DEADLINE, 0, 3, "3");
     t.put("proc/20/task/20/schedstat", "900 0 6\n");
@@ -493,14 +488,10 @@ fn a_cpus_own_kernel_thread_is_lent_before_a_task() {
         t.idle([200, 200, 200, 100]);
         t.thread(40, "sh", 0x400100, 'R', 0, 0, 3, "3");
         t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
-        let mut loop_ns = 100;
         let mut at = t0;
         let mut first = None;
         for _ in 0..16 {
-            at += Duration::from_millis(250);
-            loop_ns += 1000;
-            t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
-            first = g.pass(&t.root, at).into_iter().find_map(|e| match e {
+            first = t.step(&mut g, &mut at).into_iter().find_map(|e| match e {
                 Event::Rescued(r) => Some(r.thread.tid),
                 _ => None,
             });
@@ -533,14 +524,10 @@ fn a_task_is_not_kept_waiting_behind_kernel_threads_for_good() {
     t.idle([200, 200, 200, 100]);
     t.thread(40, "sh", 0x400100, 'R', 0, 0, 3, "3");
     t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
-    let mut loop_ns = 100;
     let mut at = t0;
     let mut lent = Vec::new();
     for _ in 0..40 {
-        at += Duration::from_millis(250);
-        loop_ns += 1000;
-        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
-        for e in g.pass(&t.root, at) {
+        for e in t.step(&mut g, &mut at) {
             if let Event::Rescued(r) = e {
                 lent.push((r.thread.tid, at - t0));
             }
@@ -563,13 +550,9 @@ fn a_task_is_not_kept_waiting_behind_kernel_threads_for_good() {
 #[test]
 fn a_lent_thread_that_ends_ran_and_is_no_fifo_loan() {
     let (t, mut g, t0) = kworker_waits();
-    let mut loop_ns = 100;
     let mut at = t0;
     while g.lent() == 0 && at < t0 + Duration::from_secs(4) {
-        at += Duration::from_millis(250);
-        loop_ns += 1000;
-        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
-        g.pass(&t.root, at);
+        t.step(&mut g, &mut at);
     }
     assert_eq!(g.lent(), 1);
     std::fs::remove_dir_all(t.dir.path().join("proc/20")).unwrap();
@@ -597,14 +580,10 @@ fn a_lent_thread_that_ends_ran_and_is_no_fifo_loan() {
 #[test]
 fn pulses_stop_at_the_loans_allowance() {
     let (t, mut g, t0) = kworker_waits();
-    let mut loop_ns = 100;
     let mut at = t0;
     let mut lent_at = None;
     for _ in 0..20 {
-        at += Duration::from_millis(250);
-        loop_ns += 1000;
-        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
-        g.pass(&t.root, at);
+        t.step(&mut g, &mut at);
         if g.lent() == 1 && lent_at.is_none() {
             lent_at = Some(at);
         }
@@ -657,10 +636,8 @@ fn the_workloads_rt_threads_and_ignored_ones_are_left_alone() {
     let t0 = Instant::now();
     g.pass(&t.root, t0);
     t.idle([200, 200, 200, 100]);
-    let mut loop_ns = 100;
     for i in 1..=16 {
-        loop_ns += 1000;
-        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
+        t.loop_ran();
         let ev = g.pass(&t.root, t0 + Duration::from_millis(250 * i));
         assert!(!ev.iter().any(|e| matches!(e, Event::Rescued(_))), "{ev:?}");
     }
@@ -734,21 +711,14 @@ fn a_reused_tid_replaces_the_gone_threads_record() {
     let (t, mut g, t0) = kworker_waits();
     let files = t.files();
     let mut at = t0;
-    let mut loop_ns = 100;
-    let mut tick = |g: &mut Guard, at: &mut Instant| {
-        *at += Duration::from_millis(250);
-        loop_ns += 1000;
-        t.put("proc/10/task/10/schedstat", &format!("{loop_ns} 0 5\n"));
-        g.pass(&t.root, *at);
-    };
     while g.lent() == 0 && at < t0 + Duration::from_secs(4) {
-        tick(&mut g, &mut at);
+        t.step(&mut g, &mut at);
     }
     assert_eq!((g.lent(), g.recorded()), (1, 1));
     // It runs and sleeps: given back, its record kept.
     t.thread(20, "kworker/3:1", 0x4208060, 'S', SCHED_DEADLINE, 0, 3, "3");
     t.put("proc/20/task/20/schedstat", "900 0 6\n");
-    tick(&mut g, &mut at);
+    t.step(&mut g, &mut at);
     assert_eq!((g.lent(), g.recorded()), (0, 1));
     // Gone; a new thread with tid 20 (another start time) starves there.
     let stat = t.dir.path().join("proc/20/task/20/stat");
@@ -762,7 +732,7 @@ fn a_reused_tid_replaces_the_gone_threads_record() {
     std::fs::write(&stat, &text).unwrap();
     std::fs::write(t.dir.path().join("proc/20/stat"), &text).unwrap();
     while g.lent() == 0 && at < t0 + Duration::from_secs(12) {
-        tick(&mut g, &mut at);
+        t.step(&mut g, &mut at);
     }
     assert_eq!((g.lent(), g.recorded()), (1, 1));
     let s = State::load(&files.runtime).unwrap().unwrap();
@@ -788,29 +758,19 @@ fn each_record_expires_on_its_own() {
     t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
     t.thread(40, "sh", 0x400100, 'R', 0, 0, 3, "3");
     let files = t.files();
-    let loop_ns = std::cell::Cell::new(100);
-    let tick = |g: &mut Guard, at: &mut Instant| {
-        *at += Duration::from_millis(250);
-        loop_ns.set(loop_ns.get() + 1000);
-        t.put(
-            "proc/10/task/10/schedstat",
-            &format!("{} 0 5\n", loop_ns.get()),
-        );
-        g.pass(&t.root, *at)
-    };
     let mut at = t0;
     // The kworker is lent first, runs and sleeps: its record kept from here.
     while !(g.lent() == 1 && t.state_of(20).1 == SCHED_DEADLINE) {
-        tick(&mut g, &mut at);
+        t.step(&mut g, &mut at);
         assert!(at < t0 + Duration::from_secs(5));
     }
     t.thread(20, "kworker/3:1", 0x4208060, 'S', SCHED_DEADLINE, 0, 3, "3");
     t.put("proc/20/task/20/schedstat", "900 0 6\n");
-    tick(&mut g, &mut at);
+    t.step(&mut g, &mut at);
     let kw_back = at;
     // The task, which never runs, is lent on and on meanwhile.
     while at < kw_back + KEEP_FOR {
-        tick(&mut g, &mut at);
+        t.step(&mut g, &mut at);
     }
     assert_eq!(
         loans(&files),
@@ -821,11 +781,11 @@ fn each_record_expires_on_its_own() {
     // The task runs and sleeps: its own record goes KEEP_FOR later.
     t.thread(40, "sh", 0x400100, 'S', SCHED_DEADLINE, 0, 3, "3");
     t.put("proc/40/task/40/schedstat", "900 0 6\n");
-    tick(&mut g, &mut at);
+    t.step(&mut g, &mut at);
     assert_eq!(t.state_of(40), ('S', 0));
     let task_back = at;
     while at < task_back + KEEP_FOR + Duration::from_millis(300) {
-        tick(&mut g, &mut at);
+        t.step(&mut g, &mut at);
     }
     assert_eq!((loans(&files), g.recorded()), (0, 0));
 }
