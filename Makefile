@@ -19,6 +19,11 @@ BINDIR ?= $(PREFIX)/bin
 MANDIR ?= $(PREFIX)/share/man
 SYSCONFDIR ?= /etc
 UNITDIR ?= $(PREFIX)/lib/systemd/system
+# Shell completions, where each shell looks for a package's: bash-completion's directory, zsh's
+# vendor directory on Debian (site-functions below any other prefix), fish's vendor directory.
+BASHCOMPDIR ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR ?= $(if $(filter /usr,$(PREFIX)),/usr/share/zsh/vendor-completions,$(PREFIX)/share/zsh/site-functions)
+FISHCOMPDIR ?= $(PREFIX)/share/fish/vendor_completions.d
 # Where podman and CRI-O read OCI hook definitions (oci-hooks(5)): a fixed path, not below PREFIX.
 HOOKSDIR ?= /usr/share/containers/oci/hooks.d
 CARGO ?= cargo
@@ -87,6 +92,16 @@ install-files:
 	$(RELEASE_DIR)/isold items --man-page man/isold.toml.5 >$(DESTDIR)$(MANDIR)/man5/isold.toml.5
 	chmod 644 $(DESTDIR)$(MANDIR)/man5/isold.toml.5
 	$(INSTALL) -Dm644 man/chisol.1 $(DESTDIR)$(MANDIR)/man1/chisol.1
+	# Completions from the programs' own definitions of their commands and options.
+	$(INSTALL) -d $(DESTDIR)$(BASHCOMPDIR) $(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(FISHCOMPDIR)
+	$(RELEASE_DIR)/isold completions bash >$(DESTDIR)$(BASHCOMPDIR)/isold
+	$(RELEASE_DIR)/isold completions zsh >$(DESTDIR)$(ZSHCOMPDIR)/_isold
+	$(RELEASE_DIR)/isold completions fish >$(DESTDIR)$(FISHCOMPDIR)/isold.fish
+	$(RELEASE_DIR)/chisol --completions bash >$(DESTDIR)$(BASHCOMPDIR)/chisol
+	$(RELEASE_DIR)/chisol --completions zsh >$(DESTDIR)$(ZSHCOMPDIR)/_chisol
+	$(RELEASE_DIR)/chisol --completions fish >$(DESTDIR)$(FISHCOMPDIR)/chisol.fish
+	chmod 644 $(DESTDIR)$(BASHCOMPDIR)/isold $(DESTDIR)$(ZSHCOMPDIR)/_isold $(DESTDIR)$(FISHCOMPDIR)/isold.fish \
+		$(DESTDIR)$(BASHCOMPDIR)/chisol $(DESTDIR)$(ZSHCOMPDIR)/_chisol $(DESTDIR)$(FISHCOMPDIR)/chisol.fish
 	$(INSTALL) -d $(DESTDIR)$(UNITDIR)
 	sed 's|\([= ]\)/etc/isold/|\1$(SYSCONFDIR)/isold/|g; s|^ExecStart=/usr/bin/isold run|ExecStart=$(BINDIR)/isold --config $(SYSCONFDIR)/isold/isold.toml run|' \
 		dist/isold.service >$(DESTDIR)$(UNITDIR)/isold.service
@@ -105,7 +120,9 @@ uninstall:
 		$(DESTDIR)$(MANDIR)/man1/chisol.1 $(DESTDIR)$(UNITDIR)/isold.service \
 		$(DESTDIR)$(SYSCONFDIR)/isold/isold.toml.example $(DESTDIR)$(HOOKSDIR)/isold.json \
 		$(DESTDIR)$(BINDIR)/isol-meter $(DESTDIR)$(LIBDIR)/libtaskisol.so* $(DESTDIR)$(LIBDIR)/libtaskisol.a \
-		$(DESTDIR)$(LIBDIR)/pkgconfig/taskisol.pc $(DESTDIR)$(INCLUDEDIR)/taskisol/taskisol.h
+		$(DESTDIR)$(LIBDIR)/pkgconfig/taskisol.pc $(DESTDIR)$(INCLUDEDIR)/taskisol/taskisol.h \
+		$(DESTDIR)$(BASHCOMPDIR)/isold $(DESTDIR)$(ZSHCOMPDIR)/_isold $(DESTDIR)$(FISHCOMPDIR)/isold.fish \
+		$(DESTDIR)$(BASHCOMPDIR)/chisol $(DESTDIR)$(ZSHCOMPDIR)/_chisol $(DESTDIR)$(FISHCOMPDIR)/chisol.fish
 	-rmdir $(DESTDIR)$(INCLUDEDIR)/taskisol
 
 # deb-package packages what is built without building, as install-files installs it (the QEMU

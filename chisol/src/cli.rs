@@ -96,6 +96,15 @@ pub struct Cli {
     #[arg(short = 'v', long = "verbose")]
     pub verbose: bool,
 
+    /// Print the completion script of SHELL (bash, zsh, fish, elvish, powershell) and exit.
+    #[arg(
+        long = "completions",
+        value_name = "SHELL",
+        value_enum,
+        exclusive = true
+    )]
+    pub completions: Option<clap_complete::Shell>,
+
     /// Print version information and exit.
     #[arg(short = 'V', long = "version", action = ArgAction::Version)]
     pub version: Option<bool>,

@@ -54,6 +54,18 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
             return code;
         }
     };
+    if let Some(shell) = cli.completions {
+        use clap::CommandFactory;
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut Cli::command(), "chisol", &mut script);
+        return match std::io::Write::write_all(&mut std::io::stdout().lock(), &script) {
+            Ok(()) => 0,
+            Err(e) => fail(format!(
+                "write error: {}",
+                libtaskisol::error::io_strerror(&e)
+            )),
+        };
+    }
     let root = SysRoot::host();
     if cli.info {
         return info();

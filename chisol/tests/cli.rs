@@ -76,10 +76,26 @@ fn exit_codes_follow_util_linux() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
     let o = chisol(&["-V"]);
+    assert_eq!(o.status.code(), Some(0));
     assert_eq!(
         stdout(&o),
         format!("chisol {}\n", env!("CARGO_PKG_VERSION"))
     );
+    let o = chisol(&["--completions", "bash"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("complete -F _chisol"), "{}", stdout(&o));
+    // chisol(1)'s EXIT STATUS lists exactly the codes met above, besides the command's own.
+    let man =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../man/chisol.1")).unwrap();
+    let section = man.split("\n.SH EXIT STATUS\n").nth(1).unwrap();
+    let section = section.split("\n.SH ").next().unwrap();
+    let lines: Vec<&str> = section.lines().collect();
+    let documented: std::collections::BTreeSet<i32> = lines
+        .windows(2)
+        .filter(|w| w[0] == ".TP")
+        .map(|w| w[1].strip_prefix(".B ").unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(documented, [0, 1, 126, 127].into());
 }
 
 #[test]

@@ -12,7 +12,7 @@ use libtaskisol::policy::engine;
 use libtaskisol::policy::grub;
 use libtaskisol::policy::preset::Preset;
 use libtaskisol::policy::state::{State, StateFiles};
-use libtaskisol::policy::Policy;
+use libtaskisol::policy::{Policy, ResolveError};
 use libtaskisol::tickstop;
 use libtaskisol::topology::{self, IsolatedCpus};
 use libtaskisol::{CpuSet, SysRoot};
@@ -33,7 +33,7 @@ pub fn scope(
     state_path: &Path,
 ) -> Result<Scope, i32> {
     let config = if config_named || config_path.exists() {
-        Some(Config::load(config_path).map_err(fail)?)
+        Some(Config::load(config_path).map_err(crate::exit::unconfigured)?)
     } else {
         None
     };
@@ -43,8 +43,9 @@ pub fn scope(
     let online = topology::online_cpus(root).map_err(fail)?;
     let (set, source) = match (cpus, &config) {
         (Some(list), _) => {
-            let set = CpuSet::parse_list(list)
-                .map_err(|e| fail(format!("--cpus: invalid CPU list {list:?}: {e}")))?;
+            let set = CpuSet::parse_list(list).map_err(|e| {
+                crate::exit::usage(format!("--cpus: invalid CPU list {list:?}: {e}"))
+            })?;
             let offline = set.difference(&online);
             if set.is_empty() || !offline.is_empty() {
                 return Err(fail(format!(
@@ -54,7 +55,10 @@ pub fn scope(
             (set, "--cpus".to_string())
         }
         (None, Some(c)) => {
-            let policy = Policy::resolve(c.clone(), root).map_err(fail)?;
+            let policy = Policy::resolve(c.clone(), root).map_err(|e| match e {
+                ResolveError::Config(c) => crate::exit::unconfigured(c),
+                ResolveError::Kernel(k) => fail(k),
+            })?;
             (policy.isolated, c.file.display().to_string())
         }
         (None, None) => {
@@ -74,7 +78,7 @@ pub fn scope(
     };
     // What apply learnt: the IRQs it moved and those the kernel refused to move.
     let mut irq_movable = std::collections::BTreeMap::new();
-    if let Some(st) = State::load(state_path).map_err(fail)? {
+    if let Some(st) = State::load(state_path).map_err(crate::exit::fail_with)? {
         let irq_of = |id: &str| id.strip_prefix("irq:").and_then(|n| n.parse::<u32>().ok());
         for e in st.entries() {
             if let Some(n) = irq_of(&e.id) {
@@ -110,7 +114,7 @@ pub fn run(
     state_path: &Path,
 ) -> i32 {
     if !(args.duration >= 0.0 && args.duration <= 3600.0) {
-        return fail(format!(
+        return crate::exit::usage(format!(
             "--duration {}: give seconds from 0 to 3600",
             args.duration
         ));
@@ -608,7 +612,7 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &Stat
         all_writes.push((bootargs::GRUB_DROP_IN.to_string(), text));
         let rep = match engine::write_owned_files(root, files, "bootargs", &all_writes) {
             Ok(rep) => rep,
-            Err(e) => return fail(e),
+            Err(e) => return crate::exit::fail_with(e),
         };
         if let Some(o) = rep.problems().next() {
             return fail(format!("{}: {}", o.label, o.status));

@@ -98,6 +98,16 @@ pub enum Command {
     Claims(StatusArgs),
     /// Every item of the configuration's `[items]`: what it sets and its value in each preset.
     Items(ItemsArgs),
+    /// Print the completion script of SHELL for isold's commands and options (the package installs bash's, zsh's and fish's).
+    Completions(CompletionsArgs),
+}
+
+/// Options of `isold completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell: bash, zsh, fish, elvish or powershell.
+    #[arg(value_name = "SHELL", value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// Options of `isold items`.

@@ -21,7 +21,8 @@ use libtaskisol::SysRoot;
 use cli::{Cli, Command, Output};
 
 pub use exit::{
-    fail, EXIT_FAILURE, EXIT_NOT_CONFIGURED, EXIT_NOT_RUNNING, EXIT_OK, EXIT_STATUS_UNKNOWN,
+    fail, fail_with, unconfigured, usage, EXIT_FAILURE, EXIT_NOT_CONFIGURED, EXIT_NOT_RUNNING,
+    EXIT_OK, EXIT_STATUS_UNKNOWN, EXIT_USAGE,
 };
 pub use exit::{load_policy, print_out};
 
@@ -40,14 +41,14 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
             if e.kind() == ErrorKind::MissingSubcommand
                 || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
             {
-                eprintln!("isold: no command given (apply, verify, restore, check, audit, bootargs, run, status)\nTry 'isold --help' for more information.");
-                return EXIT_FAILURE;
+                // The commands as --help lists them, from the same definition.
+                use clap::CommandFactory;
+                eprint!("{}", Cli::command().render_help());
+                return EXIT_USAGE;
             }
             let text = e.render().to_string();
             let first = text.lines().next().unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("isold: {first}\nTry 'isold --help' for more information.");
-            return EXIT_FAILURE;
+            return usage(first.strip_prefix("error: ").unwrap_or(first));
         }
     };
     let root = match &cli.root {
@@ -98,7 +99,7 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
             };
             match engine::apply(&root, &policy, &files) {
                 Ok(rep) => finish(&rep, out, rep.problems().count() == 0),
-                Err(e) => fail(e),
+                Err(e) => fail_with(e),
             }
         }
         Command::Verify(out) => {
@@ -108,7 +109,7 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
             };
             match engine::verify(&root, &policy, &files) {
                 Ok(rep) => finish(&rep, out, rep.problems().count() == 0),
-                Err(e) => fail(e),
+                Err(e) => fail_with(e),
             }
         }
         Command::Plan(out) => {
@@ -125,7 +126,7 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
                         .any(|o| matches!(o.status, Status::Failed { .. }));
                     finish(&rep, out, ok)
                 }
-                Err(e) => fail(e),
+                Err(e) => fail_with(e),
             }
         }
         Command::Restore(args) => {
@@ -153,7 +154,7 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
             }
             match engine::restore(&root, &files) {
                 Ok(rep) => finish(&rep, out, rep.problems().count() == 0),
-                Err(e) => fail(e),
+                Err(e) => fail_with(e),
             }
         }
         Command::Check(out) => {
@@ -183,6 +184,7 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
         Command::Hook(args) => claims::hook(&root, &claims::socket_path(&state_path), args),
         Command::Claims(args) => claims::list(&claims::socket_path(&state_path), args.json),
         Command::Items(args) => items(args),
+        Command::Completions(args) => completions(args.shell),
     };
     if let Some(t) = started {
         eprint!(
@@ -239,12 +241,20 @@ pub fn timings(c: &libtaskisol::cost::Costs, wall: std::time::Duration, cpu: (f6
 
 fn resolve(path: &std::path::Path, root: &SysRoot) -> Result<Policy, i32> {
     libtaskisol::cost::stage("config", "read and resolved", || {
-        let config = Config::load(path).map_err(fail)?;
+        let config = Config::load(path).map_err(unconfigured)?;
         Policy::resolve(config, root).map_err(|e| match e {
-            ResolveError::Config(c) => fail(c),
+            ResolveError::Config(c) => unconfigured(c),
             ResolveError::Kernel(k) => fail(k),
         })
     })
+}
+
+/// `isold completions SHELL`: the script, from the same definition as --help.
+fn completions(shell: clap_complete::Shell) -> i32 {
+    use clap::CommandFactory;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "isold", &mut script);
+    print_out(&String::from_utf8_lossy(&script))
 }
 
 fn check(policy: &Policy, out: &Output) -> i32 {

@@ -48,7 +48,7 @@ pub struct NoiseReport {
 pub fn run(root: &SysRoot, scope: &Scope, args: &NoiseArgs) -> i32 {
     let duration = args.duration.unwrap_or(10.0);
     if !(duration > 0.0 && duration <= 3600.0) {
-        return fail(format!(
+        return crate::exit::usage(format!(
             "--duration {duration}: give seconds from more than 0 to 3600"
         ));
     }
@@ -164,11 +164,11 @@ pub fn parse_since(text: &str) -> Result<u64, String> {
 pub fn from_daemon(root: &SysRoot, state_path: &std::path::Path, args: &NoiseArgs) -> i32 {
     let since = match args.since.as_deref().map(parse_since).transpose() {
         Ok(s) => s,
-        Err(e) => return fail(e),
+        Err(e) => return crate::exit::usage(e),
     };
     let only: Option<libtaskisol::CpuSet> = match args.cpus.as_deref().map(str::parse).transpose() {
         Ok(c) => c,
-        Err(e) => return fail(format!("--cpus: {e}")),
+        Err(e) => return crate::exit::usage(format!("--cpus: {e}")),
     };
     match daemon_report(
         root,

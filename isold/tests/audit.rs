@@ -212,8 +212,13 @@ fn audit_refuses_bad_cpus_and_durations_and_a_kernel_without_isolation() {
         err,
         "isold: --cpus 2-9: CPUs 4-9 are not online (online: 0-3)\n"
     );
+    // A malformed value is a usage error (2), with the pointer to --help.
     let (rc, _, err) = isold(&["--root", root, "audit", "--cpus", "x"]);
-    assert_eq!(rc, 1);
+    assert_eq!(rc, 2);
+    assert!(
+        err.ends_with("\nTry 'isold --help' for more information.\n"),
+        "{err}"
+    );
     assert!(
         err.starts_with("isold: --cpus: invalid CPU list \"x\": "),
         "{err}"
@@ -227,10 +232,10 @@ fn audit_refuses_bad_cpus_and_durations_and_a_kernel_without_isolation() {
             "3",
             &format!("--duration={d}"),
         ]);
-        assert_eq!(rc, 1);
+        assert_eq!(rc, 2);
         assert_eq!(
             err,
-            format!("isold: --duration {shown}: give seconds from 0 to 3600\n")
+            format!("isold: --duration {shown}: give seconds from 0 to 3600\nTry 'isold --help' for more information.\n")
         );
     }
     // This boot had no isolation arguments and the tree has no configuration file.

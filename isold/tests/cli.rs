@@ -23,17 +23,35 @@ fn isold_unprivileged(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// A bare `isold` lists the commands as --help does (one definition), as an error: exit 2.
 #[test]
-fn no_command_is_one_line_and_a_hint() {
+fn no_command_prints_the_help_and_exits_2() {
     let (rc, out, err) = isold_unprivileged(&[]);
-    assert_eq!(rc, 1);
+    assert_eq!(rc, 2);
     assert_eq!(out, "");
-    assert_eq!(
-        err,
-        "isold: no command given (apply, verify, restore, check, audit, bootargs, run, status)\nTry 'isold --help' for more information.\n"
-    );
+    let (rc, help, _) = isold_unprivileged(&["--help"]);
+    assert_eq!(rc, 0);
+    assert_eq!(err, help);
+    for cmd in [
+        "apply",
+        "verify",
+        "plan",
+        "restore",
+        "check",
+        "audit",
+        "noise",
+        "bootargs",
+        "run",
+        "status",
+        "hook",
+        "claims",
+        "items",
+        "completions",
+    ] {
+        assert!(err.contains(&format!("\n  {cmd} ")), "{cmd} in\n{err}");
+    }
     let (rc, _, err) = isold_unprivileged(&["frobnicate"]);
-    assert_eq!(rc, 1);
+    assert_eq!(rc, 2);
     assert!(
         err.starts_with("isold: unrecognized subcommand 'frobnicate'\n"),
         "{err}"

@@ -314,7 +314,7 @@ fn an_invalid_configuration_changes_nothing() {
     ] {
         std::fs::write(r.join("etc/isold/isold.toml"), text).unwrap();
         let (rc, out, err) = isold(r, &["apply"]);
-        assert_eq!(rc, 1, "{text}: {out}");
+        assert_eq!(rc, 6, "{text}: {out}");
         assert!(
             err.starts_with("isold: ") && err.contains(want),
             "{text}: {err}"
@@ -356,7 +356,7 @@ fn check_refuses_containers_cpus_that_leave_no_housekeeping_cpu() {
     )
     .unwrap();
     let (rc, _, err) = isold(r, &["check"]);
-    assert_eq!(rc, 1, "{err}");
+    assert_eq!(rc, 6, "{err}");
     assert!(
         err.contains(":4: containers.cpus: no housekeeping CPU left: 0-1 and isolated_cpus 2-3 cover every online CPU (0-3)"),
         "{err}"
@@ -1104,7 +1104,7 @@ fn a_corrupt_state_file_says_what_to_do_and_changes_nothing() {
     let before = snapshot(r);
     for cmd in ["apply", "restore"] {
         let (rc, out, err) = isold(r, &[cmd]);
-        assert_eq!(rc, 1, "{cmd}: {out}");
+        assert_eq!(rc, 6, "{cmd}: {out}");
         assert!(
             err.contains("run/isold/state.json: not a usable isold state file: it ends early ("),
             "{cmd}: {err}"
@@ -1288,7 +1288,7 @@ fn a_misspelled_sysctl_is_an_error_with_the_closest_name() {
         let before = snapshot(r);
         for cmd in ["check", "apply"] {
             let (rc, out, err) = isold(r, &[cmd]);
-            assert_eq!(rc, 1, "{cmd}: {out}");
+            assert_eq!(rc, 6, "{cmd}: {out}");
             assert_eq!(
                 err,
                 format!("isold: {}:5: {want}\n", r.join("etc/isold/isold.toml").display())

@@ -11,7 +11,9 @@ fn make_install(destdir: &Path, vars: &[&str]) -> std::process::Output {
     let bins = destdir.join("built");
     std::fs::create_dir_all(&bins).unwrap();
     std::fs::copy(env!("CARGO_BIN_EXE_isold"), bins.join("isold")).unwrap();
-    std::fs::write(bins.join("chisol"), "#!/bin/sh\necho chisol\n").unwrap();
+    std::fs::write(bins.join("chisol"), "#!/bin/sh\necho chisol \"$@\"\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bins.join("chisol"), std::fs::Permissions::from_mode(0o755)).unwrap();
     Command::new("make")
         .current_dir(repo)
         .arg("install-files")
@@ -41,6 +43,12 @@ fn make_install_puts_binaries_man_pages_unit_and_example_in_their_places() {
         ("usr/lib/systemd/system/isold.service", 0o644),
         ("etc/isold/isold.toml.example", 0o644),
         ("usr/share/containers/oci/hooks.d/isold.json", 0o644),
+        ("usr/share/bash-completion/completions/isold", 0o644),
+        ("usr/share/zsh/vendor-completions/_isold", 0o644),
+        ("usr/share/fish/vendor_completions.d/isold.fish", 0o644),
+        ("usr/share/bash-completion/completions/chisol", 0o644),
+        ("usr/share/zsh/vendor-completions/_chisol", 0o644),
+        ("usr/share/fish/vendor_completions.d/chisol.fish", 0o644),
     ] {
         let m = std::fs::metadata(root.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
         use std::os::unix::fs::PermissionsExt;
@@ -82,6 +90,24 @@ fn make_install_puts_binaries_man_pages_unit_and_example_in_their_places() {
     // The example is a valid configuration.
     let example = root.join("etc/isold/isold.toml.example");
     libtaskisol::policy::config::Config::load(&example).unwrap();
+    // The completions are isold's own, each in its shell's form, every command in them.
+    let read = |f: &str| std::fs::read_to_string(root.join(f)).unwrap();
+    let bash = read("usr/share/bash-completion/completions/isold");
+    assert!(bash.contains("complete -F _isold"), "{bash}");
+    let zsh = read("usr/share/zsh/vendor-completions/_isold");
+    assert!(zsh.starts_with("#compdef isold\n"), "{zsh}");
+    let fish = read("usr/share/fish/vendor_completions.d/isold.fish");
+    use clap::CommandFactory;
+    for cmd in isold::cli::Cli::command().get_subcommands() {
+        let name = cmd.get_name();
+        assert!(bash.contains(&format!("isold,{name})")), "{name} in bash's");
+        assert!(fish.contains(&format!("-a \"{name}\"")), "{name} in fish's");
+    }
+    assert_eq!(
+        read("usr/share/zsh/vendor-completions/_chisol"),
+        "chisol --completions zsh\n",
+        "chisol's, from chisol"
+    );
 }
 
 #[test]

@@ -109,6 +109,13 @@ fn deb_package_is_lintian_clean_and_complete() {
         "./usr/lib/x86_64-linux-gnu/libtaskisol.a",
         "./usr/lib/x86_64-linux-gnu/pkgconfig/taskisol.pc",
         "./usr/bin/isol-meter",
+        // Completions, where Debian's bash-completion, zsh and fish look for them.
+        "./usr/share/bash-completion/completions/isold",
+        "./usr/share/zsh/vendor-completions/_isold",
+        "./usr/share/fish/vendor_completions.d/isold.fish",
+        "./usr/share/bash-completion/completions/chisol",
+        "./usr/share/zsh/vendor-completions/_chisol",
+        "./usr/share/fish/vendor_completions.d/chisol.fish",
     ] {
         assert!(
             paths.contains(&want),
