@@ -95,6 +95,7 @@ pub fn scope(
         cpus: set,
         source,
         preset: base.preset,
+        preset_at: base.preset_at(),
         allow_comm: base.allow_comm,
         allow_cgroup: base.allow_cgroup,
         allow_irqs: base.irq_allow,
@@ -564,12 +565,15 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &Stat
             scope.cpus
         ));
     }
-    let all = bootargs::needed(
+    let machine = bootargs::Machine::read(root);
+    let all = bootargs::needed(scope.preset, &scope.cpus, &housekeeping, &machine, &cmdline);
+    // Said once each: an argument for hardware the machine lacks, and the preset's fit.
+    let not_needed = bootargs::not_needed(&machine, &cmdline);
+    let virt = libtaskisol::virt::detect(root);
+    let advice = libtaskisol::policy::preset::advice(
         scope.preset,
-        &scope.cpus,
-        &housekeeping,
-        bootargs::cpu_vendor(root).as_deref(),
-        &cmdline,
+        scope.preset_at.as_deref(),
+        virt.as_ref(),
     );
     let missing: Vec<&BootArg> = all.iter().filter(|a| !a.satisfied).collect();
     // The next boot's line: what the running one has besides, then every argument.
@@ -652,6 +656,9 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &Stat
             "cmdline_max": bootargs::COMMAND_LINE_SIZE - 1,
             "too_long": long,
             "conflicts": conflicts,
+            "not_needed": not_needed,
+            "virtualization": virt,
+            "advice": advice,
             "not_understood": grub_model
                 .not_understood
                 .iter()
@@ -719,11 +726,18 @@ pub fn bootargs(root: &SysRoot, scope: &Scope, args: &BootargsArgs, files: &Stat
             let _ = writeln!(s, "      {}", wrap(&line, 6, 6));
         }
     }
+    for n in &not_needed {
+        let _ = writeln!(s, "  {:<36} not proposed", n.arg);
+        let _ = writeln!(s, "      {}", wrap(&n.why, 6, 6));
+    }
     for (f, l) in &grub_model.not_understood {
         let _ = writeln!(
             s,
             "  note: {f}:{l} sets the kernel line with a command substitution, which isold does not run"
         );
+    }
+    if let Some(a) = &advice {
+        let _ = writeln!(s, "  note: {}", wrap(a, 8, 8));
     }
     let _ = writeln!(
         s,

@@ -120,6 +120,7 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
             match engine::verify(&root, &policy, &files) {
                 Ok(mut rep) => {
                     rep.command = "plan".into();
+                    rep.notes.extend(preset_advice(&root, &policy.config).1);
                     let ok = !rep
                         .outcomes
                         .iter()
@@ -162,7 +163,7 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
                 Ok(p) => p,
                 Err(code) => return code,
             };
-            check(&policy, out)
+            check(&root, &policy, out)
         }
         Command::Audit(args) => match scope_of(args.cpus.as_deref()) {
             Ok(scope) => audit::run(&root, &scope, args, &config_path, &state_path),
@@ -257,8 +258,17 @@ fn completions(shell: clap_complete::Shell) -> i32 {
     print_out(&String::from_utf8_lossy(&script))
 }
 
-fn check(policy: &Policy, out: &Output) -> i32 {
+/// Whether the machine is a virtual machine, and what to say of the policy's preset there.
+fn preset_advice(root: &SysRoot, c: &Config) -> (Option<libtaskisol::virt::Virt>, Option<String>) {
+    let virt = libtaskisol::virt::detect(root);
+    let advice =
+        libtaskisol::policy::preset::advice(c.preset, c.preset_at().as_deref(), virt.as_ref());
+    (virt, advice)
+}
+
+fn check(root: &SysRoot, policy: &Policy, out: &Output) -> i32 {
     let c = &policy.config;
+    let (virt, advice) = preset_advice(root, c);
     if out.json {
         let v = serde_json::json!({
             "config": c.file,
@@ -266,6 +276,8 @@ fn check(policy: &Policy, out: &Output) -> i32 {
             "isolated": policy.isolated.to_string(),
             "housekeeping": policy.housekeeping.to_string(),
             "on_stop": c.on_stop.name(),
+            "virtualization": virt,
+            "advice": advice,
         });
         return print_out(&format!("{v}\n"));
     }
@@ -282,6 +294,9 @@ fn check(policy: &Policy, out: &Output) -> i32 {
     }
     for (p, pol) in &c.kthread_priority {
         s.push_str(&format!("  kthread {p}: {pol}\n"));
+    }
+    if let Some(a) = advice {
+        s.push_str(&format!("note: {a}\n"));
     }
     print_out(&s)
 }

@@ -619,6 +619,7 @@ pub fn scope_of(policy: &Policy) -> Scope {
         cpus: policy.isolated.clone(),
         source: "isold run".into(),
         preset: c.preset,
+        preset_at: c.preset_at(),
         allow_comm: c.allow_comm.clone(),
         allow_cgroup: c.allow_cgroup.clone(),
         allow_irqs: c.irq_allow.clone(),

@@ -1212,3 +1212,76 @@ fn the_audit_names_the_kernels_reason_a_tick_ran_from_tracefs() {
         .unwrap()
         .contains("more than one task is runnable"));
 }
+
+/// In a virtual machine (the captured QEMU guest's tree with the DMI strings and the CPU flags
+/// QEMU gives it) check, plan and bootargs advise the guest preset, and bootargs proposes no
+/// P-state argument to a machine without cpufreq, saying so once; named as the guest preset,
+/// nothing is advised.
+#[test]
+fn a_guest_is_told_it_is_one_in_check_plan_and_bootargs() {
+    let t = tempfile::tempdir().unwrap();
+    let r = t.path();
+    copy_dir(&fixture("debian-6.12-rt-isold"), r);
+    for (f, v) in [
+        ("sys/class/dmi/id/sys_vendor", "QEMU\n"),
+        (
+            "sys/class/dmi/id/product_name",
+            "Standard PC (i440FX + PIIX, 1996)\n",
+        ),
+        (
+            "proc/cpuinfo",
+            "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu sse2 hypervisor\n",
+        ),
+    ] {
+        std::fs::create_dir_all(r.join(f).parent().unwrap()).unwrap();
+        std::fs::write(r.join(f), v).unwrap();
+    }
+    let config = r.join("isold.toml");
+    std::fs::write(&config, "isolated_cpus = \"2-3\"\n").unwrap();
+    let root = r.to_str().unwrap();
+    let conf = config.to_str().unwrap();
+    let advice = "this machine is a virtual machine (qemu, by DMI sys_vendor \"QEMU\"): for a guest with pinned vCPUs the preset is realtime-virtual-guest (preset = \"realtime-virtual-guest\"); realtime-virtual-host (the default) is for the host that runs latency-critical VMs";
+    for cmd in ["check", "plan"] {
+        let (_, out, err) = isold(&["--root", root, "--config", conf, cmd]);
+        assert!(
+            out.contains(&format!("note: {advice}\n")),
+            "{cmd}: {out}{err}"
+        );
+    }
+    let (_, out, _) = isold(&["--root", root, "--config", conf, "bootargs"]);
+    assert!(
+        out.contains("  note: this machine is a virtual machine"),
+        "{out}"
+    );
+    assert_eq!(out.matches("amd_pstate").count(), 1, "said once: {out}");
+    assert!(
+        out.contains(
+            "  amd_pstate=disable                   not proposed\n      no cpufreq on this machine"
+        ),
+        "{out}"
+    );
+    let (_, out, _) = isold(&["--root", root, "--config", conf, "bootargs", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["virtualization"]["hypervisor"], "qemu");
+    assert_eq!(v["advice"], advice);
+    assert_eq!(v["not_needed"][0]["arg"], "amd_pstate=disable");
+    assert!(
+        !v["missing"].to_string().contains("pstate"),
+        "{}",
+        v["missing"]
+    );
+    // The guest preset, named: nothing to advise.
+    std::fs::write(
+        &config,
+        "isolated_cpus = \"2-3\"\npreset = \"realtime-virtual-guest\"\n",
+    )
+    .unwrap();
+    for cmd in ["check", "plan", "bootargs"] {
+        let (_, out, _) = isold(&["--root", root, "--config", conf, cmd]);
+        assert!(!out.contains("virtual machine"), "{cmd}: {out}");
+    }
+    let (_, out, _) = isold(&["--root", root, "--config", conf, "check", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["advice"], serde_json::Value::Null);
+    assert_eq!(v["virtualization"]["hypervisor"], "qemu");
+}

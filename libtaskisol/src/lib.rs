@@ -64,6 +64,7 @@ pub mod tasks;
 pub mod tickstop;
 pub mod topology;
 pub mod tracefs;
+pub mod virt;
 pub mod workqueue;
 
 pub use cpuset::{CpuSet, CpuSetError};

@@ -567,8 +567,24 @@ fn rt612_isold_audit_then_boot_with_its_arguments() {
          echo widest=$(awk '{ if (length($0) > m) m = length($0) } END { print m }' /tmp/audit.txt)\n\
          isold --config /tmp/isold.toml bootargs >/tmp/b.txt; echo bootargs_rc=$?\n\
          isold --config /tmp/isold.toml bootargs --json >/tmp/b.json\n\
+         isold --config /tmp/isold.toml check | sed -n 's/^note: /check note: /p'\n\
+         grep -A1 pstate /tmp/b.txt | sed 's/^/bootargs: /'\n\
          echo '--- json'; cat /tmp/b.json; echo '--- end'",
         vec![
+            // A QEMU guest (TCG's max CPU says AuthenticAMD) is told it is one, and offered
+            // no P-state argument: it has no cpufreq.
+            Expect::output_has("check note: this machine is a virtual machine (qemu, by DMI sys_vendor \"QEMU\"): for a guest with pinned vCPUs the preset is realtime-virtual-guest"),
+            Expect::output_has("bootargs:   amd_pstate=disable                   not proposed\nbootargs:       no cpufreq on this machine"),
+            Expect::that("bootargs --json: a VM, amd_pstate not needed", |o: &StepOutput| {
+                let b = json_of(o)?;
+                if b["virtualization"]["hypervisor"] != "qemu" {
+                    return Err(format!("virtualization {}", b["virtualization"]));
+                }
+                if b["not_needed"][0]["arg"] != "amd_pstate=disable" || b["missing"].to_string().contains("pstate") {
+                    return Err(format!("not_needed {} missing {}", b["not_needed"], b["missing"]));
+                }
+                Ok(())
+            }),
             Expect::field("audit_rc", "0"),
             Expect::output_has("CPU 3: DISTURBED, tick running"),
             Expect::output_has("    IRQs: 0 timer, 1 i8042, 4 ttyS0"),

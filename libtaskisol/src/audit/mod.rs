@@ -54,6 +54,8 @@ pub struct Scope {
     pub source: String,
     /// The preset whose boot arguments are checked.
     pub preset: Preset,
+    /// The file and line that name the preset (`None`: the default).
+    pub preset_at: Option<String>,
     /// Thread names that are workloads (the configuration's `allow_comm` and its defaults).
     pub allow_comm: Vec<String>,
     /// Cgroups whose tasks are workloads (`allow_cgroup`).
@@ -79,6 +81,7 @@ impl Scope {
             cpus,
             source: source.into(),
             preset: c.preset,
+            preset_at: None,
             allow_comm: c.allow_comm,
             allow_cgroup: c.allow_cgroup,
             allow_irqs: c.irq_allow,
@@ -425,12 +428,11 @@ pub fn audit(
         .unwrap_or_default();
     let iso = IsolatedCpus::discover(root)?;
     let cmdline = root.read_value_opt("/proc/cmdline")?.unwrap_or_default();
-    let vendor = bootargs::cpu_vendor(root);
     let boot_args = bootargs::needed(
         scope.preset,
         &scope.cpus,
         &housekeeping,
-        vendor.as_deref(),
+        &bootargs::Machine::read(root),
         &cmdline,
     );
     let settings = machine_settings(root, &after.threads, &scope.cpus)?;

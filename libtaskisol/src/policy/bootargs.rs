@@ -48,14 +48,88 @@ pub struct BootArg {
     pub satisfied: bool,
 }
 
+/// What of the machine picks arguments: the CPU vendor (`/proc/cpuinfo`'s `vendor_id`), which
+/// picks the P-state driver to disable, and whether there is any cpufreq to disable.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Machine {
+    /// `vendor_id` of the first CPU.
+    pub vendor: Option<String>,
+    /// The kernel has a cpufreq driver: a policy in `/sys/devices/system/cpu/cpufreq`, or
+    /// intel_pstate's or amd_pstate's own directory. Virtual machines have none.
+    pub cpufreq: bool,
+}
+
+impl Machine {
+    /// The machine below `root`.
+    pub fn read(root: &SysRoot) -> Machine {
+        let policies = root
+            .read_dir_names("/sys/devices/system/cpu/cpufreq")
+            .is_ok_and(|names| names.iter().any(|n| n.starts_with("policy")));
+        Machine {
+            vendor: cpu_vendor(root),
+            cpufreq: policies
+                || root.exists("/sys/devices/system/cpu/intel_pstate")
+                || root.exists("/sys/devices/system/cpu/amd_pstate"),
+        }
+    }
+
+    /// A machine of `vendor` with cpufreq.
+    pub fn with_vendor(vendor: Option<&str>) -> Machine {
+        Machine {
+            vendor: vendor.map(str::to_string),
+            cpufreq: true,
+        }
+    }
+
+    /// The P-state argument of the CPU's vendor, what it does, and whether it applies: not
+    /// without cpufreq, unless the command line has it already (the driver it disabled
+    /// leaves no directory of its own).
+    fn pstate(&self, cmdline: &str) -> Option<(&'static str, &'static str, bool)> {
+        let (arg, why) = match self.vendor.as_deref() {
+            Some("GenuineIntel") => (
+                "intel_pstate=disable",
+                "keeps intel_pstate from changing the frequency under the workload",
+            ),
+            Some("AuthenticAMD") => (
+                "amd_pstate=disable",
+                "keeps amd_pstate from changing the frequency under the workload",
+            ),
+            _ => return None,
+        };
+        let name = arg.split_once('=').map_or(arg, |(n, _)| n);
+        let on_line = value_as_parsed(cmdline, name, Some("disable")).is_some();
+        Some((arg, why, self.cpufreq || on_line))
+    }
+}
+
+/// An argument the machine has no use for, and why: said once instead of proposed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotNeeded {
+    /// The argument (`intel_pstate=disable`).
+    pub arg: String,
+    /// Why it is left out (`no cpufreq on this machine`).
+    pub why: String,
+}
+
+/// The arguments [`needed`] leaves out for hardware `machine` lacks.
+pub fn not_needed(machine: &Machine, cmdline: &str) -> Vec<NotNeeded> {
+    match machine.pstate(cmdline) {
+        Some((arg, _, false)) => vec![NotNeeded {
+            arg: arg.into(),
+            why: "no cpufreq on this machine (no driver, no policy): nothing to disable".into(),
+        }],
+        _ => Vec::new(),
+    }
+}
+
 /// The arguments `preset` needs for `isolated` CPUs, `housekeeping` taking the rest, in the
-/// order they go on the command line, each checked against `cmdline`. `vendor` is the CPU
-/// vendor (`/proc/cpuinfo`'s `vendor_id`), which picks the P-state driver to disable.
+/// order they go on the command line, each checked against `cmdline`, for the hardware of
+/// `machine` (see [`not_needed`] for what it leaves out).
 pub fn needed(
     preset: Preset,
     isolated: &CpuSet,
     housekeeping: &CpuSet,
-    vendor: Option<&str>,
+    machine: &Machine,
     cmdline: &str,
 ) -> Vec<BootArg> {
     let mut out: Vec<(String, &'static str)> = Vec::new();
@@ -101,16 +175,8 @@ pub fn needed(
         "nosoftlockup".into(),
         "stops the soft-lockup watchdog's per-CPU timer",
     ));
-    match vendor {
-        Some("GenuineIntel") => out.push((
-            "intel_pstate=disable".into(),
-            "keeps intel_pstate from changing the frequency under the workload",
-        )),
-        Some("AuthenticAMD") => out.push((
-            "amd_pstate=disable".into(),
-            "keeps amd_pstate from changing the frequency under the workload",
-        )),
-        _ => {}
+    if let Some((arg, why, true)) = machine.pstate(cmdline) {
+        out.push((arg.into(), why));
     }
     out.into_iter()
         .map(|(arg, why)| {
@@ -553,7 +619,13 @@ mod tests {
     }
 
     fn args(preset: Preset, vendor: Option<&str>, cmdline: &str) -> Vec<BootArg> {
-        needed(preset, &set("2-3"), &set("0-1"), vendor, cmdline)
+        needed(
+            preset,
+            &set("2-3"),
+            &set("0-1"),
+            &Machine::with_vendor(vendor),
+            cmdline,
+        )
     }
 
     #[test]
@@ -645,7 +717,7 @@ mod tests {
             Preset::Realtime,
             &set("0-1"),
             &set("2-3"),
-            None,
+            &Machine::default(),
             "nohz_full=0-1",
         );
         let nohz = a.iter().find(|a| a.arg.starts_with("nohz_full=")).unwrap();
@@ -656,7 +728,7 @@ mod tests {
             Preset::Realtime,
             &set("0-1"),
             &set("2-3"),
-            None,
+            &Machine::default(),
             "nohz_full=0",
         );
         assert!(
@@ -670,7 +742,7 @@ mod tests {
             Preset::Realtime,
             &set("0"),
             &set("1-3"),
-            None,
+            &Machine::default(),
             "nohz_full=0",
         );
         assert!(!a.iter().any(|a| a.arg.starts_with("nohz")), "{a:?}");
@@ -793,6 +865,55 @@ mod tests {
         assert!(too_long(&"x".repeat(2048))
             .unwrap()
             .contains("2048 bytes, over the 2047"));
+    }
+
+    #[test]
+    fn no_pstate_argument_without_cpufreq() {
+        let vm = Machine {
+            vendor: Some("AuthenticAMD".into()),
+            cpufreq: false,
+        };
+        let pstate = |a: &[BootArg]| a.iter().find(|a| a.arg.contains("pstate")).cloned();
+        let a = needed(Preset::Realtime, &set("2-3"), &set("0-1"), &vm, "");
+        assert_eq!(pstate(&a), None);
+        assert_eq!(
+            not_needed(&vm, ""),
+            vec![NotNeeded {
+                arg: "amd_pstate=disable".into(),
+                why: "no cpufreq on this machine (no driver, no policy): nothing to disable".into()
+            }]
+        );
+        // On the line already, the driver it disabled leaves no directory: still an argument
+        // of the next boot's line, and had.
+        let a = needed(
+            Preset::Realtime,
+            &set("2-3"),
+            &set("0-1"),
+            &vm,
+            "ro amd_pstate=disable",
+        );
+        assert!(pstate(&a).unwrap().satisfied);
+        assert_eq!(not_needed(&vm, "ro amd_pstate=disable"), vec![]);
+        let metal = Machine::with_vendor(Some("GenuineIntel"));
+        assert_eq!(not_needed(&metal, ""), vec![]);
+        let a = needed(Preset::Realtime, &set("2-3"), &set("0-1"), &metal, "");
+        assert_eq!(pstate(&a).unwrap().arg, "intel_pstate=disable");
+        // An unknown vendor has no argument, needed or not.
+        assert_eq!(not_needed(&Machine::default(), ""), vec![]);
+    }
+
+    #[test]
+    fn cpufreq_is_a_policy_or_a_pstate_driver() {
+        let dir = tempfile::tempdir().unwrap();
+        let cpu = dir.path().join("sys/devices/system/cpu");
+        std::fs::create_dir_all(cpu.join("cpufreq")).unwrap();
+        let root = SysRoot::new(dir.path());
+        assert!(!Machine::read(&root).cpufreq, "an empty cpufreq directory");
+        std::fs::create_dir_all(cpu.join("intel_pstate")).unwrap();
+        assert!(Machine::read(&root).cpufreq);
+        std::fs::remove_dir(cpu.join("intel_pstate")).unwrap();
+        std::fs::create_dir_all(cpu.join("cpufreq/policy0")).unwrap();
+        assert!(Machine::read(&root).cpufreq);
     }
 
     #[test]

@@ -226,9 +226,54 @@ pub fn settings(preset: Preset) -> impl Iterator<Item = &'static Setting> {
     SETTINGS.iter().filter(move |s| s.presets.contains(&preset))
 }
 
+/// What to say of `preset` on a machine that is the virtual machine `virt` (`None`: bare
+/// metal), `named_at` the file and line that name it (`None`: the default): the guest preset
+/// in a virtual machine, the host or bare-metal ones outside. `None` when it fits.
+pub fn advice(
+    preset: Preset,
+    named_at: Option<&str>,
+    virt: Option<&crate::virt::Virt>,
+) -> Option<String> {
+    let chosen = match named_at {
+        Some(at) => format!("{preset} ({at})"),
+        None => format!("{preset} (the default)"),
+    };
+    match (preset, virt) {
+        (Preset::RealtimeVirtualHost, Some(v)) => Some(format!(
+            "this machine is a virtual machine ({v}): for a guest with pinned vCPUs the preset is realtime-virtual-guest (preset = \"realtime-virtual-guest\"); {chosen} is for the host that runs latency-critical VMs"
+        )),
+        (Preset::RealtimeVirtualGuest, None) => Some(format!(
+            "this machine is not a virtual machine (no hypervisor in its DMI strings, no hypervisor flag): {chosen} is for a guest; on bare metal the preset is realtime, or realtime-virtual-host to run latency-critical VMs"
+        )),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_guest_is_advised_the_guest_preset_and_metal_not() {
+        let vm = crate::virt::Virt {
+            hypervisor: "qemu".into(),
+            evidence: "DMI sys_vendor \"QEMU\"".into(),
+        };
+        let a = advice(RVH, None, Some(&vm)).unwrap();
+        assert!(
+            a.starts_with("this machine is a virtual machine (qemu, by DMI sys_vendor \"QEMU\"): for a guest with pinned vCPUs the preset is realtime-virtual-guest (preset = \"realtime-virtual-guest\"); realtime-virtual-host (the default) is for"),
+            "{a}"
+        );
+        assert!(advice(RVH, Some("/etc/isold/isold.toml:2"), Some(&vm))
+            .unwrap()
+            .contains("realtime-virtual-host (/etc/isold/isold.toml:2) is for the host"));
+        assert_eq!(advice(RVG, None, Some(&vm)), None);
+        assert_eq!(advice(RT, None, Some(&vm)), None, "named for a reason");
+        assert_eq!(advice(RVH, None, None), None);
+        assert!(advice(RVG, Some("isold.toml:1"), None)
+            .unwrap()
+            .contains("realtime-virtual-guest (isold.toml:1) is for a guest"));
+    }
 
     #[test]
     fn names_round_trip_and_the_default_is_the_virtual_host() {

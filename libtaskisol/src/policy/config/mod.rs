@@ -124,6 +124,8 @@ pub struct Config {
     pub isolated: CpuSpec,
     /// `preset`.
     pub preset: Preset,
+    /// The line of `preset`, when the file names one (else the default).
+    pub preset_line: Option<usize>,
     /// `on_stop`.
     pub on_stop: OnStop,
     /// sysctl name and value, in preset order then file order.
@@ -337,6 +339,14 @@ impl Config {
 }
 
 /// The 1-based line of a span of `text`.
+impl Config {
+    /// `FILE:LINE` of `preset`, when the file names it (`None`: the default).
+    pub fn preset_at(&self) -> Option<String> {
+        self.preset_line
+            .map(|l| format!("{}:{l}", self.file.display()))
+    }
+}
+
 fn line_of(text: &str, span: Option<std::ops::Range<usize>>) -> Option<usize> {
     span.map(|r| text[..r.start.min(text.len())].matches('\n').count() + 1)
 }

@@ -103,6 +103,7 @@ impl Config {
             isolated_line: None,
             isolated,
             preset,
+            preset_line: None,
             on_stop: OnStop::Keep,
             sysctl: Vec::new(),
             sysctl_lines: Default::default(),
@@ -266,13 +267,16 @@ impl Config {
                 Some(i) => Err(err(i.span(), format!("{k} must be a string"))),
             }
         };
-        let preset = match str_of("preset")? {
-            None => Preset::default(),
-            Some((p, line)) => p.parse().map_err(|_| ConfigError {
-                file: file.into(),
+        let (preset, preset_line) = match str_of("preset")? {
+            None => (Preset::default(), None),
+            Some((p, line)) => (
+                p.parse().map_err(|_| ConfigError {
+                    file: file.into(),
+                    line,
+                    reason: unknown("preset", &p, &Preset::ALL.map(Preset::name)),
+                })?,
                 line,
-                reason: unknown("preset", &p, &Preset::ALL.map(Preset::name)),
-            })?,
+            ),
         };
         let (isolated, isolated_line) = match str_of("isolated_cpus")? {
             None => {
@@ -303,6 +307,7 @@ impl Config {
         let mut c = Config::defaults(preset, isolated);
         c.file = file.into();
         c.isolated_line = isolated_line;
+        c.preset_line = preset_line;
         if let Some((v, line)) = str_of("on_stop")? {
             c.on_stop = match v.as_str() {
                 "keep" => OnStop::Keep,
