@@ -14,6 +14,7 @@ pub mod peers;
 pub mod status;
 
 use clap::Parser;
+use libtaskisol::policy::items::tasks::KERNEL_MANAGED;
 use libtaskisol::policy::state::StateFiles;
 use libtaskisol::policy::{config::Config, engine, Policy, Report, ResolveError, Status};
 use libtaskisol::SysRoot;
@@ -339,7 +340,18 @@ pub fn human(rep: &Report, verbose: bool) -> String {
     }
     let mut moved = 0usize;
     let mut absent: Vec<(&str, usize)> = Vec::new();
+    // Kernel threads whose affinity the kernel manages, by their CPUs: one line, not dozens.
+    let mut managed: Vec<(&str, usize)> = Vec::new();
     for o in &rep.outcomes {
+        if let Status::NotChangeable { reason } = &o.status {
+            if let Some(cpus) = reason.strip_prefix(KERNEL_MANAGED).filter(|_| !verbose) {
+                match managed.iter_mut().find(|(c, _)| *c == cpus) {
+                    Some((_, n)) => *n += 1,
+                    None => managed.push((cpus, 1)),
+                }
+                continue;
+            }
+        }
         if matches!(o.status, Status::NotPresent { .. }) && !verbose {
             match absent.iter_mut().find(|(i, _)| *i == o.item) {
                 Some((_, n)) => *n += 1,
@@ -384,6 +396,27 @@ pub fn human(rep: &Report, verbose: bool) -> String {
         };
         s.push_str(&format!(
             "  tasks: {moved} thread affinities {verb} (-v lists them)\n"
+        ));
+    }
+    if !managed.is_empty() {
+        let total: usize = managed.iter().map(|(_, n)| n).sum();
+        managed.sort_by_key(|&(cpus, n)| (std::cmp::Reverse(n), cpus));
+        let by_cpus: Vec<String> = managed
+            .iter()
+            .map(|(cpus, n)| {
+                let noun = if cpus.contains([',', '-']) {
+                    "CPUs"
+                } else {
+                    "CPU"
+                };
+                format!("{n} on {noun} {cpus}")
+            })
+            .collect();
+        s.push_str(&format!(
+            "  {:<17} {total} kernel thread{} whose affinity the kernel manages (PF_NO_SETAFFINITY): {} (-v lists them)\n",
+            Status::NotChangeable { reason: String::new() }.word(),
+            if total == 1 { "" } else { "s" },
+            by_cpus.join(", ")
         ));
     }
     if !absent.is_empty() {

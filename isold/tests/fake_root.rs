@@ -147,12 +147,44 @@ fn apply_verify_restore_on_a_captured_tree() {
             && plan.lines().last().unwrap().contains(" would change"),
         "{plan}"
     );
+    // One vocabulary: a mask file's value with its CPUs as a list beside it, units named.
+    assert!(
+        plan.contains(
+            "would change      default_smp_affinity: is f (CPUs 0-3), policy wants 3 (CPUs 0-1)\n"
+        ),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("CPU 3 PM QoS resume latency limit (µs; 0: none): is 0, policy wants 3\n"),
+        "{plan}"
+    );
+    // The kernel-managed kthreads in one line, each thread's CPUs counted; no label twice.
+    assert!(
+        plan.contains("  not changeable    49 kernel threads whose affinity the kernel manages (PF_NO_SETAFFINITY): 25 on CPUs 0-3, 12 on CPU 2, 12 on CPU 3 (-v lists them)\n"),
+        "{plan}"
+    );
+    assert!(!plan.contains("not changeable    kthread"), "{plan}");
+    let labels: Vec<&str> = plan
+        .lines()
+        .filter_map(|l| l.strip_prefix("  would change      "))
+        .filter_map(|l| l.split(": ").next())
+        .collect();
+    let unique: std::collections::BTreeSet<&&str> = labels.iter().collect();
+    assert_eq!(unique.len(), labels.len(), "a label twice: {plan}");
     let (rc, plan_v, _) = isold(r, &["plan", "-v"]);
     assert_eq!(rc, 0);
     let changes = |t: &str| t.lines().filter(|l| l.contains("would change ")).count();
     assert!(
         changes(&plan_v) > changes(&plan),
         "the threads are summed up, -v lists them: {plan}\n{plan_v}"
+    );
+    assert_eq!(
+        plan_v
+            .lines()
+            .filter(|l| l.contains("(PF_NO_SETAFFINITY), CPUs "))
+            .count(),
+        49,
+        "-v lists each: {plan_v}"
     );
     assert_eq!(snapshot(r), before, "plan changes nothing");
     let ids = |json: &str, statuses: &[&str]| -> std::collections::BTreeSet<String> {

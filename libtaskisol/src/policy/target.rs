@@ -55,11 +55,25 @@ impl Want {
         }
     }
 
-    /// The wanted value, for messages.
+    /// The wanted value, for messages: a mask with its CPUs as a list beside it.
     pub fn shown(&self) -> String {
         match self {
             Want::Text(v) | Want::Choice(v) | Want::First(v) => v.clone(),
-            Want::Mask(set) => format!("{} ({set})", set.to_mask_string()),
+            Want::Mask(set) => format!("{} (CPUs {set})", set.to_mask_string()),
+        }
+    }
+
+    /// A file's content `raw`, for messages, in the words of [`Want::shown`]: a mask file's
+    /// with its CPUs as a list beside it.
+    pub fn shown_current(&self, raw: &str) -> String {
+        let text = raw.trim_end_matches('\n');
+        match self {
+            Want::Mask(_) => match CpuSet::parse_mask(text.trim()) {
+                Ok(set) if set.is_empty() => format!("{text} (no CPU)"),
+                Ok(set) => format!("{text} (CPUs {set})"),
+                Err(_) => text.to_string(),
+            },
+            _ => text.to_string(),
         }
     }
 }

@@ -132,7 +132,7 @@ fn evaluate(root: &SysRoot, isolated: &CpuSet, t: &Target) -> Eval {
             Err(e) => Eval::Done(failed(e)),
             Ok(raw) if want.matches(&raw) => Eval::Done(Status::AlreadyRight),
             Ok(raw) => Eval::Change {
-                from: shown(&raw),
+                from: want.shown_current(&raw),
                 original: Original::Attr {
                     path: path.clone(),
                     restore: want.restore_text(&raw),
@@ -296,7 +296,7 @@ fn change(
             let status = match root.read_to_string(path) {
                 Ok(back) if want.matches(&back) => Status::Changed {
                     from,
-                    to: shown(&back),
+                    to: want.shown_current(&back),
                 },
                 Ok(back) => failed(format!(
                     "wrote '{text}' to {}, but it reads back '{}'",

@@ -91,6 +91,10 @@ pub enum ThreadVerdict {
     Narrow(CpuSet),
 }
 
+/// How a thread whose affinity the kernel manages is "not changeable", before its CPUs: a
+/// report's reader can sum such threads up.
+pub const KERNEL_MANAGED: &str = "the kernel manages its affinity (PF_NO_SETAFFINITY), CPUs ";
+
 /// The verdict for a thread of process `pid` with this affinity (reaching into the isolated
 /// CPUs), `PF_*` flags and name; `cgroup` gives its process's cgroup, asked only when the
 /// allow-list of cgroups needs it.
@@ -106,7 +110,7 @@ pub fn thread_verdict(
     let leave = |reason: String| Ok(ThreadVerdict::Leave(Status::LeftAlone { reason }));
     if flags & crate::procfs::PF_NO_SETAFFINITY != 0 {
         return Ok(ThreadVerdict::Leave(Status::NotChangeable {
-            reason: format!("the kernel manages its affinity (PF_NO_SETAFFINITY), CPUs {affinity}"),
+            reason: format!("{KERNEL_MANAGED}{affinity}"),
         }));
     }
     if affinity.is_subset(&policy.isolated) {
