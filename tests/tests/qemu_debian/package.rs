@@ -270,6 +270,9 @@ fn deb_install_upgrade_remove_purge(role: KernelRole) {
             Expect::field("differences", "0"),
         ],
     );
+    if role == KernelRole::Rt612 {
+        readme_own_host(&mut s);
+    }
     s.step_with_timeout(
         "configured_and_started",
         "printf 'isolated_cpus = \"2-3\"\\non_stop = \"restore\"\\n' >/etc/isold/isold.toml\n\
@@ -394,7 +397,8 @@ fn deb_install_upgrade_remove_purge(role: KernelRole) {
         Duration::from_secs(180),
         vec![
             Expect::output_lacks("reloaded=no"),
-            Expect::field("unreadable_rc", "1"),
+            // A state file that is not one: exit 6, as for every command (isold(8)).
+            Expect::field("unreadable_rc", "6"),
             Expect::field("dpkg_rc", "0"),
             Expect::field("salvaged", "1"),
             Expect::field("aside", "/run/isold/state.json.corrupt"),
@@ -454,6 +458,148 @@ fn deb_install_upgrade_remove_purge(role: KernelRole) {
         );
     }
     o.assert_ok();
+}
+
+/// The README's "On your own host", in order: each block of commands with the lines it says
+/// they print (`text` blocks; `...` in a line: whatever the machine has there), as written.
+/// The package's build (`make deb`) is the host's; the guest has the package installed.
+fn readme_blocks() -> Vec<(Vec<String>, Vec<String>)> {
+    let text = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
+    let section = text
+        .split("\n## On your own host\n")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("README has an \"On your own host\" section");
+    let mut blocks: Vec<(Vec<String>, Vec<String>)> = Vec::new();
+    let mut fence: Option<&str> = None;
+    for l in section.lines() {
+        match (fence, l) {
+            (None, "```sh") => {
+                fence = Some("sh");
+                blocks.push((Vec::new(), Vec::new()));
+            }
+            (None, "```text") => fence = Some("text"),
+            (Some(_), "```") => fence = None,
+            (Some("sh"), cmd) if !cmd.trim().is_empty() && !cmd.starts_with("make ") => {
+                blocks.last_mut().unwrap().0.push(cmd.to_string())
+            }
+            (Some("text"), shown) => blocks
+                .last_mut()
+                .expect("a text block follows commands")
+                .1
+                .push(shown.to_string()),
+            _ => {}
+        }
+    }
+    blocks.retain(|(cmds, _)| !cmds.is_empty());
+    blocks
+}
+
+/// A line as the README shows it and as the guest printed it, its numbers aside (pids,
+/// counts and ages differ from machine to machine).
+fn without_numbers(l: &str) -> String {
+    let mut out = String::new();
+    for c in l.trim_end().chars() {
+        if c.is_ascii_digit() {
+            if !out.ends_with('#') {
+                out.push('#');
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Walks the README's "On your own host" on the freshly installed package: every command as
+/// written, in order (the guest's shell is root's), each printing what the README shows
+/// (numbers aside, `...` for the rest of a line, in order); `isold verify` exits 0 after `isold apply`, and after `isold
+/// restore` every kernel value and every file of /etc is as before the walk.
+fn readme_own_host(s: &mut Scenario) {
+    let blocks = readme_blocks();
+    assert!(
+        blocks
+            .iter()
+            .flat_map(|(c, _)| c)
+            .any(|c| c == "isold restore"),
+        "{blocks:?}"
+    );
+    let mut script = String::from("etc_snapshot /tmp/etc.readme\n");
+    for (i, (cmds, _)) in blocks.iter().enumerate() {
+        for (j, cmd) in cmds.iter().enumerate() {
+            script.push_str(&format!(
+                "{{ {cmd}\n}} >/tmp/readme.out 2>&1; echo readme_rc_{i}_{j}=$?\nsed 's/^/readme {i}: /' /tmp/readme.out\n"
+            ));
+        }
+    }
+    script.push_str(
+        "isold_snapshot /tmp/snap.readme\nsnapshot_diff /tmp/snap.before /tmp/snap.readme\n\
+         etc_snapshot /tmp/etc.readme_after; diff /tmp/etc.readme /tmp/etc.readme_after\n\
+         echo etc_changes=$(diff -u /tmp/etc.readme /tmp/etc.readme_after | grep -v -e '^--- ' -e '^+++ ' | grep -c '^[-+]')\n",
+    );
+    let verify = blocks
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (c, _))| c.iter().enumerate().map(move |(j, c)| (i, j, c)))
+        .find(|(_, _, c)| c.as_str() == "isold verify")
+        .map(|(i, j, _)| format!("readme_rc_{i}_{j}"))
+        .expect("the README runs isold verify");
+    let shown: Vec<(usize, Vec<String>)> = blocks
+        .iter()
+        .enumerate()
+        .map(|(i, (_, lines))| (i, lines.clone()))
+        .filter(|(_, l)| !l.is_empty())
+        .collect();
+    s.step_with_timeout(
+        "readme_own_host",
+        &script,
+        Duration::from_secs(300),
+        vec![
+            Expect::field(&verify, "0"),
+            Expect::that(
+                "each command prints what the README shows",
+                move |o: &StepOutput| {
+                    for (i, lines) in &shown {
+                        let prefix = format!("readme {i}: ");
+                        let printed: Vec<String> = o
+                            .stdout
+                            .lines()
+                            .filter_map(|l| l.strip_prefix(&prefix))
+                            .map(without_numbers)
+                            .collect();
+                        let mut at = 0;
+                        for want in lines {
+                            // "..." in a line stands for whatever the machine has there.
+                            let w = without_numbers(want);
+                            let (head, tail) = w.split_once("...").unwrap_or((&w, ""));
+                            let whole = !w.contains("...");
+                            let fits = |p: &String| {
+                                if whole {
+                                    *p == w
+                                } else {
+                                    p.starts_with(head)
+                                        && p.ends_with(tail)
+                                        && p.len() >= head.len() + tail.len()
+                                }
+                            };
+                            match printed[at..].iter().position(fits) {
+                                Some(k) => at += k + 1,
+                                None => {
+                                    return Err(format!(
+                                        "block {i}: {want:?} not printed (in order); printed:\n{}",
+                                        printed.join("\n")
+                                    ))
+                                }
+                            }
+                        }
+                    }
+                    Ok(())
+                },
+            ),
+            Expect::field("differences", "0"),
+            Expect::field("etc_changes", "0"),
+        ],
+    );
 }
 
 /// The project's kernel as a Debian package (`scripts/build-kernel deb --config
