@@ -39,7 +39,14 @@ pub struct Cli {
     pub activate: bool,
 
     /// Print the task-isolation features the kernel supports and exit.
-    #[arg(short = 'i', long = "info", exclusive = true)]
+    #[arg(
+        short = 'i',
+        long = "info",
+        conflicts_with_all = [
+            "command", "quiesce", "inherit", "activate", "cpu_list", "isolated", "fifo",
+            "rr", "no_thp", "cgroup", "fallback", "pid",
+        ]
+    )]
     pub info: bool,
 
     /// Show the task-isolation state, CPUs and policy of every thread of PID and exit.
@@ -95,6 +102,10 @@ pub struct Cli {
     /// Print each step before it is applied.
     #[arg(short = 'v', long = "verbose")]
     pub verbose: bool,
+
+    /// With -i or -p: print JSON (documented in chisol(1)).
+    #[arg(long = "json")]
+    pub json: bool,
 
     /// Print the completion script of SHELL (bash, zsh, fish, elvish, powershell) and exit.
     #[arg(

@@ -67,11 +67,14 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
         };
     }
     let root = SysRoot::host();
+    if cli.json && !cli.info && cli.pid.is_none() {
+        return fail("--json goes with -i or -p\nTry 'chisol --help' for more information.");
+    }
     if cli.info {
-        return info();
+        return info(cli.json);
     }
     if let Some(pid) = cli.pid {
-        return show_pid(&root, pid);
+        return show_pid(&root, pid, cli.json);
     }
     if cli.command.is_empty() {
         return fail("no command specified\nTry 'chisol --help' for more information.");
@@ -148,18 +151,52 @@ fn spec_from_cli(cli: &Cli) -> Result<LaunchSpec, Error> {
 }
 
 /// `-i`: the original prints one line per feature: `quiesce: vmstat_sync `.
-fn info() -> i32 {
+fn info(json: bool) -> i32 {
     let ti = match TaskIsolation::detect() {
         Ok(t) => t,
+        Err(why) if json => {
+            // The answer a script wants on a stock kernel: no interface, and why.
+            let v = serde_json::json!({ "interface": false, "why": why.to_string() });
+            print_out(&format!("{v:#}\n"));
+            return fail(why);
+        }
         Err(why) => return fail(why),
     };
-    let text = ti
-        .features()
-        .and_then(|features| info_text(features, || ti.supported_quiesce()));
-    match text {
+    let out = ti.features().and_then(|features| {
+        if json {
+            info_json(features, || ti.supported_quiesce())
+        } else {
+            info_text(features, || ti.supported_quiesce())
+        }
+    });
+    match out {
         Ok(t) => print_out(&t),
         Err(e) => fail(e),
     }
+}
+
+/// `-i --json`: the feature mask, and the quiesce bits by name when it has ISOL_F_QUIESCE.
+fn info_json(
+    features: u64,
+    supported_quiesce: impl FnOnce() -> Result<u64, Error>,
+) -> Result<String, Error> {
+    let quiesce = if features & abi::ISOL_F_QUIESCE != 0 {
+        let bits = supported_quiesce()?;
+        let names: Vec<&str> = abi::QUIESCE_NAMES
+            .iter()
+            .filter(|(bit, _)| bits & bit != 0)
+            .map(|(_, name)| *name)
+            .collect();
+        Some(names)
+    } else {
+        None
+    };
+    let v = serde_json::json!({
+        "interface": true,
+        "features": features,
+        "quiesce": quiesce,
+    });
+    Ok(format!("{v:#}\n"))
 }
 
 /// The `-i` text for a kernel's feature mask; the supported quiesce bits are asked for only
@@ -187,20 +224,71 @@ fn info_text(
 /// say `n/a` and a note tells why. A thread that exits meanwhile is left out; any other
 /// error (a mode 0400 file of another user, an unparsable file) keeps the thread's row, with
 /// `?` or `n/a` where the value is unknown, and is printed.
-fn show_pid(root: &SysRoot, pid: i32) -> i32 {
-    match pid_view(root, pid) {
-        Ok((text, notes)) => {
+fn show_pid(root: &SysRoot, pid: i32, json: bool) -> i32 {
+    match pid_rows(root, pid) {
+        Ok((rows, notes)) if json => {
+            let v = serde_json::json!({
+                "pid": pid,
+                "interface": root.exists(format!("/proc/{pid}/task_isolation")),
+                "threads": rows,
+                "notes": notes,
+            });
+            print_out(&format!("{v:#}\n"))
+        }
+        Ok((rows, notes)) => {
             for n in notes {
                 eprintln!("chisol: pid {pid}: {n}");
             }
-            print_out(&text)
+            print_out(&pid_table(&rows))
         }
         Err(e) => fail(e),
     }
 }
 
-/// The `-p` table, and the notes for stderr.
+/// One thread of the `-p` view; `None` where a value could not be read (the notes say why),
+/// the isolation fields also without the interface.
+#[derive(Debug, serde::Serialize)]
+struct ThreadRow {
+    tid: i32,
+    comm: Option<String>,
+    configured: Option<String>,
+    active: Option<String>,
+    quiescing: Option<String>,
+    cpus: Option<String>,
+    policy: Option<String>,
+}
+
+/// The `-p` table: `?` for what could not be read, `n/a` without the interface.
+fn pid_table(rows: &[ThreadRow]) -> String {
+    let mut text = format!(
+        "{:<8} {:<16} {:<11} {:<8} {:<12} {:<10} POLICY\n",
+        "TID", "COMM", "CONFIGURED", "ACTIVE", "QUIESCING", "CPUS"
+    );
+    for r in rows {
+        let na = |v: &Option<String>| v.clone().unwrap_or_else(|| "n/a".into());
+        let q = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".into());
+        text.push_str(&format!(
+            "{:<8} {:<16} {:<11} {:<8} {:<12} {:<10} {}\n",
+            r.tid,
+            q(&r.comm),
+            na(&r.configured),
+            na(&r.active),
+            na(&r.quiescing),
+            q(&r.cpus),
+            q(&r.policy)
+        ));
+    }
+    text
+}
+
+/// The `-p` table as text, and the notes for stderr.
+#[cfg(test)]
 fn pid_view(root: &SysRoot, pid: i32) -> Result<(String, Vec<String>), String> {
+    pid_rows(root, pid).map(|(rows, notes)| (pid_table(&rows), notes))
+}
+
+/// The `-p` rows, and the notes for stderr.
+fn pid_rows(root: &SysRoot, pid: i32) -> Result<(Vec<ThreadRow>, Vec<String>), String> {
     let tids = match procfs::thread_ids(root, pid) {
         Ok(t) => t,
         Err(e) if e.errno() == Some(libc::ENOENT) => {
@@ -215,10 +303,7 @@ fn pid_view(root: &SysRoot, pid: i32) -> Result<(String, Vec<String>), String> {
             "task isolation interface not available: the kernel has no /proc/{pid}/task_isolation"
         ));
     }
-    let mut text = format!(
-        "{:<8} {:<16} {:<11} {:<8} {:<12} {:<10} POLICY\n",
-        "TID", "COMM", "CONFIGURED", "ACTIVE", "QUIESCING", "CPUS"
-    );
+    let mut rows = Vec::new();
     'threads: for tid in tids {
         let mut errors = Vec::new();
         let Ok(stat) = keep(
@@ -247,29 +332,34 @@ fn pid_view(root: &SysRoot, pid: i32) -> Result<(String, Vec<String>), String> {
         };
         let (comm, policy) = match &stat {
             Some(st) => (
-                st.comm.as_str(),
-                SchedPolicy::from_stat(st.policy, st.rt_priority)
-                    .map_or_else(|| format!("policy {}", st.policy), |p| p.to_string()),
+                Some(st.comm.clone()),
+                Some(
+                    SchedPolicy::from_stat(st.policy, st.rt_priority)
+                        .map_or_else(|| format!("policy {}", st.policy), |p| p.to_string()),
+                ),
             ),
-            None => ("?", "?".to_string()),
+            None => (None, None),
         };
-        let (c, a, q) = match state {
-            Some(s) => (s.configured_names(), s.active_names(), s.quiescing_names()),
-            None => ("n/a".into(), "n/a".into(), "n/a".into()),
+        let (configured, active, quiescing) = match state {
+            Some(s) => (
+                Some(s.configured_names()),
+                Some(s.active_names()),
+                Some(s.quiescing_names()),
+            ),
+            None => (None, None, None),
         };
-        text.push_str(&format!(
-            "{:<8} {:<16} {:<11} {:<8} {:<12} {:<10} {}\n",
+        rows.push(ThreadRow {
             tid,
             comm,
-            c,
-            a,
-            q,
-            cpus.as_deref().unwrap_or("?"),
-            policy
-        ));
+            configured,
+            active,
+            quiescing,
+            cpus,
+            policy,
+        });
         notes.extend(errors.into_iter().map(|e| format!("thread {tid}: {e}")));
     }
-    Ok((text, notes))
+    Ok((rows, notes))
 }
 
 /// A thread of the `-p` view exited while it was read.
@@ -427,6 +517,48 @@ mod tests {
         assert!(
             notes[2].contains("/proc/43/task_isolation") && notes[2].contains("garbage"),
             "{notes:?}"
+        );
+    }
+
+    /// `-p --json`: the same rows, null where the table says `?` or `n/a`.
+    #[test]
+    fn pid_rows_as_json_say_null_for_what_could_not_be_read() {
+        let state = "Configured state: quiesce \nActive state: quiesce \nQuiescing: vmstat_sync \n";
+        let files: Vec<(String, String)> = vec![
+            ("/proc/42/task_isolation".into(), state.into()),
+            ("/proc/42/task/42/stat".into(), stat(42, "main", 1, 10)),
+            (
+                "/proc/42/task/42/status".into(),
+                "Cpus_allowed_list:\t2-3\n".into(),
+            ),
+            ("/proc/43/task_isolation".into(), "garbage\n".into()),
+            ("/proc/42/task/43/stat".into(), "43 (x) S 1 2\n".into()),
+            ("/proc/42/task/43/status".into(), "Name:\tx\n".into()),
+        ];
+        let d = tree(&files);
+        let (rows, _) = pid_rows(&SysRoot::new(d.path()), 42).unwrap();
+        assert_eq!(
+            serde_json::to_value(&rows).unwrap(),
+            serde_json::json!([
+                {"tid": 42, "comm": "main", "configured": "quiesce", "active": "quiesce",
+                 "quiescing": "vmstat_sync", "cpus": "2-3", "policy": "SCHED_FIFO priority 10"},
+                {"tid": 43, "comm": null, "configured": null, "active": null,
+                 "quiescing": null, "cpus": null, "policy": null},
+            ])
+        );
+    }
+
+    #[test]
+    fn info_as_json_names_the_quiesce_bits() {
+        let v = |t: String| serde_json::from_str::<serde_json::Value>(&t).unwrap();
+        let vmstat = abi::ISOL_F_QUIESCE_VMSTATS;
+        assert_eq!(
+            v(info_json(abi::ISOL_F_QUIESCE, || Ok(vmstat)).unwrap()),
+            serde_json::json!({"interface": true, "features": abi::ISOL_F_QUIESCE, "quiesce": ["vmstat_sync"]})
+        );
+        assert_eq!(
+            v(info_json(2, || -> Result<u64, Error> { unreachable!() }).unwrap()),
+            serde_json::json!({"interface": true, "features": 2, "quiesce": null})
         );
     }
 

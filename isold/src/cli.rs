@@ -117,6 +117,10 @@ pub struct ItemsArgs {
     /// `.\" @ITEMS@` line (how the installed page is made).
     #[arg(long = "man-page", value_name = "TEMPLATE", hide = true)]
     pub man_page: Option<std::path::PathBuf>,
+
+    /// Print the items as JSON (documented in isold(8)).
+    #[arg(long = "json")]
+    pub json: bool,
 }
 
 /// Options of `isold hook`.

@@ -482,6 +482,24 @@ fn items(args: &cli::ItemsArgs) -> i32 {
         .into_iter()
         .map(|p| (p, Config::defaults(p, CpuSpec::Auto)))
         .collect();
+    if args.json {
+        let list: Vec<serde_json::Value> = items::ALL
+            .iter()
+            .map(|item| {
+                let values: serde_json::Map<String, serde_json::Value> = presets
+                    .iter()
+                    .map(|(p, c)| {
+                        (
+                            p.name().to_string(),
+                            items::shown_value(c, item.name).into(),
+                        )
+                    })
+                    .collect();
+                serde_json::json!({ "name": item.name, "doc": item.doc, "presets": values })
+            })
+            .collect();
+        return print_out(&format!("{:#}\n", serde_json::Value::from(list)));
+    }
     let mut text = String::new();
     for item in items::ALL {
         let values: Vec<String> = presets

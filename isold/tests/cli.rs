@@ -190,3 +190,37 @@ fn items_lists_every_item_and_its_preset_values() {
         "{err}"
     );
 }
+
+/// `isold items --json`: every item in apply's order, its value in each preset as the text
+/// prints it.
+#[test]
+fn items_as_json_list_every_item_with_each_presets_value() {
+    let (rc, out, _) = isold_unprivileged(&["items", "--json"]);
+    assert_eq!(rc, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let names: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    let all: Vec<&str> = libtaskisol::policy::items::ALL
+        .iter()
+        .map(|i| i.name)
+        .collect();
+    assert_eq!(names, all);
+    let (_, text, _) = isold_unprivileged(&["items"]);
+    for item in v.as_array().unwrap() {
+        let shown: Vec<String> = item["presets"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(p, val)| format!("{p} {}", val.as_str().unwrap()))
+            .collect();
+        assert_eq!(shown.len(), 4, "{item}");
+        for s in shown {
+            assert!(text.contains(&s), "{s} in the text:\n{text}");
+        }
+    }
+    assert_eq!(v[0]["presets"]["realtime-virtual-host"], "12 rows");
+}
