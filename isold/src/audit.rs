@@ -272,6 +272,27 @@ fn contested(state_path: &Path) -> Vec<libtaskisol::audit::Setting> {
 }
 
 /// Wrap `text` at 79 columns, every line after the first indented by `indent` spaces.
+/// A table cell of at most `width` columns: its first line, and the lines that continue it
+/// (under it, in the same column), broken after a space, `-` or `/` where there is one. A
+/// name is wrapped, never cut.
+pub(crate) fn cell(text: &str, width: usize) -> (String, Vec<String>) {
+    let mut lines: Vec<String> = Vec::new();
+    let mut rest: Vec<char> = text.chars().collect();
+    while rest.len() > width {
+        let at = rest[..width]
+            .iter()
+            .rposition(|c| matches!(c, ' ' | '-' | '/'))
+            // A break that leaves the line more than half empty cuts the name instead.
+            .filter(|&i| i + 1 >= width / 2)
+            .map_or(width, |i| i + 1);
+        lines.push(rest[..at].iter().collect::<String>().trim_end().to_string());
+        rest = rest[at..].to_vec();
+    }
+    lines.push(rest.into_iter().collect());
+    let first = lines.remove(0);
+    (first, lines)
+}
+
 pub(crate) fn wrap(text: &str, first: usize, indent: usize) -> String {
     let mut out = String::new();
     let mut col = first;
@@ -329,21 +350,21 @@ fn cpu_block(s: &mut String, c: &CpuAudit, verbose: bool) {
                 fixes.len()
             }
         };
-        let mut src = match d.cpu_ms {
+        let src = match d.cpu_ms {
             Some(ms) if ms > 0 => format!("{} ({ms} ms CPU)", d.source),
             _ => d.source.clone(),
         };
-        if src.len() > 44 {
-            src.truncate(43);
-            src.push('~');
-        }
+        let (first, rest) = cell(&src, 44);
         let _ = writeln!(
             s,
             "  {:>8} {:>8}/s  {:<44} [{n}]",
             d.count,
             rate(d.per_s),
-            src
+            first
         );
+        for r in rest {
+            let _ = writeln!(s, "{:21}{r}", "");
+        }
     }
     if c.disturbed_by.len() > shown {
         let _ = writeln!(
@@ -832,6 +853,24 @@ mod tests {
     use libtaskisol::audit::{Disturbance, Exposure, Tick};
 
     #[test]
+    fn a_long_cell_is_wrapped_in_its_column_never_cut() {
+        let (first, rest) = cell(
+            "kthread 72 kworker/3:1-events_power_efficient (12 ms CPU)",
+            44,
+        );
+        assert_eq!(first, "kthread 72 kworker/3:1-");
+        assert_eq!(rest, ["events_power_efficient (12 ms CPU)"]);
+        assert!(first.chars().count() <= 44);
+        let (first, rest) = cell("short", 44);
+        assert_eq!((first.as_str(), rest.len()), ("short", 0));
+        // No place to break, and not ASCII: hard breaks at a character, nothing lost.
+        let long = "é".repeat(50);
+        let (first, rest) = cell(&long, 44);
+        assert_eq!(first.chars().count(), 44);
+        assert_eq!(format!("{first}{}", rest.concat()), long);
+    }
+
+    #[test]
     fn wrapping_keeps_every_line_within_79_columns() {
         assert_eq!(wrap("short text", 10, 4), "short text");
         let long = "word ".repeat(40);
@@ -1091,10 +1130,16 @@ mod tests {
         ];
         let mut s = String::new();
         cpu_block(&mut s, &c, false);
+        // A long name is wrapped in its column, whole.
         assert!(
-            s.contains(&format!("  task 9 {}~ [1]\n", "n".repeat(36))),
+            s.contains(&format!("  task 9 {} [1]\n", "n".repeat(37))),
             "{s}"
         );
+        assert!(
+            s.contains(&format!("\n{:21}{} (1500 ms CPU)\n", "", "n".repeat(23))),
+            "{s}"
+        );
+        assert!(!s.contains('~'), "{s}");
         assert!(
             s.contains("  Y1                                           [1]\n"),
             "no CPU time when none: {s}"

@@ -411,19 +411,18 @@ pub fn human(r: &NoiseReport, verbose: bool) -> String {
                     fixes.len()
                 }
             };
-            let mut name = src.source.clone();
-            if name.len() > 38 {
-                name.truncate(37);
-                name.push('~');
-            }
+            let (first, rest) = crate::audit::cell(&src.source, 38);
             let _ = writeln!(
                 s,
                 "  {:>8} {:>10} {:>10}  {:<38} [{n}]",
                 src.events,
                 dur(src.seconds),
                 dur(src.longest_seconds),
-                name
+                first
             );
+            for r in rest {
+                let _ = writeln!(s, "{:34}{r}", "");
+            }
         }
         if c.sources.len() > shown {
             let _ = writeln!(
