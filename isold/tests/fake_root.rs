@@ -155,7 +155,7 @@ fn apply_verify_restore_on_a_captured_tree() {
         "{plan}"
     );
     assert!(
-        plan.contains("CPU 3 PM QoS resume latency limit (µs; 0: none): is 0, policy wants 3\n"),
+        plan.contains("CPU 3 PM QoS resume latency limit (us; 0: none): is 0, policy wants 3\n"),
         "{plan}"
     );
     // The kernel-managed kthreads in one line, each thread's CPUs counted; no label twice.
@@ -1741,4 +1741,45 @@ fn without_the_network_items_nothing_of_the_network_changes() {
         })
         .collect();
     assert_eq!(net, Vec::<PathBuf>::new());
+}
+
+/// One vocabulary: wherever plan, apply, verify, restore and audit show a CPU mask file's
+/// value (workqueue cpumasks, default_smp_affinity, RPS masks), its CPUs are beside it as a
+/// list; never a bare hex mask.
+#[test]
+fn no_mask_is_shown_without_its_cpus() {
+    let t = tree();
+    let r = t.path();
+    put(r, "proc/sys/net/core/rps_default_mask", "0\n");
+    put(
+        r,
+        "etc/isold/isold.toml",
+        "isolated_cpus = \"2-3\"\n[items]\nrps = true\n",
+    );
+    let masks = ["cpumask", "smp_affinity", "rps_default_mask"];
+    let mut seen = 0;
+    for args in [
+        &["plan"][..],
+        &["audit", "--duration", "0"],
+        &["apply"],
+        &["verify", "-v"],
+        &["restore"],
+    ] {
+        let (_, out, err) = isold(r, args);
+        for l in out.lines().filter(|l| masks.iter().any(|m| l.contains(m))) {
+            if l.ends_with(": already right") {
+                continue;
+            }
+            seen += 1;
+            let values = l.matches("(CPUs ").count() + l.matches("(no CPU)").count();
+            let wanted = if l.contains(" -> ") || l.contains("policy wants") {
+                2
+            } else {
+                1
+            };
+            assert_eq!(values, wanted, "{args:?}: {l}\n{out}{err}");
+        }
+    }
+    // Each of plan, apply and restore shows the 4 masks and rps_default_mask; audit the last.
+    assert!(seen >= 16, "{seen} lines");
 }

@@ -58,12 +58,16 @@ pub(super) fn restore_one(root: &SysRoot, o: &Original) -> Status {
                 // an apply killed between recording the original and learning the refusal:
                 // the value never changed, so it is already back.
                 return match root.read_to_string(path) {
-                    Ok(now) if &now == content => Status::Restored { to: shown(&now) },
+                    Ok(now) if &now == content => Status::Restored {
+                        to: attr_shown(path, &now),
+                    },
                     _ => failed(e),
                 };
             }
             match root.read_to_string(path) {
-                Ok(back) if &back == content => Status::Restored { to: shown(&back) },
+                Ok(back) if &back == content => Status::Restored {
+                    to: attr_shown(path, &back),
+                },
                 Ok(back) => failed(format!(
                     "wrote '{restore}' to {}, but it reads back '{}' instead of '{}'",
                     root.path(path).display(),
@@ -148,6 +152,20 @@ fn not_the_thread(root: &SysRoot, pid: i32, tid: i32, starttime: u64) -> Option<
         Ok(true) => None,
         Ok(false) => Some(Status::Gone),
         Err(e) => Some(failed(e)),
+    }
+}
+
+/// A kernel attribute's value for people: a CPU mask file's (by its name: `cpumask`,
+/// `smp_affinity`, `rps_cpus`, `rps_default_mask`) with its CPUs as a list beside it.
+fn attr_shown(path: &str, raw: &str) -> String {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    if matches!(
+        name,
+        "cpumask" | "smp_affinity" | "default_smp_affinity" | "rps_cpus" | "rps_default_mask"
+    ) {
+        super::target::mask_shown(raw)
+    } else {
+        shown(raw)
     }
 }
 

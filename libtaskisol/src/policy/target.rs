@@ -66,15 +66,21 @@ impl Want {
     /// A file's content `raw`, for messages, in the words of [`Want::shown`]: a mask file's
     /// with its CPUs as a list beside it.
     pub fn shown_current(&self, raw: &str) -> String {
-        let text = raw.trim_end_matches('\n');
         match self {
-            Want::Mask(_) => match CpuSet::parse_mask(text.trim()) {
-                Ok(set) if set.is_empty() => format!("{text} (no CPU)"),
-                Ok(set) => format!("{text} (CPUs {set})"),
-                Err(_) => text.to_string(),
-            },
-            _ => text.to_string(),
+            Want::Mask(_) => mask_shown(raw),
+            _ => raw.trim_end_matches('\n').to_string(),
         }
+    }
+}
+
+/// A CPU mask file's content for people: the mask with its CPUs as a list beside it
+/// (`f (CPUs 0-3)`, `0 (no CPU)`); as it is when it is no mask.
+pub fn mask_shown(raw: &str) -> String {
+    let text = raw.trim_end_matches('\n');
+    match CpuSet::parse_mask(text.trim()) {
+        Ok(set) if set.is_empty() => format!("{text} (no CPU)"),
+        Ok(set) => format!("{text} (CPUs {set})"),
+        Err(_) => text.to_string(),
     }
 }
 

@@ -52,7 +52,7 @@ fn plan(p: &mut Planning<'_>) -> Result<()> {
             p.out.push(attr(
                 "pm_qos",
                 format!("pm_qos:cpu{cpu}"),
-                format!("CPU {cpu} PM QoS resume latency limit (µs; 0: none)"),
+                format!("CPU {cpu} PM QoS resume latency limit (us; 0: none)"),
                 power::resume_latency_path(cpu),
                 Want::Text(text),
             ));

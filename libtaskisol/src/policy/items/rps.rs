@@ -146,8 +146,8 @@ fn audit(m: &Machine<'_>, out: &mut Vec<Setting>) -> Result<()> {
     let default = m.root.read_value_opt(RPS_DEFAULT_MASK)?;
     out.extend(Setting::judged(
         "net.core.rps_default_mask",
-        default,
-        |v| !reaches(v),
+        default.map(|v| crate::policy::target::mask_shown(&v)),
+        |v| !reaches(v.split(' ').next().unwrap_or(v)),
         "a device made from now on (a pod's veth) starts without RPS off the isolated CPUs",
         "isold item rps",
     ));
@@ -247,13 +247,21 @@ mod tests {
                     false,
                     "isold item rps"
                 ),
-                ("net.core.rps_default_mask", "0", false, "isold item rps"),
+                // A mask with its CPUs beside it.
+                (
+                    "net.core.rps_default_mask",
+                    "0 (no CPU)",
+                    false,
+                    "isold item rps"
+                ),
             ]
         );
         // Steered off the audited CPUs and no more channels than housekeeping CPUs: quiet.
         let t = tree("3", "0 0 0 4 0 0 0 2");
         std::fs::write(t.path().join("proc/sys/net/core/rps_default_mask"), "3\n").unwrap();
-        assert!(findings(&SysRoot::new(t.path())).iter().all(|s| s.ok));
+        let f = findings(&SysRoot::new(t.path()));
+        assert!(f.iter().all(|s| s.ok));
+        assert!(f.iter().any(|s| s.value == "3 (CPUs 0-1)"), "{f:?}");
     }
 
     /// Machines past 32 CPUs: the mask written has the comma groups the kernel parses and
