@@ -338,6 +338,9 @@ pub fn human(rep: &Report, verbose: bool) -> String {
         }
         s.push('\n');
     }
+    if rep.command == "plan" {
+        s.push_str(&plan_summary(rep));
+    }
     let mut moved = 0usize;
     let mut absent: Vec<(&str, usize)> = Vec::new();
     // Kernel threads whose affinity the kernel manages, by their CPUs: one line, not dozens.
@@ -454,6 +457,116 @@ pub fn human(rep: &Report, verbose: bool) -> String {
         });
     }
     s.push('\n');
+    s
+}
+
+/// What a plan changes, before the list: what it moves off the isolated CPUs, then the
+/// settings, each counted in words for people (one line each; none when nothing would).
+fn plan_summary(rep: &Report) -> String {
+    // (item, singular, plural, moves off the isolated CPUs)
+    const WORDS: &[(&str, &str, &str, bool)] = &[
+        ("irq_affinity", "IRQ", "IRQs", true),
+        ("tasks", "thread", "threads", true),
+        ("workqueue", "workqueue mask", "workqueue masks", true),
+        (
+            "net_queues",
+            "network device's channels",
+            "network devices' channels",
+            true,
+        ),
+        ("rps", "RPS mask", "RPS masks", true),
+        (
+            "cgroup_partition",
+            "isolated cgroup partition",
+            "isolated cgroup partitions",
+            true,
+        ),
+        (
+            "irqbalance",
+            "irqbalance's banned CPUs",
+            "irqbalance's banned CPUs",
+            true,
+        ),
+        (
+            "systemd_cpuaffinity",
+            "systemd's CPUAffinity",
+            "systemd's CPUAffinity",
+            true,
+        ),
+        ("sysctl", "sysctl", "sysctls", false),
+        (
+            "kthread_priority",
+            "kthread priority",
+            "kthread priorities",
+            false,
+        ),
+        (
+            "machinecheck",
+            "machine-check setting",
+            "machine-check settings",
+            false,
+        ),
+        ("pm_qos", "PM QoS limit", "PM QoS limits", false),
+        ("cpufreq", "cpufreq governor", "cpufreq governors", false),
+        ("ksm", "KSM", "KSM", false),
+        ("thp", "THP", "THP", false),
+        ("printk", "console log level", "console log levels", false),
+        ("kvm", "KVM options file", "KVM options files", false),
+    ];
+    let changing = |o: &&libtaskisol::policy::Outcome| matches!(o.status, Status::Deviates { .. });
+    // The default IRQ affinity is the irq_affinity item's too, but no IRQ.
+    let default_irq = |o: &libtaskisol::policy::Outcome| o.id == "irq:default";
+    let count = |item: &str| {
+        rep.outcomes
+            .iter()
+            .filter(changing)
+            .filter(|o| o.item == item && !default_irq(o))
+            .count()
+    };
+    let mut off = Vec::new();
+    let mut set = Vec::new();
+    for &(item, one, many, moves) in WORDS {
+        let n = count(item);
+        let mut words = match n {
+            0 if item != "irq_affinity" => continue,
+            0 => String::new(),
+            // A thing that is not counted (KSM, THP) is named alone.
+            _ if one == many => one.to_string(),
+            1 => format!("1 {one}"),
+            n => format!("{n} {many}"),
+        };
+        if item == "irq_affinity" && rep.outcomes.iter().filter(changing).any(default_irq) {
+            if !words.is_empty() {
+                words.push_str(" and ");
+            }
+            words.push_str("the default IRQ affinity");
+        }
+        if words.is_empty() {
+            continue;
+        }
+        if moves { &mut off } else { &mut set }.push(words);
+    }
+    // Anything the table does not name yet, by its item's name.
+    let mut others: Vec<&str> = rep
+        .outcomes
+        .iter()
+        .filter(|o| matches!(o.status, Status::Deviates { .. }))
+        .map(|o| o.item.as_str())
+        .filter(|i| !WORDS.iter().any(|w| w.0 == *i))
+        .collect();
+    others.dedup();
+    set.extend(others.iter().map(|i| format!("{} {i}", count(i))));
+    let mut s = String::new();
+    if !off.is_empty() {
+        s.push_str(&format!(
+            "would move off CPUs {}: {}\n",
+            rep.isolated,
+            off.join(", ")
+        ));
+    }
+    if !set.is_empty() {
+        s.push_str(&format!("would set: {}\n", set.join(", ")));
+    }
     s
 }
 

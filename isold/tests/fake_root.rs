@@ -147,6 +147,11 @@ fn apply_verify_restore_on_a_captured_tree() {
             && plan.lines().last().unwrap().contains(" would change"),
         "{plan}"
     );
+    // What changes comes first, in words: what moves off the isolated CPUs, then settings.
+    assert!(
+        plan.starts_with("isold plan: isolated CPUs 2-3, housekeeping CPUs 0-1\nwould move off CPUs 2-3: 16 IRQs and the default IRQ affinity, 21 threads, 3 workqueue masks\nwould set: 10 sysctls, 13 kthread priorities, 4 machine-check settings, 2 PM QoS limits, KSM\n  would change "),
+        "{plan}"
+    );
     // One vocabulary: a mask file's value with its CPUs as a list beside it, units named.
     assert!(
         plan.contains(
