@@ -498,7 +498,7 @@ fn cpu_block(s: &mut String, c: &CpuAudit, verbose: bool) {
 pub fn human(a: &Audit, verbose: bool) -> String {
     let mut s = String::new();
     let head = format!(
-        "isold audit: CPUs {} ({}), housekeeping {}, Linux {}, window {} s",
+        "isold audit: CPUs {} ({}), housekeeping CPUs {}, Linux {}, window {} s",
         a.cpus, a.source, a.housekeeping, a.kernel, a.window_s
     );
     let _ = writeln!(s, "{}", wrap(&head, 0, 2));
@@ -970,7 +970,7 @@ mod tests {
         let text = human(&a, false);
         assert!(
             text.starts_with(
-                "isold audit: CPUs 2-3 (--cpus), housekeeping 0-1, Linux 6.12, window 2 s\n"
+                "isold audit: CPUs 2-3 (--cpus), housekeeping CPUs 0-1, Linux 6.12, window 2 s\n"
             ),
             "{text}"
         );

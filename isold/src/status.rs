@@ -288,7 +288,7 @@ pub fn status(
 /// pass the buffer on.
 pub fn human_status(s: &DaemonStatus) -> String {
     let mut out = format!(
-        "isold run: {} (pid {}), since {} s ago\n  policy {} ({}): isolated CPUs {}, housekeeping {}\n  tasks: {}; devices: {}\n  scans every {} s, every thread's affinity every {} s\n",
+        "isold run: {} (pid {}), since {} s ago\n  policy {} ({}): isolated CPUs {}, housekeeping CPUs {}\n  tasks: {}; devices: {}\n  scans every {} s, every thread's affinity every {} s\n",
         s.state,
         s.pid,
         now_s().saturating_sub(s.started),

@@ -183,7 +183,7 @@ fn audit_of_a_captured_tree_from_the_command_line() {
     let (rc, out, err) = isold(&["--root", root, "audit", "--cpus", "2-3", "-d", "0"]);
     assert_eq!(rc, 0, "{err}");
     assert!(
-        out.starts_with("isold audit: CPUs 2-3 (--cpus), housekeeping 0-1, Linux"),
+        out.starts_with("isold audit: CPUs 2-3 (--cpus), housekeeping CPUs 0-1, Linux"),
         "{out}"
     );
     assert!(

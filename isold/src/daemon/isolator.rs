@@ -209,7 +209,7 @@ impl Daemon {
         match engine::apply(&self.env.root, &self.policy, &self.env.files) {
             Ok(rep) => {
                 self.env.log.info(&format!(
-                    "isolating CPUs {} (housekeeping {}): {}",
+                    "isolating CPUs {} (housekeeping CPUs {}): {}",
                     self.policy.isolated,
                     self.policy.housekeeping,
                     rep.summary()
