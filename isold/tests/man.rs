@@ -156,3 +156,38 @@ fn man_page_lists_every_metric_and_no_other() {
     assert_eq!(code_registered, want, "{text}");
     assert_eq!(encoded.difference(&code).count(), 0, "{text}");
 }
+
+/// The README reads top down: what and why, then the two commands, on a first screen of 40
+/// lines at most; then the path for one's own host.
+#[test]
+fn the_readmes_first_screen_fits_40_lines() {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let first = text
+        .split("\n## On your own host\n")
+        .next()
+        .expect("README has \"On your own host\"");
+    assert!(
+        first.lines().count() <= 40,
+        "{} lines before \"On your own host\"",
+        first.lines().count()
+    );
+    for cmd in ["./scripts/demo ", "./scripts/test "] {
+        assert!(first.contains(cmd), "{cmd} on the first screen");
+    }
+    let host = text.split("\n## On your own host\n").nth(1).unwrap();
+    for step in [
+        "isold check",
+        "isold plan",
+        "isold bootargs",
+        "isold apply",
+        "isold verify",
+        "systemctl start isold",
+        "isold restore",
+    ] {
+        assert!(
+            host.contains(&format!("\n{step}")),
+            "{step} in the own-host path"
+        );
+    }
+}
