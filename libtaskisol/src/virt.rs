@@ -149,6 +149,12 @@ mod tests {
             ("/sys/class/dmi/id/product_name", "Virtual Machine\n"),
         ]);
         assert_eq!(detect(&r).unwrap().hypervisor, "microsoft");
+        // EC2's virtual instances are Amazon's VMs (only .metal is not).
+        let (_d, r) = root(&[
+            ("/sys/class/dmi/id/sys_vendor", "Amazon EC2\n"),
+            ("/sys/class/dmi/id/product_name", "t3.micro\n"),
+        ]);
+        assert_eq!(detect(&r).unwrap().hypervisor, "amazon");
         let (_d, r) = root(&[("/proc/cpuinfo", FLAGS_VM)]);
         assert_eq!(
             detect(&r).unwrap().to_string(),
@@ -176,6 +182,17 @@ mod tests {
         let (_d, r) = root(&[
             ("/sys/hypervisor/type", "xen\n"),
             ("/proc/xen/capabilities", "control_d\n"),
+        ]);
+        assert_eq!(detect(&r), None);
+        // Microsoft's own hardware, and a "Virtual Machine" of another vendor's name.
+        let (_d, r) = root(&[
+            ("/sys/class/dmi/id/sys_vendor", "Microsoft Corporation\n"),
+            ("/sys/class/dmi/id/product_name", "Surface Laptop 5\n"),
+        ]);
+        assert_eq!(detect(&r), None);
+        let (_d, r) = root(&[
+            ("/sys/class/dmi/id/sys_vendor", "ACME\n"),
+            ("/sys/class/dmi/id/product_name", "Virtual Machine\n"),
         ]);
         assert_eq!(detect(&r), None);
         let (_d, r) = root(&[]);

@@ -756,6 +756,22 @@ pub fn give_back(
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_mask_file_is_shown_with_its_cpus_and_other_files_as_they_are() {
+        for path in [
+            "/sys/devices/virtual/workqueue/cpumask",
+            "/sys/devices/virtual/workqueue/writeback/cpumask",
+            "/proc/irq/default_smp_affinity",
+            "/proc/irq/4/smp_affinity",
+            "/sys/class/net/eth0/queues/rx-0/rps_cpus",
+            "/proc/sys/net/core/rps_default_mask",
+        ] {
+            assert_eq!(attr_shown(path, "f\n"), "f (CPUs 0-3)", "{path}");
+        }
+        assert_eq!(attr_shown("/proc/sys/vm/stat_interval", "1\n"), "1");
+        assert_eq!(attr_shown("/proc/irq/4/smp_affinity_list", "0-3\n"), "0-3");
+    }
+
     /// The noise ledger's instance: removed by restore (in a captured tree with its files),
     /// `Gone` when it no longer exists (a reboot, someone removed it).
     #[test]

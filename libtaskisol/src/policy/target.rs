@@ -212,3 +212,26 @@ pub fn narrowed(current: &CpuSet, housekeeping: &CpuSet) -> CpuSet {
         n
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A mask is shown with its CPUs as a list, on both sides of a change; other values as
+    /// they are, the file's newline dropped.
+    #[test]
+    fn a_mask_is_shown_with_its_cpus() {
+        let m = Want::Mask("0-1".parse().unwrap());
+        assert_eq!(m.shown(), "3 (CPUs 0-1)");
+        assert_eq!(m.shown_current("f\n"), "f (CPUs 0-3)");
+        assert_eq!(m.shown_current("0\n"), "0 (no CPU)");
+        assert_eq!(m.shown_current("not a mask\n"), "not a mask");
+        let t = Want::Text("10".into());
+        assert_eq!(t.shown(), "10");
+        assert_eq!(t.shown_current("f\n"), "f");
+        assert_eq!(
+            mask_shown("00000000,0000000f\n"),
+            "00000000,0000000f (CPUs 0-3)"
+        );
+    }
+}

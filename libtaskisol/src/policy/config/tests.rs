@@ -9,6 +9,15 @@ fn parse(text: &str) -> Result<Config, ConfigError> {
     Config::parse(text, Path::new("/etc/isold/isold.toml"))
 }
 
+/// Where the preset was named, for the advice a guest gets: the default has no place.
+#[test]
+fn the_presets_line_is_kept() {
+    let c = parse("isolated_cpus = \"2-3\"\n\npreset = \"realtime\"\n").unwrap();
+    assert_eq!(c.preset_at().as_deref(), Some("/etc/isold/isold.toml:3"));
+    let c = parse("isolated_cpus = \"2-3\"\n").unwrap();
+    assert_eq!(c.preset_at(), None);
+}
+
 #[test]
 fn the_smallest_file_is_the_preset() {
     let c = parse("isolated_cpus = \"2-3\"\n").unwrap();
