@@ -169,6 +169,14 @@ pub enum Runner {
 pub trait Threads {
     /// Who thread `pid` named `comm` is.
     fn runner(&self, pid: i32, comm: &str) -> Runner;
+
+    /// How surely workload thread `pid` is a CPU's main workload, from what the user said of
+    /// it (pinned to that CPU alone, a real-time policy): of a CPU's workload threads the
+    /// highest rank is the main one, and among equals the one that ran the most. 0 when
+    /// nothing is known.
+    fn rank(&self, _pid: i32) -> u8 {
+        0
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -206,8 +214,9 @@ pub struct Cpu {
     waiting: Option<i32>,
     /// The workload thread on the CPU now, since when.
     on: Option<(i32, u64)>,
-    /// The time each workload thread ran on the CPU: the one that ran the most is its main
-    /// workload (oslat's thread, not the shell someone pinned beside it).
+    /// The time each workload thread ran on the CPU: of those of the highest
+    /// [`Threads::rank`], the one that ran the most is its main workload (oslat's thread, not
+    /// the shell someone pinned beside it).
     workload_ns: BTreeMap<i32, u64>,
     /// The first event's time, before any switch was seen: the thread that leaves at the
     /// first switch ran since (a recording started while the workload ran).
@@ -306,7 +315,7 @@ impl Cpu {
                 let main = self
                     .workload_ns
                     .iter()
-                    .max_by_key(|(_, &n)| n)
+                    .max_by_key(|(&p, &n)| (threads.rank(p), n))
                     .map(|(&p, _)| p);
                 if *prev_runnable && self.waiting.is_none() && main == Some(*prev_pid) {
                     self.waiting = Some(*prev_pid);
@@ -576,6 +585,38 @@ mod tests {
         ]);
         let shell: Vec<_> = got.iter().filter(|g| g.0 == "sh (pid 101)").collect();
         assert_eq!(shell.len(), 2, "{got:?}");
+    }
+
+    /// Pid 101 (a shell that ran first and longest) and 100 (the workload the user pinned to
+    /// this CPU alone, real-time): the ranked one is the main workload from its first run.
+    #[test]
+    fn the_workload_the_user_pinned_is_the_main_one_whoever_ran_more() {
+        struct Ranked;
+        impl Threads for Ranked {
+            fn runner(&self, pid: i32, comm: &str) -> Runner {
+                T.runner(pid, comm)
+            }
+            fn rank(&self, pid: i32) -> u8 {
+                u8::from(pid == 100) * 2
+            }
+        }
+        let events = [
+            (0, sw(0, 101, "sh")),
+            (500_000, sw(101, 100, "oslat")),
+            (501_000, preempt(100, 101, "sh")),
+            (531_000, sw(101, 100, "oslat")),
+        ];
+        let mut cpu = Cpu::default();
+        let mut got = Vec::new();
+        for (ts, e) in &events {
+            cpu.event(*ts, e, &Ranked, &mut |i: Interruption| {
+                got.push((i.source.name, i.start_ns, i.net_ns))
+            });
+        }
+        assert_eq!(got, vec![("sh (pid 101)".to_string(), 501_000, 30_000)]);
+        // Unranked, the shell that ran the most is taken for the workload: no noise.
+        let (got, _) = run(&events);
+        assert_eq!(got, vec![]);
     }
 
     /// A flush asked by another CPU inside a function call IPI makes that IPI a TLB

@@ -259,6 +259,8 @@ pub struct ProcThreads<'a> {
     root: &'a SysRoot,
     workloads: crate::audit::Workloads<'a>,
     seen: std::cell::RefCell<std::collections::HashMap<i32, Runner>>,
+    /// The rank of each workload thread seen ([`Threads::rank`]).
+    ranks: std::cell::RefCell<std::collections::HashMap<i32, u8>>,
     /// Threads left out (the observer's own): neither noise nor workload.
     pub ignore: std::collections::HashSet<i32>,
 }
@@ -278,6 +280,7 @@ impl<'a> ProcThreads<'a> {
             root,
             workloads: crate::audit::Workloads::new(root, scope),
             seen: Default::default(),
+            ranks: Default::default(),
             ignore: Default::default(),
         }
     }
@@ -293,7 +296,10 @@ impl Threads for ProcThreads<'_> {
         }
         // The event's pid is a thread id: /proc/<tid>/task/<tid> is that thread.
         let r = match crate::tasks::read_thread(self.root, pid, pid) {
-            Ok(Some(t)) if self.workloads.is(&t) => Runner::Workload,
+            Ok(Some(t)) if self.workloads.is(&t) => {
+                self.ranks.borrow_mut().insert(pid, workload_rank(&t));
+                Runner::Workload
+            }
             Ok(Some(t)) => {
                 // Asked about a thread leaving the CPU, the event has no name for it.
                 let comm = if comm.is_empty() {
@@ -309,6 +315,18 @@ impl Threads for ProcThreads<'_> {
         self.seen.borrow_mut().insert(pid, r.clone());
         r
     }
+
+    fn rank(&self, pid: i32) -> u8 {
+        self.ranks.borrow().get(&pid).copied().unwrap_or(0)
+    }
+}
+
+/// What the user said of a workload thread: pinned to one CPU alone (taskset -c 3, chisol
+/// -c 3, a vCPU pin) counts 2, a real-time policy (chrt, chisol -f) 1.
+fn workload_rank(t: &crate::tasks::Thread) -> u8 {
+    let pinned = u8::from(t.affinity.len() == 1) * 2;
+    let rt = u8::from(matches!(t.policy, 1 | 2 | 6));
+    pinned + rt
 }
 
 /// Record the interruptions of `cpus` for `window` (reading every `every`), with the
@@ -352,6 +370,66 @@ pub fn measure(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On a tree: user threads inside CPUs 2-3 are the workload, ranked by what they were
+    /// told (pinned to CPU 3 alone and SCHED_FIFO: 3; on 2-3, SCHED_OTHER: 0); a thread that
+    /// may run elsewhere is noise, by its name.
+    #[test]
+    fn the_threads_of_a_tree_are_told_apart_and_ranked() {
+        let dir = tempfile::tempdir().unwrap();
+        for (tid, comm, cpus, rt) in [
+            (100, "oslat", "3", "10 1"),
+            (101, "sh", "2-3", "0 0"),
+            (102, "cron", "0-3", "0 0"),
+        ] {
+            let t = dir.path().join(format!("proc/{tid}/task/{tid}"));
+            std::fs::create_dir_all(&t).unwrap();
+            std::fs::write(
+                t.join("stat"),
+                format!("{tid} ({comm}) R 1 {tid} {tid} 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 3 {rt} 0 0 0\n"),
+            )
+            .unwrap();
+            std::fs::write(
+                t.join("status"),
+                format!("Name:\t{comm}\nCpus_allowed_list:\t{cpus}\n"),
+            )
+            .unwrap();
+        }
+        let root = SysRoot::new(dir.path());
+        let scope = crate::audit::Scope::new("2-3".parse().unwrap(), "--cpus");
+        let threads = ProcThreads::new(&root, &scope);
+        assert_eq!(threads.runner(100, "oslat"), Runner::Workload);
+        assert_eq!(threads.runner(101, "sh"), Runner::Workload);
+        assert!(matches!(threads.runner(102, "cron"), Runner::Other(_)));
+        assert_eq!(
+            (threads.rank(100), threads.rank(101), threads.rank(102)),
+            (3, 0, 0)
+        );
+        assert_eq!(threads.runner(0, "swapper/3"), Runner::Idle);
+    }
+
+    #[test]
+    fn a_thread_pinned_alone_and_real_time_ranks_first() {
+        let t = |affinity: &str, policy: u32| crate::tasks::Thread {
+            pid: 100,
+            tid: 100,
+            comm: "oslat".into(),
+            flags: 0,
+            starttime: 0,
+            affinity: affinity.parse().unwrap(),
+            policy,
+            rt_priority: 0,
+            processor: 3,
+            cpu_ticks: 0,
+            switches: 0,
+            state: 'R',
+        };
+        assert_eq!(workload_rank(&t("3", 1)), 3);
+        assert_eq!(workload_rank(&t("3", 0)), 2);
+        assert_eq!(workload_rank(&t("2-3", 2)), 1);
+        assert_eq!(workload_rank(&t("2-3", 6)), 1);
+        assert_eq!(workload_rank(&t("2-3", 0)), 0);
+    }
 
     /// Pid 100 is the workload, 0 idle, kthreads are below 50.
     struct T;
