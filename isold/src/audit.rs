@@ -861,6 +861,11 @@ mod tests {
         assert_eq!(first, "kthread 72 kworker/3:1-");
         assert_eq!(rest, ["events_power_efficient (12 ms CPU)"]);
         assert!(first.chars().count() <= 44);
+        // A break just at half the width is taken; one before it is not (the name is cut).
+        let at_half = format!("{} {}", "a".repeat(21), "b".repeat(40));
+        assert_eq!(cell(&at_half, 44).0, "a".repeat(21));
+        let before = format!("{} {}", "a".repeat(20), "b".repeat(40));
+        assert_eq!(cell(&before, 44).0.chars().count(), 44);
         let (first, rest) = cell("short", 44);
         assert_eq!((first.as_str(), rest.len()), ("short", 0));
         // No place to break, and not ASCII: hard breaks at a character, nothing lost.

@@ -657,6 +657,45 @@ mod tests {
         }
     }
 
+    /// plan's first lines: one of a kind in the singular, the default IRQ affinity named
+    /// alone when no IRQ moves, KSM without a count, nothing said of what does not change,
+    /// an item the words lack counted by its name.
+    #[test]
+    fn a_plans_summary_counts_in_words() {
+        let dev = || Status::Deviates {
+            current: "a".into(),
+            want: "b".into(),
+        };
+        let mut default_irq = o("irq_affinity", "default_smp_affinity", dev());
+        default_irq.id = "irq:default".into();
+        let rep = Report {
+            command: "plan".into(),
+            isolated: "2-3".into(),
+            housekeeping: "0-1".into(),
+            outcomes: vec![
+                o("irq_affinity", "IRQ 0 (timer)", Status::AlreadyRight),
+                default_irq,
+                o("tasks", "task 1", dev()),
+                o("sysctl", "sysctl vm.stat_interval", dev()),
+                o("ksm", "KSM run", dev()),
+                o("thp", "THP", Status::AlreadyRight),
+                o("newitem", "x", dev()),
+                o("newitem", "y", dev()),
+            ],
+            notes: vec![],
+            set_aside: 0,
+            written: vec![],
+        };
+        assert_eq!(
+            plan_summary(&rep),
+            "would move off CPUs 2-3: the default IRQ affinity, 1 thread\nwould set: 1 sysctl, KSM, 2 newitem\n"
+        );
+        assert_eq!(
+            super::audit::cell(&"x".repeat(44), 44),
+            ("x".repeat(44), vec![])
+        );
+    }
+
     fn report(command: &str) -> Report {
         Report {
             command: command.into(),
