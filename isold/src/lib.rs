@@ -2,6 +2,7 @@
 //! libtaskisol (`policy`); this crate parses options, prints, and picks exit codes.
 
 pub mod audit;
+pub mod bootargs;
 pub mod claims;
 pub mod cli;
 pub mod contest;
@@ -12,6 +13,7 @@ pub mod metrics;
 pub mod noise;
 pub mod peers;
 pub mod status;
+pub mod text;
 
 use clap::Parser;
 use libtaskisol::policy::items::tasks::KERNEL_MANAGED;
@@ -178,7 +180,7 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
             Err(code) => code,
         },
         Command::Bootargs(args) => match scope_of(args.cpus.as_deref()) {
-            Ok(scope) => audit::bootargs(&root, &scope, args, &files),
+            Ok(scope) => bootargs::run(&root, &scope, args, &files),
             Err(code) => code,
         },
         Command::Run(args) => daemon::run(&root, &config_path, &files, args),
@@ -691,7 +693,7 @@ mod tests {
             "would move off CPUs 2-3: the default IRQ affinity, 1 thread\nwould set: 1 sysctl, KSM, 2 newitem\n"
         );
         assert_eq!(
-            super::audit::cell(&"x".repeat(44), 44),
+            super::text::cell(&"x".repeat(44), 44),
             ("x".repeat(44), vec![])
         );
     }

@@ -11,9 +11,10 @@ use libtaskisol::sysroot::SysRoot;
 use libtaskisol::topology::{self, IsolatedCpus};
 use serde::{Deserialize, Serialize};
 
-use crate::audit::{rate, wrap};
+use crate::audit::rate;
 use crate::cli::NoiseArgs;
 use crate::exit::{fail, print_out, EXIT_OK};
+use crate::text::wrap;
 
 /// Sources shown per CPU without --verbose.
 const SHOWN: usize = 8;
@@ -411,7 +412,7 @@ pub fn human(r: &NoiseReport, verbose: bool) -> String {
                     fixes.len()
                 }
             };
-            let (first, rest) = crate::audit::cell(&src.source, 38);
+            let (first, rest) = crate::text::cell(&src.source, 38);
             let _ = writeln!(
                 s,
                 "  {:>8} {:>10} {:>10}  {:<38} [{n}]",
