@@ -1,27 +1,10 @@
 //! isold's command line: the refusals a user meets before anything is read or written.
 
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::Command;
 
 mod common;
-use common::copy_dir;
-
-/// Run isold as an unprivileged user (nobody, when the tests run as root).
-fn isold_unprivileged(args: &[&str]) -> (i32, String, String) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_isold"));
-    c.args(args);
-    if nix::unistd::geteuid().is_root() {
-        c.uid(65534).gid(65534);
-    }
-    let out = c.output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::{copy_dir, isold_unprivileged};
 
 /// A bare `isold` lists the commands as --help does (one definition), as an error: exit 2.
 #[test]

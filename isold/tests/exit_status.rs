@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -396,16 +395,8 @@ fn every_documented_exit_code_is_what_the_command_returns() {
     assert_eq!(seen, documented(), "isold(8)'s EXIT STATUS vs the commands");
 }
 
-/// isold on the running system as an unprivileged user (nobody when the tests run as root).
+/// isold on the running system as an unprivileged user: (exit code, what it said).
 fn unprivileged(args: &[&str]) -> (i32, String) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_isold"));
-    c.args(args);
-    if nix::unistd::geteuid().is_root() {
-        c.uid(65534).gid(65534);
-    }
-    let out = c.output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let (rc, _, err) = common::isold_unprivileged(args);
+    (rc, err)
 }

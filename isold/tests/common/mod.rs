@@ -20,6 +20,24 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// Run isold on the running system as an unprivileged user (nobody, when the tests run as
+/// root): (exit code, stdout, stderr).
+#[allow(dead_code)]
+pub fn isold_unprivileged(args: &[&str]) -> (i32, String, String) {
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(env!("CARGO_BIN_EXE_isold"));
+    c.args(args);
+    if nix::unistd::geteuid().is_root() {
+        c.uid(65534).gid(65534);
+    }
+    let out = c.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Run isold with `args`, below `root` (`--root`) when given: (exit code, stdout, stderr).
 // Each test binary compiles this module; cli.rs runs isold as another user instead.
 #[allow(dead_code)]
