@@ -95,6 +95,35 @@ pub struct Metrics {
     noise_counted: Mutex<NoiseCounted>,
     /// The last health sample, for the differences.
     last: Mutex<Option<Last>>,
+    /// The last walk of the threads: when, what it cost, and the samples taken since.
+    walked: Mutex<Option<Walked>>,
+}
+
+/// A walk of every thread (for the foreign context switches) is the health sample's main
+/// cost: it is made at most once every [`WALK_EVERY_SAMPLES`] samples, and no more than
+/// once per [`WALK_DUTY`] times its own time; the samples between read the interrupt tables
+/// alone. Threads that live through two walks (the CPUs' kernel threads, a workload's
+/// neighbours) have every switch counted; one that starts and exits between two walks is
+/// not seen.
+pub const WALK_EVERY_SAMPLES: u32 = 10;
+/// See [`WALK_EVERY_SAMPLES`].
+pub const WALK_DUTY: u32 = 50;
+
+#[derive(Debug, Clone, Copy)]
+struct Walked {
+    at: Instant,
+    cost: Duration,
+    samples_since: u32,
+}
+
+impl Walked {
+    /// Whether the next sample walks the threads.
+    fn due(walked: Option<&Walked>, now: Instant) -> bool {
+        walked.is_none_or(|w| {
+            w.samples_since + 1 >= WALK_EVERY_SAMPLES
+                && now.saturating_duration_since(w.at) >= w.cost * WALK_DUTY
+        })
+    }
 }
 
 impl std::fmt::Debug for Metrics {
@@ -202,7 +231,7 @@ impl Metrics {
         let cpu_foreign_switches = must(IntCounterVec::new(
             Opts::new(
                 "isold_cpu_foreign_context_switches_total",
-                "Context switches of threads that are not the workload's (kernel threads included) that last ran on an isolated CPU, counted between health samples",
+                "Context switches of threads that are not the workload's (kernel threads included) that last ran on an isolated CPU, counted at each walk of the threads (one health sample in ten at most)",
             ),
             &["cpu"],
         ));
@@ -235,7 +264,7 @@ impl Metrics {
         ));
         let sample_seconds = must(Gauge::new(
             "isold_health_sample_duration_seconds",
-            "Wall time of the last health sample (every thread and the interrupt tables read)",
+            "Wall time of the last health sample (the interrupt tables read; every thread too, one sample in ten at most)",
         ));
         let stall_rescues = must(IntCounterVec::new(
             Opts::new(
@@ -341,6 +370,7 @@ impl Metrics {
             noise_duration,
             noise_counted: Mutex::new(NoiseCounted::default()),
             last: Mutex::new(None),
+            walked: Mutex::new(None),
         }
     }
 
@@ -479,8 +509,24 @@ impl Metrics {
     /// the last one.
     pub fn sample(&self, root: &SysRoot, scope: &Scope) -> libtaskisol::Result<()> {
         let t = Instant::now();
-        let s = Sample::read_for(root, &scope.cpus)?;
-        self.take(root, scope, &s, t);
+        let mut walked = self.walked.lock().unwrap_or_else(|e| e.into_inner());
+        let walk = Walked::due(walked.as_ref(), t);
+        let s = if walk {
+            let s = Sample::read_for(root, &scope.cpus)?;
+            *walked = Some(Walked {
+                at: t,
+                cost: t.elapsed(),
+                samples_since: 0,
+            });
+            s
+        } else {
+            if let Some(w) = walked.as_mut() {
+                w.samples_since += 1;
+            }
+            Sample::read_counters(root)?
+        };
+        drop(walked);
+        self.take(root, scope, &s, t, walk);
         self.samples.inc();
         self.sample_seconds.set(t.elapsed().as_secs_f64());
         Ok(())
@@ -488,8 +534,8 @@ impl Metrics {
 
     /// Add sample `s` (taken at `at`) to the counters: the differences from the last sample
     /// (the kernel's whole count the first time for the interrupt counters, which then equal
-    /// the kernel's).
-    fn take(&self, root: &SysRoot, scope: &Scope, s: &Sample, at: Instant) {
+    /// the kernel's); the context switches when it `walked` the threads, from the last walk.
+    fn take(&self, root: &SysRoot, scope: &Scope, s: &Sample, at: Instant, walked: bool) {
         let cpus = &scope.cpus;
         let interrupts = by_source(&s.interrupts, cpus, true);
         let softirqs = s
@@ -498,12 +544,17 @@ impl Metrics {
             .map(|t| by_source(t, cpus, false))
             .unwrap_or_default();
         let workloads = Workloads::new(root, scope);
-        let switches: HashMap<(i32, u64), u64> = s
-            .threads
-            .iter()
-            .map(|t| ((t.tid, t.starttime), t.switches))
-            .collect();
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let switches: HashMap<(i32, u64), u64> = if walked {
+            s.threads
+                .iter()
+                .map(|t| ((t.tid, t.starttime), t.switches))
+                .collect()
+        } else {
+            last.as_mut()
+                .map(|l| std::mem::take(&mut l.switches))
+                .unwrap_or_default()
+        };
         let add = |vec: &IntCounterVec,
                    now: &HashMap<(usize, String), u64>,
                    before: Option<&HashMap<(usize, String), u64>>| {
@@ -532,6 +583,7 @@ impl Metrics {
         );
         if let Some(l) = last.as_ref() {
             let me = std::process::id() as i32;
+            // Between two walks `s` has no thread.
             for t in &s.threads {
                 if !cpus.contains(t.processor as usize) || t.pid == me || workloads.is(t) {
                     continue;
@@ -720,9 +772,10 @@ pub fn listen(cfg: &MetricsConfig) -> Option<std::io::Result<TcpListener>> {
     cfg.listen.map(TcpListener::bind)
 }
 
-/// Write the text format to `[metrics] textfile`: a temporary file renamed over it, 0644.
+/// Write the text format to `[metrics] textfile`: a temporary file renamed over it, 0644, not
+/// synced (the next sample writes it again).
 pub fn write_textfile(path: &std::path::Path, metrics: &Metrics) -> std::io::Result<()> {
-    libtaskisol::policy::files::replace(path, &metrics.encode(), Some(0o644))
+    libtaskisol::policy::files::replace_volatile(path, &metrics.encode(), Some(0o644))
 }
 
 /// What to add to an error of the listener or the textfile that a sandbox gives: the
@@ -761,6 +814,30 @@ mod tests {
     /// channels, and of kthreads' priorities) leave the metrics page with the series one
     /// veth gives, only the counts larger; a value the machine has a fixed set of keeps its
     /// own series.
+    #[test]
+    fn the_threads_are_walked_one_sample_in_ten_and_at_most_a_fiftieth_of_the_time() {
+        let t0 = Instant::now();
+        assert!(Walked::due(None, t0), "the first sample walks");
+        let cheap = |samples_since| Walked {
+            at: t0,
+            cost: Duration::from_millis(10),
+            samples_since,
+        };
+        let at = t0 + Duration::from_secs(9);
+        assert!(!Walked::due(Some(&cheap(0)), at));
+        assert!(
+            !Walked::due(Some(&cheap(8)), at),
+            "the ninth sample after reads tables"
+        );
+        assert!(Walked::due(Some(&cheap(9)), at), "the tenth walks");
+        let dear = Walked {
+            cost: Duration::from_secs(1),
+            ..cheap(9)
+        };
+        assert!(!Walked::due(Some(&dear), at), "a 1 s walk waits 50 s");
+        assert!(Walked::due(Some(&dear), t0 + Duration::from_secs(50)));
+    }
+
     #[test]
     fn a_thousand_devices_repairs_leave_the_series_of_one() {
         let page = |devices: u32| {

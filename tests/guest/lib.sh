@@ -992,13 +992,24 @@ nb_events() { isold noise --cpus 3 --json | sed -n 's/^      "events": \([0-9]*\
 nb_tlb() { awk '$1 == "TLB:" { print $5 }' /proc/interrupts; }
 # nb_measure NAME SECS PID TID: over SECS s, the ledger thread TID's and isold PID's CPU time
 # (ms per s), CPU 3's interrupts and the ledger's interruptions (per s). Lines NAME_key=value.
+# nb_threads PID: "comm/tid runtime_ns" for each of PID's threads.
+nb_threads() {
+    for _d in /proc/"$1"/task/*; do
+        [ -r "$_d"/schedstat ] || continue
+        echo "$(cat "$_d"/comm)/${_d##*/} $(cut -d' ' -f1 "$_d"/schedstat)"
+    done
+}
 nb_measure() {
     _a=$(cut -d' ' -f1 /proc/"$3"/task/"$4"/schedstat)
     _b=$(sb_cpu_ns "$3")
     _i=$(nb_cpu3_irqs)
     _t=$(nb_tlb)
     _e=$(nb_events)
+    nb_threads "$3" >/tmp/nb.threads.a
     sleep "$2"
+    nb_threads "$3" >/tmp/nb.threads.b
+    # Each thread's own share (comm: its name), to see where the daemon's time goes.
+    awk -v w="$1" -v s="$2" 'NR == FNR { a[$1] = $2; next } { d[$1] += $2 - a[$1] } END { for (t in d) printf "%s_thread_%s_ms_per_s=%.3f\n", w, t, d[t] / 1e6 / s }' /tmp/nb.threads.a /tmp/nb.threads.b | sort
     echo "$1_ledger_ms_per_s=$(echo "$_a $(cut -d' ' -f1 /proc/"$3"/task/"$4"/schedstat) $2" | awk '{ printf "%.3f", ($2 - $1) / 1e6 / $3 }')"
     echo "$1_isold_ms_per_s=$(echo "$_b $(sb_cpu_ns "$3") $2" | awk '{ printf "%.3f", ($2 - $1) / 1e6 / $3 }')"
     echo "$1_cpu3_irqs_per_s=$(( ($(nb_cpu3_irqs) - _i) / $2 ))"

@@ -89,6 +89,22 @@ pub fn temp_name(path: &Path) -> std::path::PathBuf {
 /// (read-only, as under a service's `ReadWritePaths=` of the file alone) and the file exists,
 /// it is rewritten in place instead.
 pub fn replace(path: &Path, bytes: &[u8], new_mode: Option<u32>) -> std::io::Result<()> {
+    replace_with(path, bytes, new_mode, true)
+}
+
+/// [`replace`] without the fsyncs: atomic for a reader (the old file or the new one, never
+/// a part), but a crash may leave either. For a file written again every few seconds whose
+/// loss costs nothing (the metrics' textfile): the syncs were most of its cost.
+pub fn replace_volatile(path: &Path, bytes: &[u8], new_mode: Option<u32>) -> std::io::Result<()> {
+    replace_with(path, bytes, new_mode, false)
+}
+
+fn replace_with(
+    path: &Path,
+    bytes: &[u8],
+    new_mode: Option<u32>,
+    durable: bool,
+) -> std::io::Result<()> {
     let old = match fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_symlink() => return Err(std::io::Error::other(
             "is a symlink: isold does not replace a symlink with a file; edit its target instead",
@@ -117,7 +133,9 @@ pub fn replace(path: &Path, bytes: &[u8], new_mode: Option<u32>) -> std::io::Res
         }
         f.set_permissions(fs::Permissions::from_mode(mode))?;
         f.write_all(bytes)?;
-        f.sync_all()?;
+        if durable {
+            f.sync_all()?;
+        }
         drop(f);
         fs::rename(&tmp, path)
     })();
@@ -130,7 +148,10 @@ pub fn replace(path: &Path, bytes: &[u8], new_mode: Option<u32>) -> std::io::Res
         }
         return Err(e);
     }
-    sync_dir(path)
+    if durable {
+        sync_dir(path)?;
+    }
+    Ok(())
 }
 
 fn rewrite_in_place(path: &Path, bytes: &[u8]) -> std::io::Result<()> {

@@ -251,7 +251,11 @@ pub fn bench_scenario(role: super::KernelRole) -> Scenario {
     );
     s.binaries.extend(["isold", "isol-tlb"].map(String::from));
     s.timeout += Duration::from_secs(600);
-    let rates: Vec<String> = BENCH_RATES.iter().map(u32::to_string).collect();
+    // TASKISOL_BENCH_NOISE_RATES="" measures the idle window alone (a profile of the daemon).
+    let rates: Vec<String> = match std::env::var("TASKISOL_BENCH_NOISE_RATES") {
+        Ok(r) => r.split_whitespace().map(str::to_string).collect(),
+        Err(_) => BENCH_RATES.iter().map(u32::to_string).collect(),
+    };
     s.step_with_timeout(
         "noise_bench",
         &format!(
