@@ -43,6 +43,7 @@ pub const NAMES: &[&str] = &[
     "isold_cpu_tick_rate_hertz",
     "isold_health_samples_total",
     "isold_health_sample_duration_seconds",
+    "isold_service_cpu_seconds_total",
     "isold_stall_rescues_total",
     "isold_stall_lent_seconds_total",
     "isold_stall_wait_seconds",
@@ -97,6 +98,9 @@ pub struct Metrics {
     last: Mutex<Option<Last>>,
     /// The last walk of the threads: when, what it cost, and the samples taken since.
     walked: Mutex<Option<Walked>>,
+    service_cpu: CounterVec,
+    /// Each service's CPU time counted so far, for the differences.
+    service_counted: Mutex<HashMap<String, f64>>,
 }
 
 /// A walk of every thread (for the foreign context switches) is the health sample's main
@@ -119,7 +123,7 @@ struct Walked {
 impl Walked {
     /// Whether the next sample walks the threads.
     fn due(walked: Option<&Walked>, now: Instant) -> bool {
-        walked.is_none_or(|w| {
+        walked.map_or(true, |w| {
             w.samples_since + 1 >= WALK_EVERY_SAMPLES
                 && now.saturating_duration_since(w.at) >= w.cost * WALK_DUTY
         })
@@ -266,6 +270,13 @@ impl Metrics {
             "isold_health_sample_duration_seconds",
             "Wall time of the last health sample (the interrupt tables read; every thread too, one sample in ten at most)",
         ));
+        let service_cpu = must(CounterVec::new(
+            Opts::new(
+                "isold_service_cpu_seconds_total",
+                "CPU time of the daemon's threads by the service they work for (events and tasks, drift watch, metrics, noise ledger, stall guard, hook socket, NRI plugin), as of the last task sweep",
+            ),
+            &["service"],
+        ));
         let stall_rescues = must(IntCounterVec::new(
             Opts::new(
                 "isold_stall_rescues_total",
@@ -334,6 +345,7 @@ impl Metrics {
         reg(Box::new(cpu_tick_rate.clone()));
         reg(Box::new(samples.clone()));
         reg(Box::new(sample_seconds.clone()));
+        reg(Box::new(service_cpu.clone()));
         // Also with the guard off: a reload may turn it on.
         reg(Box::new(stall_rescues.clone()));
         reg(Box::new(stall_lent_seconds.clone()));
@@ -371,6 +383,8 @@ impl Metrics {
             noise_counted: Mutex::new(NoiseCounted::default()),
             last: Mutex::new(None),
             walked: Mutex::new(None),
+            service_cpu,
+            service_counted: Mutex::new(HashMap::new()),
         }
     }
 
@@ -398,6 +412,28 @@ impl Metrics {
     }
 
     /// A thread left on its owner's affinity, set while isold narrowed it.
+    /// Each service's CPU time now (see [`crate::status::ServiceCpu`]): the counters follow.
+    /// A figure that went down is a service whose threads were made again (a reload that
+    /// restarted the guard: an ended thread's time leaves with it): all of it is new.
+    pub fn service_cpu(&self, services: &[crate::status::ServiceCpu]) {
+        let mut counted = self
+            .service_counted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        for s in services {
+            let was = counted.entry(s.name.clone()).or_insert(0.0);
+            let new = if s.cpu_s >= *was {
+                s.cpu_s - *was
+            } else {
+                s.cpu_s
+            };
+            if new > 0.0 {
+                self.service_cpu.with_label_values(&[&s.name]).inc_by(new);
+            }
+            *was = s.cpu_s;
+        }
+    }
+
     pub fn owner_pin(&self) {
         self.owner_pins.inc();
     }
@@ -836,6 +872,30 @@ mod tests {
         };
         assert!(!Walked::due(Some(&dear), at), "a 1 s walk waits 50 s");
         assert!(Walked::due(Some(&dear), t0 + Duration::from_secs(50)));
+    }
+
+    #[test]
+    fn each_services_cpu_time_is_counted_once_and_a_new_thread_anew() {
+        let m = Metrics::new(&policy());
+        let of = |cpu_s: f64| {
+            vec![crate::status::ServiceCpu {
+                name: "stall guard".into(),
+                threads: 1,
+                cpu_s,
+            }]
+        };
+        let counted = |m: &Metrics| m.service_cpu.with_label_values(&["stall guard"]).get();
+        m.service_cpu(&of(1.5));
+        m.service_cpu(&of(2.0));
+        assert!((counted(&m) - 2.0).abs() < 1e-9, "{}", counted(&m));
+        // The guard made again by a reload: its new thread's 0.25 s are new.
+        m.service_cpu(&of(0.25));
+        assert!((counted(&m) - 2.25).abs() < 1e-9, "{}", counted(&m));
+        m.service_cpu(&of(0.5));
+        assert!((counted(&m) - 2.5).abs() < 1e-9, "{}", counted(&m));
+        assert!(String::from_utf8(m.encode())
+            .unwrap()
+            .contains("isold_service_cpu_seconds_total{service=\"stall guard\"} 2.5"));
     }
 
     #[test]

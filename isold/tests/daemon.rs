@@ -189,12 +189,34 @@ fn run_applies_corrects_drift_reports_and_restores_on_sigterm() {
             || last["label"].as_str().unwrap().contains("IRQ 4")
     );
 
+    // What each service costs: its threads' CPU time, by name.
+    eventually("services' CPU time", || {
+        let st = status_json(&t)["status"].clone();
+        let services = st["services"].as_array().cloned().unwrap_or_default();
+        let named = |n: &str| {
+            services
+                .iter()
+                .any(|s| s["name"] == n && s["threads"].as_u64() >= Some(1))
+        };
+        named("events and tasks") && named("drift watch") && st["cpu_s"].as_f64() > Some(0.0)
+    });
+
     // The human form.
     let (code, text, _) = common::isold_at(Some(&t.root), &["status"]);
     assert_eq!(code, 0, "{text}");
     assert!(
         text.contains("corrections: 2 (irq_affinity 1, sysctl 1)"),
         "{text}"
+    );
+    let cpu = text
+        .lines()
+        .find(|l| l.starts_with("  CPU time: "))
+        .unwrap_or_else(|| panic!("no CPU time line: {text}"));
+    assert!(
+        cpu.contains(" s since the start (")
+            && cpu.contains("drift watch ")
+            && cpu.contains(" ms/s)"),
+        "{cpu}"
     );
 
     let (code, log) = stop(c);

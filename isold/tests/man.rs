@@ -147,6 +147,7 @@ fn man_page_lists_every_metric_and_no_other() {
         "isold_cpu_foreign_context_switches_total",
         "isold_cpu_tick_rate_hertz",
         "isold_nri_connected",
+        "isold_service_cpu_seconds_total",
     ];
     let want: BTreeSet<String> = code
         .iter()

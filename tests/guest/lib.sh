@@ -1045,6 +1045,7 @@ noise_bench() {
         sleep 2
     done
     grep '"lost_pages"' /run/isold/status.json | sed 's/^ */status: /'
+    isold status | grep 'CPU time' | sed 's/^ */services: /'
     isold noise --cpus 3 | head -n 8 | sed 's/^/human: /'
     kill -TERM "$_p"
     wait_for 20 sg_gone "$_p"

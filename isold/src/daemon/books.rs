@@ -343,6 +343,17 @@ impl Books {
         }
     }
 
+    /// Each service's CPU time now, for the status and the metrics.
+    pub fn service_figures(&mut self) {
+        let (services, total) = super::cpu::services();
+        if let Some((m, _)) = &self.metrics {
+            m.service_cpu(&services);
+        }
+        self.status.services = services;
+        self.status.cpu_s = total;
+        self.dirty = true;
+    }
+
     pub fn owner_pin(&mut self, label: &str, now: &str, why: &str) {
         self.log
             .debug(&format!("{label}: left on {now}, its owner's: {why}"));

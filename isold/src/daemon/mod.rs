@@ -27,13 +27,14 @@
 //! `on_stop = "restore"` a plain stop restores, a restart or a shutdown never does (see
 //! [`crate::lifecycle`]).
 //!
-//! The parts import downward only: `os` at the bottom; `books` (the status and metrics
-//! records) on it; `scanner`, `tasks`, `partition`, `power`, `publish`, `claims` and
+//! The parts import downward only: `os` and `cpu` (each service's CPU time) at the bottom;
+//! `books` (the status and metrics records) on them; `scanner`, `tasks`, `partition`, `power`, `publish`, `claims` and
 //! `hook_socket` on those; `isolator` composes them into the daemon, `serve` is the loop
 //! over it, and this module starts it.
 
 mod books;
 mod claims;
+mod cpu;
 mod hook_socket;
 mod isolator;
 mod noise;

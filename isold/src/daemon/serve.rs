@@ -91,6 +91,7 @@ impl Timers {
             d.books.refresh_waiting(&d.env.root, &d.policy);
             d.stall_figures();
             d.noise_figures();
+            d.books.service_figures();
             self.next_sweep = Instant::now() + self.task_interval;
         }
         if !d.tasks.new_kthreads.is_empty() {
