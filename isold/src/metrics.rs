@@ -882,6 +882,7 @@ mod tests {
                 name: "stall guard".into(),
                 threads: 1,
                 cpu_s,
+                ms_per_s: 0.0,
             }]
         };
         let counted = |m: &Metrics| m.service_cpu.with_label_values(&["stall guard"]).get();

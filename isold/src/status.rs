@@ -82,6 +82,11 @@ pub struct DaemonStatus {
     /// The daemon's whole CPU time at the same moment, seconds (ended threads included).
     #[serde(default)]
     pub cpu_s: f64,
+    /// Its rate over the last `cpu_window_s` seconds (between two task sweeps), ms per s.
+    #[serde(default)]
+    pub cpu_ms_per_s: f64,
+    #[serde(default)]
+    pub cpu_window_s: f64,
 }
 
 /// One service of the daemon and its cost (see [`DaemonStatus::services`]).
@@ -94,6 +99,9 @@ pub struct ServiceCpu {
     pub threads: usize,
     /// Their CPU time since the start, seconds.
     pub cpu_s: f64,
+    /// Their CPU time over the last task sweep's interval, ms per s: what it costs now.
+    #[serde(default)]
+    pub ms_per_s: f64,
 }
 
 /// The noise ledger's part of the status (see [`DaemonStatus::noise`]).
@@ -209,23 +217,35 @@ pub fn status_path(state_path: &Path) -> PathBuf {
         .join("status.json")
 }
 
-/// "  CPU time: 0.84 s since the start (1.4 ms/s): drift watch 0.31 s (0.5 ms/s), ...": each
-/// service's share, the dearest first, as of the daemon's last sweep.
+/// "  CPU time: 2.1 ms/s over the last 10 s (0.84 s since the start): drift watch 1.2 ms/s
+/// (0.31 s), ...": each service's cost now, the dearest first, as of the daemon's last sweep
+/// (before a second sweep, the figures since the start alone).
 fn services_line(s: &DaemonStatus) -> String {
-    let up = s.updated.saturating_sub(s.started).max(1) as f64;
-    let rate = |cpu_s: f64| format!("{:.1} ms/s", cpu_s * 1000.0 / up);
+    let now = s.cpu_window_s > 0.0;
     let mut by: Vec<&ServiceCpu> = s.services.iter().collect();
-    by.sort_by(|a, b| b.cpu_s.total_cmp(&a.cpu_s).then(a.name.cmp(&b.name)));
+    by.sort_by(|a, b| {
+        let key = |v: &ServiceCpu| if now { v.ms_per_s } else { v.cpu_s };
+        key(b).total_cmp(&key(a)).then(a.name.cmp(&b.name))
+    });
     let parts: Vec<String> = by
         .iter()
-        .map(|v| format!("{} {:.2} s ({})", v.name, v.cpu_s, rate(v.cpu_s)))
+        .map(|v| {
+            if now {
+                format!("{} {:.1} ms/s ({:.2} s)", v.name, v.ms_per_s, v.cpu_s)
+            } else {
+                format!("{} {:.2} s", v.name, v.cpu_s)
+            }
+        })
         .collect();
-    format!(
-        "  CPU time: {:.2} s since the start ({}): {}\n",
-        s.cpu_s,
-        rate(s.cpu_s),
-        parts.join(", ")
-    )
+    let head = if now {
+        format!(
+            "{:.1} ms/s over the last {:.0} s ({:.2} s since the start)",
+            s.cpu_ms_per_s, s.cpu_window_s, s.cpu_s
+        )
+    } else {
+        format!("{:.2} s since the start", s.cpu_s)
+    };
+    format!("  CPU time: {head}: {}\n", parts.join(", "))
 }
 
 /// Where the noise ledger's file goes: next to the state file.
@@ -516,28 +536,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_services_cpu_time_is_shown_the_dearest_first_with_its_rate() {
-        let s = DaemonStatus {
-            started: 1000,
-            updated: 1100,
+    fn the_services_cpu_time_is_shown_the_dearest_now_first() {
+        let mut s = DaemonStatus {
             cpu_s: 0.5,
             services: vec![
                 ServiceCpu {
                     name: "drift watch".into(),
                     threads: 1,
                     cpu_s: 0.1,
+                    ms_per_s: 4.0,
                 },
                 ServiceCpu {
                     name: "metrics".into(),
                     threads: 2,
                     cpu_s: 0.3,
+                    ms_per_s: 1.5,
                 },
             ],
             ..DaemonStatus::default()
         };
+        // Before a second sweep: no rate yet, the totals, the dearest first.
         assert_eq!(
             services_line(&s),
-            "  CPU time: 0.50 s since the start (5.0 ms/s): metrics 0.30 s (3.0 ms/s), drift watch 0.10 s (1.0 ms/s)\n"
+            "  CPU time: 0.50 s since the start: metrics 0.30 s, drift watch 0.10 s\n"
+        );
+        (s.cpu_ms_per_s, s.cpu_window_s) = (6.0, 10.0);
+        assert_eq!(
+            services_line(&s),
+            "  CPU time: 6.0 ms/s over the last 10 s (0.50 s since the start): drift watch 4.0 ms/s (0.10 s), metrics 1.5 ms/s (0.30 s)\n"
         );
     }
 

@@ -198,7 +198,10 @@ fn run_applies_corrects_drift_reports_and_restores_on_sigterm() {
                 .iter()
                 .any(|s| s["name"] == n && s["threads"].as_u64() >= Some(1))
         };
-        named("events and tasks") && named("drift watch") && st["cpu_s"].as_f64() > Some(0.0)
+        named("events and tasks")
+            && named("drift watch")
+            && st["cpu_s"].as_f64() > Some(0.0)
+            && st["cpu_window_s"].as_f64() > Some(0.0)
     });
 
     // The human form.
@@ -213,9 +216,9 @@ fn run_applies_corrects_drift_reports_and_restores_on_sigterm() {
         .find(|l| l.starts_with("  CPU time: "))
         .unwrap_or_else(|| panic!("no CPU time line: {text}"));
     assert!(
-        cpu.contains(" s since the start (")
-            && cpu.contains("drift watch ")
-            && cpu.contains(" ms/s)"),
+        cpu.contains(" ms/s over the last ")
+            && cpu.contains(" s since the start): ")
+            && cpu.contains("drift watch "),
         "{cpu}"
     );
 

@@ -44,6 +44,8 @@ pub struct Books {
     pub metrics: Option<Published>,
     /// `[stalls] lend_for` as the rescue lines say it.
     pub status_lend_for: String,
+    /// Each service's CPU time at the last sweep.
+    cpu: super::cpu::Meter,
 }
 
 impl Books {
@@ -62,6 +64,7 @@ impl Books {
             scan_contested: Vec::new(),
             metrics: None,
             status_lend_for: String::new(),
+            cpu: Default::default(),
         }
     }
 
@@ -343,14 +346,16 @@ impl Books {
         }
     }
 
-    /// Each service's CPU time now, for the status and the metrics.
+    /// Each service's CPU time now and since the last call, for the status and the metrics.
     pub fn service_figures(&mut self) {
-        let (services, total) = super::cpu::services();
+        let r = self.cpu.read(std::time::Instant::now());
         if let Some((m, _)) = &self.metrics {
-            m.service_cpu(&services);
+            m.service_cpu(&r.services);
         }
-        self.status.services = services;
-        self.status.cpu_s = total;
+        self.status.services = r.services;
+        self.status.cpu_s = r.cpu_s;
+        self.status.cpu_ms_per_s = r.ms_per_s;
+        self.status.cpu_window_s = r.window_s;
         self.dirty = true;
     }
 

@@ -69,9 +69,68 @@ pub fn services() -> (Vec<ServiceCpu>, f64) {
             name: name.into(),
             threads,
             cpu_s,
+            ms_per_s: 0.0,
         })
         .collect();
     (list, process_cpu_s())
+}
+
+/// Each service's CPU time with its rate since the last reading: what it costs now, which
+/// the figure since the start (the first apply included) does not say.
+#[derive(Debug, Default)]
+pub struct Meter {
+    last: Option<(std::time::Instant, BTreeMap<String, f64>, f64)>,
+}
+
+/// One reading of a [`Meter`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reading {
+    pub services: Vec<ServiceCpu>,
+    /// The whole process's CPU time since the start, seconds.
+    pub cpu_s: f64,
+    /// Its rate since the last reading, ms per s; 0 at the first.
+    pub ms_per_s: f64,
+    /// Seconds since the last reading (0 at the first).
+    pub window_s: f64,
+}
+
+impl Meter {
+    /// The services now, each with its rate since the last reading.
+    pub fn read(&mut self, now: std::time::Instant) -> Reading {
+        let (services, cpu_s) = services();
+        self.at(now, services, cpu_s)
+    }
+
+    fn at(
+        &mut self,
+        now: std::time::Instant,
+        mut services: Vec<ServiceCpu>,
+        cpu_s: f64,
+    ) -> Reading {
+        let (mut window, mut ms_per_s) = (0.0, 0.0);
+        if let Some((at, before, total)) = &self.last {
+            window = now.saturating_duration_since(*at).as_secs_f64();
+            if window > 0.0 {
+                // A figure that went down is threads made again: all of it is new.
+                let rate = |now: f64, was: f64| {
+                    let d = if now >= was { now - was } else { now };
+                    d * 1000.0 / window
+                };
+                ms_per_s = rate(cpu_s, *total);
+                for s in &mut services {
+                    s.ms_per_s = rate(s.cpu_s, before.get(&s.name).copied().unwrap_or(0.0));
+                }
+            }
+        }
+        let by_name = services.iter().map(|s| (s.name.clone(), s.cpu_s)).collect();
+        self.last = Some((now, by_name, cpu_s));
+        Reading {
+            services,
+            cpu_s,
+            ms_per_s,
+            window_s: window,
+        }
+    }
 }
 
 /// This process's CPU time, user and system, of every thread it had.
@@ -106,6 +165,33 @@ mod tests {
         ] {
             assert_eq!(service_of(comm), service, "{comm}");
         }
+    }
+
+    #[test]
+    fn a_meter_gives_each_services_rate_since_its_last_reading() {
+        let svc = |name: &str, cpu_s: f64| ServiceCpu {
+            name: name.into(),
+            threads: 1,
+            cpu_s,
+            ms_per_s: 0.0,
+        };
+        let mut m = Meter::default();
+        let t0 = std::time::Instant::now();
+        let first = m.at(t0, vec![svc("metrics", 1.0), svc("stall guard", 2.0)], 5.0);
+        assert_eq!((first.ms_per_s, first.window_s), (0.0, 0.0));
+        assert!(first.services.iter().all(|s| s.ms_per_s == 0.0));
+        let t1 = t0 + std::time::Duration::from_secs(10);
+        // The guard made again by a reload: its new thread's 0.05 s are all new.
+        let next = m.at(
+            t1,
+            vec![svc("metrics", 1.05), svc("stall guard", 0.05)],
+            5.2,
+        );
+        assert!((next.window_s - 10.0).abs() < 1e-9);
+        assert!((next.ms_per_s - 20.0).abs() < 1e-6, "{next:?}");
+        let rate = |n: &str| next.services.iter().find(|s| s.name == n).unwrap().ms_per_s;
+        assert!((rate("metrics") - 5.0).abs() < 1e-6, "{next:?}");
+        assert!((rate("stall guard") - 5.0).abs() < 1e-6, "{next:?}");
     }
 
     #[test]
