@@ -589,6 +589,130 @@ mod tests {
         assert_eq!((r.median_ms, r.p99_ms, r.max_ms), (2.5, 2.5, 2.5));
     }
 
+    /// Each optional part of `isold status` is shown when it has something and only then.
+    #[test]
+    fn status_shows_each_part_that_has_something_and_no_other() {
+        let empty = DaemonStatus {
+            state: "running".into(),
+            ..DaemonStatus::default()
+        };
+        let parts = [
+            "  on stop: ",
+            "  waiting (",
+            "  contested: ",
+            "  corrections: none\n",
+            "  NRI: ",
+            "  containers' claims refused: ",
+            "    CPU time the lent threads used: ",
+            "  CPU time: ",
+            "  reloads: ",
+        ];
+        let text = human_status(&empty);
+        for p in &parts[..] {
+            assert_eq!(
+                text.contains(p),
+                *p == "  corrections: none\n",
+                "{p:?} in {text}"
+            );
+        }
+        let full = DaemonStatus {
+            on_stop: "restore".into(),
+            waiting: vec!["/etc/default/grub: update-grub and a reboot".into()],
+            contested: vec![contest::Contested {
+                id: "sysctl:kernel.printk".into(),
+                label: "sysctl kernel.printk".into(),
+                repairs: 5,
+                backoff_s: 40,
+            }],
+            corrections: [("sysctl".to_string(), 3)].into(),
+            nri: "registered with /run/containerd/containerd.sock".into(),
+            claims_refused: [("shared".to_string(), 2)].into(),
+            stalls: Some(Stalls {
+                guard: "on: CPUs 2-3".into(),
+                lent_s_by_cpu: [("3".to_string(), 0.0125)].into(),
+                ..Stalls::default()
+            }),
+            services: vec![ServiceCpu {
+                name: "drift watch".into(),
+                threads: 1,
+                cpu_s: 0.1,
+                ms_per_s: 0.0,
+            }],
+            reloads: 2,
+            ..empty.clone()
+        };
+        let text = human_status(&full);
+        for want in [
+            "  on stop: restore (a plain stop; never a restart or a shutdown)\n",
+            "  waiting (1):\n    /etc/default/grub: update-grub and a reboot\n",
+            "  contested: changed back by something else (1):\n    sysctl kernel.printk: 5 repairs, now repaired every 40 s\n",
+            "  corrections: 3 (sysctl 3)\n",
+            "  NRI: registered with /run/containerd/containerd.sock\n",
+            "  containers' claims refused: 2 (shared 2)\n",
+            "    CPU time the lent threads used: 3 12.5 ms\n",
+            "  CPU time: 0.00 s since the start: drift watch 0.10 s\n",
+            "  reloads: 2\n",
+        ] {
+            assert!(text.contains(want), "{want:?} in {text}");
+        }
+        assert!(!text.contains("corrections: none"), "{text}");
+        let keep = DaemonStatus {
+            on_stop: "keep".into(),
+            ..empty
+        };
+        assert!(human_status(&keep)
+            .contains("  on stop: keep every value (isold restore undoes them)\n"));
+    }
+
+    #[test]
+    fn the_ledgers_figures_show_once_it_counted_or_ran_and_lost_pages_only_when_some() {
+        let with = |events: u64, cpu_s: f64, lost_pages: u64| {
+            human_status(&DaemonStatus {
+                noise: Some(NoiseStatus {
+                    state: "recording CPUs 3".into(),
+                    events,
+                    cpu_s,
+                    lost_pages,
+                    ..NoiseStatus::default()
+                }),
+                ..DaemonStatus::default()
+            })
+        };
+        assert!(!with(0, 0.0, 0).contains("interruptions recorded"));
+        assert!(with(0, 0.01, 0)
+            .contains("    interruptions recorded: 0; ledger: 0.01 s of CPU time\n"));
+        assert!(with(7, 0.0, 0)
+            .contains("    interruptions recorded: 7; ledger: 0.00 s of CPU time\n"));
+        assert!(with(7, 0.0, 2).contains(
+            "    interruptions recorded: 7; ledger: 0.00 s of CPU time; events lost before 2 pages\n"
+        ));
+    }
+
+    #[test]
+    fn kernel_managed_threads_are_counted_and_other_unchangeables_listed() {
+        let s = |not_changeable: Vec<&str>| {
+            human_status(&DaemonStatus {
+                not_changeable: not_changeable.into_iter().map(String::from).collect(),
+                ..DaemonStatus::default()
+            })
+        };
+        let text = s(vec![
+            "kthread 40 ksoftirqd/3",
+            "task 812/813 worker",
+            "IRQ 0 (timer): the kernel refuses",
+        ]);
+        assert!(
+            text.contains("  not changeable (1):\n    IRQ 0 (timer): the kernel refuses\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  threads whose affinity the kernel manages: 2 (--json lists them)\n"),
+            "{text}"
+        );
+        let none = s(vec![]);
+        assert!(!none.contains("not changeable") && !none.contains("kernel manages"));
+    }
+
     #[test]
     fn status_shows_the_reaction_when_there_is_one() {
         let mut s = DaemonStatus {

@@ -24,15 +24,22 @@ pub fn service_of(comm: &str) -> &'static str {
 /// A thread's CPU time in seconds from its `schedstat` (nanoseconds), else from its `stat`
 /// (utime and stime in clock ticks).
 fn thread_cpu_s(dir: &std::path::Path) -> Option<f64> {
-    if let Some(ns) = std::fs::read_to_string(dir.join("schedstat"))
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-    {
-        return Some(ns as f64 / 1e9);
-    }
-    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
-    let stat = libtaskisol::procfs::TaskStat::parse(&stat).ok()?;
-    Some(stat.cpu_ticks as f64 / ticks_per_s())
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
+    read("schedstat")
+        .and_then(|t| from_schedstat(&t))
+        .or_else(|| from_stat(&read("stat")?, ticks_per_s()))
+}
+
+/// The first field of a `schedstat` (time on the CPU, ns), in seconds.
+fn from_schedstat(text: &str) -> Option<f64> {
+    let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
+    Some(ns as f64 / 1e9)
+}
+
+/// utime plus stime of a `stat`, in seconds at `ticks` a second.
+fn from_stat(text: &str, ticks: f64) -> Option<f64> {
+    let stat = libtaskisol::procfs::TaskStat::parse(text).ok()?;
+    Some(stat.cpu_ticks as f64 / ticks)
 }
 
 fn ticks_per_s() -> f64 {
@@ -168,6 +175,18 @@ mod tests {
     }
 
     #[test]
+    fn cpu_time_is_read_from_schedstat_or_from_stats_ticks() {
+        assert_eq!(from_schedstat("1500000000 2000 31\n"), Some(1.5));
+        assert_eq!(from_schedstat(""), None);
+        // Fields 14 and 15 (utime 250, stime 50) at 100 ticks a second.
+        let stat = "812 (isold-scan) S 1 812 812 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 \
+                    5000 1000000 200 18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
+        assert_eq!(from_stat(stat, 100.0), Some(3.0));
+        assert_eq!(from_stat(stat, 250.0), Some(1.2));
+        assert!(ticks_per_s() >= 100.0, "USER_HZ is 100 or more");
+    }
+
+    #[test]
     fn a_meter_gives_each_services_rate_since_its_last_reading() {
         let svc = |name: &str, cpu_s: f64| ServiceCpu {
             name: name.into(),
@@ -192,29 +211,45 @@ mod tests {
         let rate = |n: &str| next.services.iter().find(|s| s.name == n).unwrap().ms_per_s;
         assert!((rate("metrics") - 5.0).abs() < 1e-6, "{next:?}");
         assert!((rate("stall guard") - 5.0).abs() < 1e-6, "{next:?}");
+        // Two readings at one instant: no window, no rate (not a division by zero).
+        let same = m.at(t1, vec![svc("metrics", 1.06)], 5.3);
+        assert_eq!((same.ms_per_s, same.window_s), (0.0, 0.0), "{same:?}");
+        assert!(same.services.iter().all(|s| s.ms_per_s == 0.0), "{same:?}");
     }
 
     #[test]
     fn this_process_has_its_threads_counted_and_a_total_at_least_their_sum() {
+        let before = process_cpu_s();
         let spin = std::thread::Builder::new()
             .name("isold-scan".into())
             .spawn(|| {
-                let t = std::time::Instant::now();
+                // 30 ms of this thread's CPU in user space, then 30 ms in the kernel.
                 let mut x = 0u64;
-                while t.elapsed() < std::time::Duration::from_millis(30) {
+                while super::super::os::thread_cpu_ns() < 30_000_000 {
                     x = x.wrapping_add(std::hint::black_box(1));
+                }
+                while super::super::os::thread_cpu_ns() < 60_000_000 {
+                    let _ = std::fs::metadata("/proc/self/stat");
                 }
                 let (list, total) = services();
                 (x, list, total)
             })
             .unwrap();
         let (_, list, total) = spin.join().unwrap();
+        // Seconds: a test process has not used a day of CPU.
+        assert!(total < 86_400.0, "{total}");
+        // User and system time, both (a tick of slack).
+        assert!(
+            (0.05..5.0).contains(&(total - before)),
+            "the process's time grew by the thread's 60 ms: {before} -> {total}"
+        );
         let scan = list
             .iter()
             .find(|s| s.name == "drift watch")
             .expect("{list:?}");
         assert_eq!(scan.threads, 1, "{list:?}");
-        assert!(scan.cpu_s >= 0.02, "{list:?}");
+        // The thread ran 60 ms: seconds, not nanoseconds or their square.
+        assert!(scan.cpu_s >= 0.06 && scan.cpu_s < 5.0, "{list:?}");
         let sum: f64 = list.iter().map(|s| s.cpu_s).sum();
         // getrusage counts in ticks on some kernels: a tick of slack.
         assert!(total + 0.011 >= sum, "total {total} < threads' {sum}");
