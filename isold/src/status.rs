@@ -681,8 +681,9 @@ mod tests {
         assert!(!with(0, 0.0, 0).contains("interruptions recorded"));
         assert!(with(0, 0.01, 0)
             .contains("    interruptions recorded: 0; ledger: 0.01 s of CPU time\n"));
-        assert!(with(7, 0.0, 0)
-            .contains("    interruptions recorded: 7; ledger: 0.00 s of CPU time\n"));
+        assert!(
+            with(7, 0.0, 0).contains("    interruptions recorded: 7; ledger: 0.00 s of CPU time\n")
+        );
         assert!(with(7, 0.0, 2).contains(
             "    interruptions recorded: 7; ledger: 0.00 s of CPU time; events lost before 2 pages\n"
         ));
@@ -711,6 +712,30 @@ mod tests {
         );
         let none = s(vec![]);
         assert!(!none.contains("not changeable") && !none.contains("kernel manages"));
+    }
+
+    #[test]
+    fn the_last_correction_is_told_in_seconds_ago() {
+        let s = DaemonStatus {
+            last_correction: Some(Correction {
+                at: SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap()
+                    .as_secs()
+                    - 30,
+                item: "sysctl".into(),
+                label: "sysctl vm.stat_interval".into(),
+                what: "changed: 1 -> 10".into(),
+            }),
+            ..DaemonStatus::default()
+        };
+        let text = human_status(&s);
+        assert!(
+            text.contains(
+                "  last correction 30 s ago: sysctl vm.stat_interval: changed: 1 -> 10\n"
+            ) || text.contains("  last correction 31 s ago: "),
+            "{text}"
+        );
     }
 
     #[test]
