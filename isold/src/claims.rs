@@ -392,7 +392,51 @@ pub fn kubelet_disagreements(
 
 #[cfg(test)]
 mod tests {
-    use super::host_uid_of_root;
+    use super::*;
+
+    /// A request line of MAX_INPUT bytes is read whole; one byte more is refused, not cut.
+    #[test]
+    fn a_line_up_to_the_limit_is_read_and_one_byte_over_refused() {
+        for (len, ok) in [(MAX_INPUT, true), (MAX_INPUT + 1, false)] {
+            let (mut w, r) = UnixStream::pair().unwrap();
+            let writer = std::thread::spawn(move || {
+                let mut line = vec![b'x'; len - 1];
+                line.push(b'\n');
+                let _ = w.write_all(&line);
+            });
+            let got = read_line(&r);
+            writer.join().unwrap();
+            match got {
+                Ok(line) => {
+                    assert!(ok, "{len} bytes read");
+                    assert_eq!(line.len(), len);
+                }
+                Err(e) => {
+                    assert!(!ok, "{len} bytes refused: {e}");
+                    assert_eq!(e, format!("request over {MAX_INPUT} bytes"));
+                }
+            }
+        }
+    }
+
+    /// No daemon at the socket is `Err(None)` (the hook's --if-down decides); a socket path
+    /// that cannot be connected to for another reason is an error that names it.
+    #[test]
+    fn no_daemon_is_told_apart_from_a_socket_that_cannot_be_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let msg = Message::Release {
+            container: "abc".into(),
+        };
+        assert!(matches!(
+            send(&dir.path().join("isold.sock"), &msg),
+            Err(None)
+        ));
+        let long = dir.path().join("x".repeat(200));
+        match send(&long, &msg) {
+            Err(Some(e)) => assert!(e.starts_with("cannot connect to "), "{e}"),
+            other => panic!("a path too long for a socket: {other:?}"),
+        }
+    }
 
     /// The initial namespace's map is not rootless; a rootless podman's (its uid as root,
     /// its subuids after) names the user's uid.
