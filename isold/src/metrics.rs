@@ -99,8 +99,6 @@ pub struct Metrics {
     /// The last walk of the threads: when, what it cost, and the samples taken since.
     walked: Mutex<Option<Walked>>,
     service_cpu: CounterVec,
-    /// Each service's CPU time counted so far, for the differences.
-    service_counted: Mutex<HashMap<String, f64>>,
 }
 
 /// A walk of every thread (for the foreign context switches) is the health sample's main
@@ -384,7 +382,6 @@ impl Metrics {
             last: Mutex::new(None),
             walked: Mutex::new(None),
             service_cpu,
-            service_counted: Mutex::new(HashMap::new()),
         }
     }
 
@@ -412,25 +409,13 @@ impl Metrics {
     }
 
     /// A thread left on its owner's affinity, set while isold narrowed it.
-    /// Each service's CPU time now (see [`crate::status::ServiceCpu`]): the counters follow.
-    /// A figure that went down is a service whose threads were made again (a reload that
-    /// restarted the guard: an ended thread's time leaves with it): all of it is new.
-    pub fn service_cpu(&self, services: &[crate::status::ServiceCpu]) {
-        let mut counted = self
-            .service_counted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        for s in services {
-            let was = counted.entry(s.name.clone()).or_insert(0.0);
-            let new = if s.cpu_s >= *was {
-                s.cpu_s - *was
-            } else {
-                s.cpu_s
-            };
-            if new > 0.0 {
-                self.service_cpu.with_label_values(&[&s.name]).inc_by(new);
+    /// Each service's CPU time grown since the last reading, seconds (the daemon's meter,
+    /// `daemon::cpu`, says by how much).
+    pub fn service_cpu(&self, grown: &[(String, f64)]) {
+        for (name, s) in grown {
+            if *s > 0.0 {
+                self.service_cpu.with_label_values(&[name]).inc_by(*s);
             }
-            *was = s.cpu_s;
         }
     }
 
@@ -875,28 +860,23 @@ mod tests {
     }
 
     #[test]
-    fn each_services_cpu_time_is_counted_once_and_a_new_thread_anew() {
+    fn each_services_cpu_time_grows_its_counter_and_nothing_makes_no_series() {
         let m = Metrics::new(&policy());
-        let of = |cpu_s: f64| {
-            vec![crate::status::ServiceCpu {
-                name: "stall guard".into(),
-                threads: 1,
-                cpu_s,
-                ms_per_s: 0.0,
-            }]
+        let grown = |s: f64| {
+            vec![
+                ("stall guard".to_string(), s),
+                ("hook socket".to_string(), 0.0),
+            ]
         };
         let counted = |m: &Metrics| m.service_cpu.with_label_values(&["stall guard"]).get();
-        m.service_cpu(&of(1.5));
-        m.service_cpu(&of(2.0));
+        m.service_cpu(&grown(1.5));
+        m.service_cpu(&grown(0.5));
         assert!((counted(&m) - 2.0).abs() < 1e-9, "{}", counted(&m));
-        // The guard made again by a reload: its new thread's 0.25 s are new.
-        m.service_cpu(&of(0.25));
-        assert!((counted(&m) - 2.25).abs() < 1e-9, "{}", counted(&m));
-        m.service_cpu(&of(0.5));
+        m.service_cpu(&grown(0.5));
         assert!((counted(&m) - 2.5).abs() < 1e-9, "{}", counted(&m));
-        assert!(String::from_utf8(m.encode())
-            .unwrap()
-            .contains("isold_service_cpu_seconds_total{service=\"stall guard\"} 2.5"));
+        let text = String::from_utf8(m.encode()).unwrap();
+        assert!(text.contains("isold_service_cpu_seconds_total{service=\"stall guard\"} 2.5"));
+        assert!(!text.contains("service=\"hook socket\""), "{text}");
     }
 
     #[test]

@@ -350,7 +350,7 @@ impl Books {
     pub fn service_figures(&mut self) {
         let r = self.cpu.read(std::time::Instant::now());
         if let Some((m, _)) = &self.metrics {
-            m.service_cpu(&r.services);
+            m.service_cpu(&r.grown);
         }
         self.status.services = r.services;
         self.status.cpu_s = r.cpu_s;

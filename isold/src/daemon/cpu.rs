@@ -99,6 +99,19 @@ pub struct Reading {
     pub ms_per_s: f64,
     /// Seconds since the last reading (0 at the first).
     pub window_s: f64,
+    /// Each service's CPU time since the last reading, seconds (all of it at the first):
+    /// what its counter grows by.
+    pub grown: Vec<(String, f64)>,
+}
+
+/// What a figure grew by from `was` to `now`; one that went down is threads made again (a
+/// reload that restarted the guard: an ended thread's time leaves with it): all of it new.
+fn grew(now: f64, was: f64) -> f64 {
+    if now >= was {
+        now - was
+    } else {
+        now
+    }
 }
 
 impl Meter {
@@ -115,17 +128,22 @@ impl Meter {
         cpu_s: f64,
     ) -> Reading {
         let (mut window, mut ms_per_s) = (0.0, 0.0);
-        if let Some((at, before, total)) = &self.last {
+        let was = |name: &str| {
+            self.last
+                .as_ref()
+                .and_then(|(_, before, _)| before.get(name).copied())
+                .unwrap_or(0.0)
+        };
+        let grown: Vec<(String, f64)> = services
+            .iter()
+            .map(|s| (s.name.clone(), grew(s.cpu_s, was(&s.name))))
+            .collect();
+        if let Some((at, _, total)) = &self.last {
             window = now.saturating_duration_since(*at).as_secs_f64();
             if window > 0.0 {
-                // A figure that went down is threads made again: all of it is new.
-                let rate = |now: f64, was: f64| {
-                    let d = if now >= was { now - was } else { now };
-                    d * 1000.0 / window
-                };
-                ms_per_s = rate(cpu_s, *total);
-                for s in &mut services {
-                    s.ms_per_s = rate(s.cpu_s, before.get(&s.name).copied().unwrap_or(0.0));
+                ms_per_s = grew(cpu_s, *total) * 1000.0 / window;
+                for (s, (_, g)) in services.iter_mut().zip(&grown) {
+                    s.ms_per_s = g * 1000.0 / window;
                 }
             }
         }
@@ -136,6 +154,7 @@ impl Meter {
             cpu_s,
             ms_per_s,
             window_s: window,
+            grown,
         }
     }
 }
@@ -209,6 +228,17 @@ mod tests {
         assert!((next.window_s - 10.0).abs() < 1e-9);
         assert!((next.ms_per_s - 20.0).abs() < 1e-6, "{next:?}");
         let rate = |n: &str| next.services.iter().find(|s| s.name == n).unwrap().ms_per_s;
+        // The counters grow by the same: all of the first reading, then the differences.
+        assert_eq!(
+            first.grown,
+            vec![
+                ("metrics".to_string(), 1.0),
+                ("stall guard".to_string(), 2.0)
+            ]
+        );
+        let g = |n: &str| next.grown.iter().find(|(s, _)| s == n).unwrap().1;
+        assert!((g("metrics") - 0.05).abs() < 1e-9, "{next:?}");
+        assert!((g("stall guard") - 0.05).abs() < 1e-9, "{next:?}");
         assert!((rate("metrics") - 5.0).abs() < 1e-6, "{next:?}");
         assert!((rate("stall guard") - 5.0).abs() < 1e-6, "{next:?}");
         // Two readings at one instant: no window, no rate (not a division by zero).
