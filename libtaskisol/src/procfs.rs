@@ -230,7 +230,12 @@ impl TaskStat {
 
     /// Read and parse a stat file at a kernel path.
     pub fn read_path(root: &SysRoot, abs: &str) -> Result<Self> {
-        root.read_parsed(abs, Self::parse)
+        let text = root.read_record(abs)?;
+        Self::parse(&text).map_err(|reason| Error::Parse {
+            path: root.path(abs),
+            input: text,
+            reason,
+        })
     }
 
     /// Whether this is a kernel thread.

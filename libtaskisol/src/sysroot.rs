@@ -78,6 +78,22 @@ impl SysRoot {
         read().map_err(|source| Error::Read { path, source })
     }
 
+    /// Read a file the kernel prints as one record, whole on the first read (a task's `stat`,
+    /// any text under a page): one `read(2)` when it returns less than the buffer and ends in
+    /// a newline, the text complete; a regular file (a fake root's) returns less only at its
+    /// end too. Anything else is read on to its end as [`SysRoot::read_to_string`] reads.
+    /// A thread read costs one system call less: a whole pass over 500 threads under QEMU is
+    /// 500 calls less.
+    pub fn read_record(&self, abs: impl AsRef<Path>) -> Result<String> {
+        let path = self.path(abs);
+        let read = || -> std::io::Result<String> {
+            let buf = read_upto(&path, true)?;
+            String::from_utf8(buf)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.utf8_error()))
+        };
+        read().map_err(|source| Error::Read { path, source })
+    }
+
     /// Read a whole file as bytes.
     pub fn read(&self, abs: impl AsRef<Path>) -> Result<Vec<u8>> {
         let path = self.path(abs);
@@ -196,6 +212,13 @@ fn list(path: PathBuf) -> Result<Vec<String>> {
 /// The whole content of the file at `path`: one open, reads into a buffer that doubles from
 /// 4 KiB (a /proc file has no size to ask for), one close.
 fn read_all(path: &Path) -> io::Result<Vec<u8>> {
+    read_upto(path, false)
+}
+
+/// The file's bytes: to the read that returns 0, or with `record`, to the first read that
+/// returns less than it was given room for and ends in a newline (see
+/// [`SysRoot::read_record`]).
+fn read_upto(path: &Path, record: bool) -> io::Result<Vec<u8>> {
     use std::io::Read;
     let mut f = cost::call(Call::Open, || fs::File::open(path))?;
     let mut buf = vec![0u8; 4096];
@@ -204,8 +227,13 @@ fn read_all(path: &Path) -> io::Result<Vec<u8>> {
         if len == buf.len() {
             buf.resize(buf.len() * 2, 0);
         }
+        let room = buf.len() - len;
         match cost::call(Call::Read, || f.read(&mut buf[len..])) {
             Ok(0) => break Ok(()),
+            Ok(n) if record && n < room && buf[len + n - 1] == b'\n' => {
+                len += n;
+                break Ok(());
+            }
             Ok(n) => len += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => break Err(e),
@@ -233,6 +261,48 @@ mod tests {
             SysRoot::host().path("/proc/1/stat"),
             Path::new("/proc/1/stat")
         );
+    }
+
+    #[test]
+    fn a_record_is_read_whole_in_one_read_when_it_fits_and_ends_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = SysRoot::new(dir.path());
+        // A pipe whose writer stays open: reading to the end would wait for ever; a record
+        // is the first read's text, since it ends in a newline.
+        let fifo = dir.path().join("stat");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let writer = std::thread::spawn({
+            let fifo = fifo.clone();
+            move || {
+                use std::io::Write;
+                let mut w = fs::OpenOptions::new().write(true).open(fifo).unwrap();
+                w.write_all(b"1 (init) S 0\n").unwrap();
+                std::thread::sleep(std::time::Duration::from_secs(2));
+            }
+        });
+        let t = std::time::Instant::now();
+        assert_eq!(r.read_record("/stat").unwrap(), "1 (init) S 0\n");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(2),
+            "waited for the writer"
+        );
+        writer.join().unwrap();
+        // Longer than the buffer, or without a newline at the end: read to the end.
+        let long = "x".repeat(5000) + "\n" + &"y".repeat(3000) + "\n";
+        fs::write(dir.path().join("long"), &long).unwrap();
+        assert_eq!(r.read_record("/long").unwrap(), long);
+        fs::write(dir.path().join("bare"), "no newline").unwrap();
+        assert_eq!(r.read_record("/bare").unwrap(), "no newline");
+        assert_eq!(
+            SysRoot::host()
+                .read_record("/proc/self/stat")
+                .unwrap()
+                .split(' ')
+                .next(),
+            Some(std::process::id().to_string().as_str())
+        );
+        let e = r.read_record("/missing").unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ENOENT));
     }
 
     #[test]
