@@ -193,7 +193,12 @@ pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
     if let Some(t) = started {
         eprint!(
             "{}",
-            timings(&libtaskisol::cost::stop(), t.elapsed(), cpu_times())
+            timings(
+                &libtaskisol::cost::stop(),
+                t.elapsed(),
+                cpu_times(),
+                since_exec()
+            )
         );
     }
     code
@@ -209,10 +214,38 @@ fn cpu_times() -> (f64, f64) {
     (s(ru.ru_utime), s(ru.ru_stime))
 }
 
-/// `--timings`: where the command's time went, for standard error.
-pub fn timings(c: &libtaskisol::cost::Costs, wall: std::time::Duration, cpu: (f64, f64)) -> String {
+/// Seconds from this process's start (its exec) to now: its start time in `/proc/self/stat`
+/// (clock ticks after boot) against `CLOCK_BOOTTIME`, to a clock tick (10 ms at 100 Hz).
+fn since_exec() -> Option<f64> {
+    let st = libtaskisol::procfs::TaskStat::read_path(&SysRoot::host(), "/proc/self/stat").ok()?;
+    // SAFETY: sysconf(3) has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    // SAFETY: timespec is plain data, valid all zero; clock_gettime fills it.
+    let mut now: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a timespec for the call.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut now) } != 0 || hz <= 0 {
+        return None;
+    }
+    Some(now.tv_sec as f64 + now.tv_nsec as f64 / 1e9 - st.starttime as f64 / hz as f64)
+}
+
+/// `--timings`: where the command's time went, for standard error; `since_exec`, the time
+/// since the process started, says what came before the command began (starting the
+/// process, loading the program, reading the arguments: under an emulator, a large share).
+pub fn timings(
+    c: &libtaskisol::cost::Costs,
+    wall: std::time::Duration,
+    cpu: (f64, f64),
+    since_exec: Option<f64>,
+) -> String {
+    let before = since_exec.map_or_else(String::new, |e| {
+        format!(
+            " (and {:.2} s from the exec to the command's start)",
+            (e - wall.as_secs_f64()).max(0.0)
+        )
+    });
     let mut s = format!(
-        "timings: {:.3} s wall, {:.3} s user, {:.3} s system\n",
+        "timings: {:.3} s wall{before}, {:.3} s user, {:.3} s system\n",
         wall.as_secs_f64(),
         cpu.0,
         cpu.1
@@ -644,6 +677,26 @@ mod tests {
             label: label.into(),
             status,
         }
+    }
+
+    #[test]
+    fn timings_say_what_came_before_the_command_began() {
+        let c = libtaskisol::cost::Costs {
+            stages: vec![],
+            calls: vec![],
+        };
+        let wall = std::time::Duration::from_millis(500);
+        let t = timings(&c, wall, (0.1, 0.2), Some(0.8));
+        assert!(
+            t.starts_with("timings: 0.500 s wall (and 0.30 s from the exec to the command's start), 0.100 s user, 0.200 s system\n"),
+            "{t}"
+        );
+        // Unknown, or a clock tick short: nothing said, never a negative time.
+        assert!(timings(&c, wall, (0.1, 0.2), None).starts_with("timings: 0.500 s wall, 0.100"));
+        assert!(timings(&c, wall, (0.1, 0.2), Some(0.49)).contains("(and 0.00 s from"));
+        // This process started before now: the figure is there and not negative.
+        let e = since_exec().expect("this process's start time");
+        assert!((0.0..3600.0).contains(&e), "{e}");
     }
 
     fn absent() -> Status {
