@@ -149,3 +149,66 @@ tool_stop() {
     echo "tasks_not_restored=$(grep -c '^differs: task:' /tmp/diff.out)"
     grep '^differs: /\|^missing after: /' /tmp/diff.out | head -n 20 | sed 's/^/  /'
 }
+
+# clock_ms CMD...: CMD's wall time in milliseconds on standard output, from bash's own clock
+# read right before and after it (its output in /tmp/cmd.out; CMD's exit status). A `date`
+# forked on each side would add its own start, a tenth of a second or more under TCG, to every
+# figure: most of a fast command's.
+clock_ms() {
+    bash -c 's=${EPOCHREALTIME/./}; "$@" >/tmp/cmd.out 2>&1; rc=$?; e=${EPOCHREALTIME/./}
+        echo $(((e - s) / 1000)); exit $rc' clock "$@"
+}
+
+# pairs_round N: one round of scripts/bench-oneshot in the same boot: tuned's profile switch
+# and its stop, then isold apply and isold restore, each timed alone (clock_ms), each leaving
+# the guest as the scenario's setup left it. tuned's daemon is started (untimed) with the
+# profile it had at boot, so that the timed command is the switch a user runs; its stop is
+# `systemctl stop tuned`, which rolls the profile back.
+pairs_round() {
+    _n=$1
+    systemctl start tuned || return 1
+    _ms=$(clock_ms tuned-adm profile realtime-virtual-host) || { cat /tmp/cmd.out; return 1; }
+    echo "tuned_apply_ms.$_n=$_ms"
+    _ms=$(clock_ms systemctl stop tuned) || { cat /tmp/cmd.out; return 1; }
+    echo "tuned_stop_ms.$_n=$_ms"
+    # The next start must not come up with realtime-virtual-host already applied.
+    cp /tmp/tuned.profile.boot /etc/tuned/active_profile
+    _ms=$(clock_ms isold --config "$PEERS_CFG" apply) || { cat /tmp/cmd.out; return 1; }
+    echo "isold_apply_ms.$_n=$_ms"
+    _ms=$(clock_ms isold restore) || { cat /tmp/cmd.out; return 1; }
+    echo "isold_restore_ms.$_n=$_ms"
+    # Another build of isold to compare with (scripts/bench-oneshot --base), the same way.
+    if [ -x /usr/local/bin/isold-base ]; then
+        _ms=$(clock_ms isold-base --config "$PEERS_CFG" apply) || { cat /tmp/cmd.out; return 1; }
+        echo "base_apply_ms.$_n=$_ms"
+        _ms=$(clock_ms isold-base restore) || { cat /tmp/cmd.out; return 1; }
+        echo "base_restore_ms.$_n=$_ms"
+    fi
+}
+
+# pairs_setup: the scenario's setup, and tuned's boot profile kept for pairs_round.
+pairs_setup() {
+    peers_setup || return 1
+    cp /etc/tuned/active_profile /tmp/tuned.profile.boot 2>/dev/null || : >/tmp/tuned.profile.boot
+    echo "tuned_boot_profile=$(cat /tmp/tuned.profile.boot)"
+    # Every program a round runs, read once (the page cache), as a user's would be.
+    isold --version >/dev/null
+    tuned-adm --version >/dev/null 2>&1
+    :
+}
+
+# pairs_profile: isold apply and restore once more with --timings (where the time went),
+# untimed by the table; and what starting a process costs in this guest (the part of each
+# command's time that --timings does not see).
+pairs_profile() {
+    for _c in /bin/true "isold --version" "isold restore"; do
+        # shellcheck disable=SC2086 # the command and its arguments
+        echo "start_ms[$_c]=$(clock_ms $_c)"
+    done
+    isold --config "$PEERS_CFG" apply --timings >/tmp/apply.out 2>&1 || { cat /tmp/apply.out; return 1; }
+    isold restore --timings >/tmp/restore.out 2>&1 || { cat /tmp/restore.out; return 1; }
+    echo "--- apply --timings"
+    sed 's/^/  /' /tmp/apply.out
+    echo "--- restore --timings"
+    sed 's/^/  /' /tmp/restore.out
+}

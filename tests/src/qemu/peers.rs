@@ -278,6 +278,163 @@ pub fn run_peers(tools: &[&str]) -> Result<bool, HarnessError> {
     Ok(ok)
 }
 
+/// The rounds of scripts/bench-oneshot: tuned's switch and stop and isold's apply and restore,
+/// alternating in one boot.
+pub const PAIR_ROUNDS: usize = 5;
+
+/// The boot of scripts/bench-oneshot: the scenario's setup, then [`PAIR_ROUNDS`] rounds of
+/// tuned's profile switch, its stop, `isold apply` and `isold restore`, each timed alone (the
+/// same guest, the same tasks and IRQs for both), then one apply and restore with `--timings`.
+/// `base`: another build of isold, timed in each round after this one (a change's before and
+/// after in one boot, where figures under TCG move by tens of percent between boots).
+pub fn pairs_scenario(base: Option<&[u8]>) -> Scenario {
+    let mut s = Scenario::debian("oneshot-pairs", "");
+    if let Some(bin) = base {
+        s.file("/usr/local/bin/isold-base", 0o755, bin);
+    }
+    s.step_with_timeout(
+        "setup",
+        &script("pairs_setup"),
+        Duration::from_secs(180),
+        vec![Expect::exit(0)],
+    );
+    for n in 1..=PAIR_ROUNDS {
+        s.step_with_timeout(
+            &format!("round{n}"),
+            &script(&format!("pairs_round {n}")),
+            Duration::from_secs(300),
+            vec![
+                Expect::exit(0),
+                Expect::stdout_has(&format!("isold_restore_ms.{n}=")),
+            ],
+        );
+    }
+    s.step_with_timeout(
+        "profile",
+        &script("pairs_profile"),
+        Duration::from_secs(120),
+        vec![Expect::exit(0), Expect::stdout_has("--- restore --timings")],
+    );
+    s
+}
+
+/// One round's times, in seconds: tuned's switch, tuned's stop, isold's apply, restore, and
+/// the base build's apply and restore when there is one.
+pub type Round = Vec<f64>;
+
+const ROUND_KEYS: [&str; 6] = [
+    "tuned_apply_ms",
+    "tuned_stop_ms",
+    "isold_apply_ms",
+    "isold_restore_ms",
+    "base_apply_ms",
+    "base_restore_ms",
+];
+
+/// The rounds an outcome holds (a round whose four figures are not all there is left out;
+/// the base's two only when the round has them).
+pub fn rounds(o: &Outcome) -> Vec<Round> {
+    (1..=PAIR_ROUNDS)
+        .filter_map(|n| {
+            let get = |key: &str| {
+                field::<u64>(o, &format!("round{n}"), &format!("{key}.{n}"))
+                    .map(|ms| ms as f64 / 1000.0)
+            };
+            let mut r: Round = ROUND_KEYS[..4]
+                .iter()
+                .map(|k| get(k))
+                .collect::<Option<_>>()?;
+            if let (Some(a), Some(b)) = (get(ROUND_KEYS[4]), get(ROUND_KEYS[5])) {
+                r.extend([a, b]);
+            }
+            Some(r)
+        })
+        .collect()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => f64::NAN,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The table for BENCHMARKS.md: each round, then the medians and how many times faster isold
+/// is (tuned's median over isold's, apply against the switch and restore against the stop);
+/// with a base build, its two columns too.
+pub fn pairs_table(rounds: &[Round]) -> String {
+    let cols = if rounds.iter().all(|r| r.len() == 6) && !rounds.is_empty() {
+        6
+    } else {
+        4
+    };
+    let mut s = String::from("| round | tuned switch | tuned stop | isold apply | isold restore |");
+    if cols == 6 {
+        s.push_str(" base apply | base restore |");
+    }
+    s.push_str("\n|---|---:|---:|---:|---:|");
+    if cols == 6 {
+        s.push_str("---:|---:|");
+    }
+    s.push('\n');
+    for (n, r) in rounds.iter().enumerate() {
+        s.push_str(&format!("| {} |", n + 1));
+        for v in &r[..cols] {
+            s.push_str(&format!(" {v:.2} s |"));
+        }
+        s.push('\n');
+    }
+    let m: Vec<f64> = (0..cols)
+        .map(|i| median(rounds.iter().map(|r| r[i]).collect()))
+        .collect();
+    s.push_str(&format!("| median | {:.2} s | {:.2} s |", m[0], m[1]));
+    for i in (2..cols).step_by(2) {
+        s.push_str(&format!(
+            " {:.2} s ({:.1}x) | {:.2} s ({:.1}x) |",
+            m[i],
+            m[0] / m[i],
+            m[i + 1],
+            m[1] / m[i + 1]
+        ));
+    }
+    s.push('\n');
+    s
+}
+
+/// Runs scripts/bench-oneshot's boot, printing each step's output and then the table;
+/// `Ok(false)` when the boot could not run its scenario.
+pub fn run_pairs(base: Option<&[u8]>) -> Result<bool, HarnessError> {
+    let s = pairs_scenario(base);
+    eprintln!("bench-oneshot: booting the Debian guest");
+    let o = run(&s)?;
+    println!("\n## {}", o.summary());
+    for step in &s.steps {
+        println!("\n== {}", step.name);
+        match o.outputs.get(&step.name) {
+            Some(out) => {
+                print!("{}", out.stdout);
+                if !out.stderr.trim().is_empty() {
+                    print!("{}", out.stderr);
+                }
+            }
+            None => println!("(no result)"),
+        }
+    }
+    let mut ok = o.failures.is_empty();
+    for f in &o.failures {
+        println!("FAILED: {f}");
+    }
+    let r = rounds(&o);
+    if r.len() < PAIR_ROUNDS {
+        ok = false;
+    }
+    println!("\n{}", pairs_table(&r));
+    Ok(ok)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,5 +454,38 @@ mod tests {
         assert_eq!(repaired(&r), "task no, sysctl no, IRQ no");
         r.drift_irq = None;
         assert!(repaired(&r).ends_with("IRQ ?"));
+    }
+
+    #[test]
+    fn the_pairs_table_gives_each_round_the_medians_and_the_ratios() {
+        let mut rounds = vec![
+            vec![6.9, 1.6, 0.35, 0.16],
+            vec![8.1, 2.1, 0.40, 0.21],
+            vec![7.2, 1.9, 0.36, 0.19],
+        ];
+        let t = pairs_table(&rounds);
+        assert!(
+            t.contains("| 2 | 8.10 s | 2.10 s | 0.40 s | 0.21 s |\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| median | 7.20 s | 1.90 s | 0.36 s (20.0x) | 0.19 s (10.0x) |\n"),
+            "{t}"
+        );
+        assert!(!t.contains("base"), "{t}");
+        assert_eq!(median(vec![4.0, 1.0]), 2.5);
+        // A base build: its columns and its ratios beside this build's.
+        for (r, b) in rounds
+            .iter_mut()
+            .zip([[0.72, 0.38], [0.80, 0.42], [0.90, 0.50]])
+        {
+            r.extend(b);
+        }
+        let t = pairs_table(&rounds);
+        assert!(t.contains("| base apply | base restore |\n|---|"), "{t}");
+        assert!(
+            t.contains("| median | 7.20 s | 1.90 s | 0.36 s (20.0x) | 0.19 s (10.0x) | 0.80 s (9.0x) | 0.42 s (4.5x) |"),
+            "{t}"
+        );
     }
 }
