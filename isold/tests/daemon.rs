@@ -90,9 +90,10 @@ fn write(t: &Tree, p: &str, v: &str) {
     std::fs::write(t.root.join(p.trim_start_matches('/')), v).unwrap();
 }
 
-/// Wait until `cond` holds (5 s at most).
+/// Wait until `cond` holds (20 s at most: what a daemon does within a check or two here may
+/// wait seconds on a loaded machine's disk, with every state write's fsync).
 fn eventually(what: &str, cond: impl Fn() -> bool) {
-    eventually_within(what, Duration::from_secs(5), cond)
+    eventually_within(what, Duration::from_secs(20), cond)
 }
 
 fn eventually_within(what: &str, within: Duration, cond: impl Fn() -> bool) {
@@ -287,9 +288,15 @@ fn the_administrators_lines_survive_the_running_daemon() {
     // isold's own line changed: put back, the administrator's line kept.
     let changed = read(&t, DROP_IN).replace("CPUAffinity=0-1", "CPUAffinity=0-3");
     write(&t, DROP_IN, &changed);
-    eventually("drop-in put back", || {
-        read(&t, DROP_IN) == changed.replace("CPUAffinity=0-3", "CPUAffinity=0-1")
-    });
+    let put_back = changed.replace("CPUAffinity=0-3", "CPUAffinity=0-1");
+    let t0 = Instant::now();
+    while read(&t, DROP_IN) != put_back {
+        if t0.elapsed() > Duration::from_secs(20) {
+            let (_, log) = stop(c);
+            panic!("drop-in not put back: {:?}\n{log}", read(&t, DROP_IN));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let (code, log) = stop(c);
     assert_eq!(code, 0, "{log}");
     assert_eq!(read(&t, IRQB), format!("{IRQBALANCE_DEBIAN}{}", lines[0].1));
@@ -910,14 +917,15 @@ fn no_idle_or_slow_client_stalls_the_daemon() {
         );
     }
 
-    // SIGTERM with idle clients connected ends the daemon at once.
+    // SIGTERM with idle clients connected ends the daemon at once, not at their 5 s
+    // deadline.
     let _again = Pests::start(port, &sock, 20, 5);
     std::thread::sleep(Duration::from_millis(300));
     let t0 = Instant::now();
     let (code, log) = stop(c);
     assert_eq!(code, 0, "{log}");
     assert!(
-        t0.elapsed() < Duration::from_secs(2),
+        t0.elapsed() < Duration::from_secs(4),
         "the stop took {:?}",
         t0.elapsed()
     );
