@@ -9,22 +9,23 @@
 //! never fired on a CPU has no series there; a value named by a network device or a thread,
 //! which come and go, has no series of its own ([`repair_value`]).
 
-use std::collections::HashMap;
-use std::net::{TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+mod health;
+mod http;
 
-use libtaskisol::audit::{Sample, Scope, Workloads};
-use libtaskisol::cpuset::CpuSet;
-use libtaskisol::irq::Interrupts;
-use libtaskisol::policy::config::MetricsConfig;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
 use libtaskisol::policy::Policy;
-use libtaskisol::SysRoot;
 use prometheus::core::Collector;
 use prometheus::{
     CounterVec, Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter,
     IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
+
+pub use health::{scope_of, WALK_DUTY, WALK_EVERY_SAMPLES};
+pub use http::{head_len, listen, route, sandbox_hint, serve, Route, LIMITS};
+
+use health::{Last, Walked};
 
 /// Every metric name isold publishes (man/isold.8 lists the same; a test keeps them equal).
 pub const NAMES: &[&str] = &[
@@ -101,33 +102,6 @@ pub struct Metrics {
     service_cpu: CounterVec,
 }
 
-/// A walk of every thread (for the foreign context switches) is the health sample's main
-/// cost: it is made at most once every [`WALK_EVERY_SAMPLES`] samples, and no more than
-/// once per [`WALK_DUTY`] times its own time; the samples between read the interrupt tables
-/// alone. Threads that live through two walks (the CPUs' kernel threads, a workload's
-/// neighbours) have every switch counted; one that starts and exits between two walks is
-/// not seen.
-pub const WALK_EVERY_SAMPLES: u32 = 10;
-/// See [`WALK_EVERY_SAMPLES`].
-pub const WALK_DUTY: u32 = 50;
-
-#[derive(Debug, Clone, Copy)]
-struct Walked {
-    at: Instant,
-    cost: Duration,
-    samples_since: u32,
-}
-
-impl Walked {
-    /// Whether the next sample walks the threads.
-    fn due(walked: Option<&Walked>, now: Instant) -> bool {
-        walked.map_or(true, |w| {
-            w.samples_since + 1 >= WALK_EVERY_SAMPLES
-                && now.saturating_duration_since(w.at) >= w.cost * WALK_DUTY
-        })
-    }
-}
-
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics").finish_non_exhaustive()
@@ -147,16 +121,6 @@ struct NoiseCounted {
 pub const NOISE_BUCKETS: [f64; 13] = [
     1e-6, 2e-6, 5e-6, 10e-6, 20e-6, 50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3,
 ];
-
-/// What the next health sample is compared with.
-struct Last {
-    at: Instant,
-    /// (cpu, source) -> the kernel's count, summed over rows of one source.
-    interrupts: HashMap<(usize, String), u64>,
-    softirqs: HashMap<(usize, String), u64>,
-    /// (tid, start time) -> context switches.
-    switches: HashMap<(i32, u64), u64>,
-}
 
 fn must<T>(r: prometheus::Result<T>) -> T {
     // The names and labels are constants of this file: a failure is a bug, caught by the
@@ -525,119 +489,6 @@ impl Metrics {
         must(TextEncoder::new().encode(&self.registry.gather(), &mut out));
         out
     }
-
-    /// Take a health sample under `root` for the CPUs of `scope` and add what changed since
-    /// the last one.
-    pub fn sample(&self, root: &SysRoot, scope: &Scope) -> libtaskisol::Result<()> {
-        let t = Instant::now();
-        let mut walked = self.walked.lock().unwrap_or_else(|e| e.into_inner());
-        let walk = Walked::due(walked.as_ref(), t);
-        let s = if walk {
-            let s = Sample::read_for(root, &scope.cpus)?;
-            *walked = Some(Walked {
-                at: t,
-                cost: t.elapsed(),
-                samples_since: 0,
-            });
-            s
-        } else {
-            if let Some(w) = walked.as_mut() {
-                w.samples_since += 1;
-            }
-            Sample::read_counters(root)?
-        };
-        drop(walked);
-        self.take(root, scope, &s, t, walk);
-        self.samples.inc();
-        self.sample_seconds.set(t.elapsed().as_secs_f64());
-        Ok(())
-    }
-
-    /// Add sample `s` (taken at `at`) to the counters: the differences from the last sample
-    /// (the kernel's whole count the first time for the interrupt counters, which then equal
-    /// the kernel's); the context switches when it `walked` the threads, from the last walk.
-    fn take(&self, root: &SysRoot, scope: &Scope, s: &Sample, at: Instant, walked: bool) {
-        let cpus = &scope.cpus;
-        let interrupts = by_source(&s.interrupts, cpus, true);
-        let softirqs = s
-            .softirqs
-            .as_ref()
-            .map(|t| by_source(t, cpus, false))
-            .unwrap_or_default();
-        let workloads = Workloads::new(root, scope);
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let switches: HashMap<(i32, u64), u64> = if walked {
-            s.threads
-                .iter()
-                .map(|t| ((t.tid, t.starttime), t.switches))
-                .collect()
-        } else {
-            last.as_mut()
-                .map(|l| std::mem::take(&mut l.switches))
-                .unwrap_or_default()
-        };
-        let add = |vec: &IntCounterVec,
-                   now: &HashMap<(usize, String), u64>,
-                   before: Option<&HashMap<(usize, String), u64>>| {
-            for ((cpu, source), n) in now {
-                let was = before.and_then(|b| b.get(&(*cpu, source.clone())).copied());
-                // A count that went down is a new one (an IRQ number given to another
-                // device): all of it is new.
-                let d = match was {
-                    Some(w) if w <= *n => n - w,
-                    _ => *n,
-                };
-                if d > 0 {
-                    vec.with_label_values(&[&cpu.to_string(), source]).inc_by(d);
-                }
-            }
-        };
-        add(
-            &self.cpu_interrupts,
-            &interrupts,
-            last.as_ref().map(|l| &l.interrupts),
-        );
-        add(
-            &self.cpu_softirqs,
-            &softirqs,
-            last.as_ref().map(|l| &l.softirqs),
-        );
-        if let Some(l) = last.as_ref() {
-            let me = std::process::id() as i32;
-            // Between two walks `s` has no thread.
-            for t in &s.threads {
-                if !cpus.contains(t.processor as usize) || t.pid == me || workloads.is(t) {
-                    continue;
-                }
-                // A thread started since the last sample: every switch it made is new.
-                let d = t
-                    .switches
-                    .saturating_sub(l.switches.get(&(t.tid, t.starttime)).copied().unwrap_or(0));
-                if d > 0 {
-                    self.cpu_foreign_switches
-                        .with_label_values(&[&t.processor.to_string()])
-                        .inc_by(d);
-                }
-            }
-            let secs = at.duration_since(l.at).as_secs_f64();
-            if secs > 0.0 {
-                for cpu in cpus.iter() {
-                    let k = (cpu, "LOC".to_string());
-                    let now = interrupts.get(&k).copied().unwrap_or(0);
-                    let was = l.interrupts.get(&k).copied().unwrap_or(0);
-                    self.cpu_tick_rate
-                        .with_label_values(&[&cpu.to_string()])
-                        .set(now.saturating_sub(was) as f64 / secs);
-                }
-            }
-        }
-        *last = Some(Last {
-            at,
-            interrupts,
-            softirqs,
-            switches,
-        });
-    }
 }
 
 /// The `value` label of `isold_drift_repairs_total` for the target `id`: the id of a value
@@ -656,164 +507,16 @@ pub fn repair_value(id: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// The counts of a `/proc/interrupts` or `/proc/softirqs` table on `cpus`, by source: a
-/// numbered IRQ by its handlers' names (`irqN` without one), any other row by its label
-/// (LOC, RES, TIMER, NET_RX, ...). Zero counts are left out.
-fn by_source(t: &Interrupts, cpus: &CpuSet, irqs: bool) -> HashMap<(usize, String), u64> {
-    let mut out: HashMap<(usize, String), u64> = HashMap::new();
-    for row in &t.rows {
-        let source = match row.irq() {
-            Some(n) if irqs => {
-                let a = row.action();
-                if a.is_empty() {
-                    format!("irq{n}")
-                } else {
-                    a
-                }
-            }
-            _ => row.label.clone(),
-        };
-        for (col, n) in row.counts.iter().enumerate() {
-            let Some(&cpu) = t.cpus.get(col) else {
-                continue;
-            };
-            if *n > 0 && cpus.contains(cpu) {
-                *out.entry((cpu, source.clone())).or_default() += n;
-            }
-        }
-    }
-    out
-}
-
-/// The workload scope of `policy` for the health samples: its isolated CPUs and allow-lists.
-pub fn scope_of(policy: &Policy) -> Scope {
-    let c = &policy.config;
-    Scope {
-        cpus: policy.isolated.clone(),
-        source: "isold run".into(),
-        preset: c.preset,
-        preset_at: c.preset_at(),
-        allow_comm: c.allow_comm.clone(),
-        allow_cgroup: c.allow_cgroup.clone(),
-        allow_irqs: c.irq_allow.clone(),
-        irq_movable: Default::default(),
-    }
-}
-
-/// How the metrics listener bounds its scrapers: 64 connections at once, 2 s from the
-/// accept to the whole request head, 5 s to take the answer, heads up to 8 KiB.
-pub const LIMITS: crate::peers::Limits = crate::peers::Limits {
-    max_conns: 64,
-    read: Duration::from_secs(2),
-    write: Duration::from_secs(5),
-    max_request: 8192,
-};
-
-/// The loopback HTTP listener: `GET /metrics` answered with the text format; anything else
-/// 404 (another path) or 405 (another method). Connections are served side by side
-/// ([`crate::peers`]): an idle or slow scraper delays no other, nor the daemon.
-pub fn serve(listener: TcpListener, metrics: Arc<Metrics>) {
-    if listener.set_nonblocking(true).is_err() {
-        return;
-    }
-    crate::peers::serve(listener, LIMITS, Scrapes(metrics), None);
-}
-
-struct Scrapes(Arc<Metrics>);
-
-impl crate::peers::Service<TcpStream> for Scrapes {
-    fn accepted(&mut self, _: &TcpStream) -> Option<Vec<u8>> {
-        None
-    }
-    fn complete(&self, buf: &[u8]) -> Option<usize> {
-        head_len(buf)
-    }
-    fn request(&mut self, _: u64, req: &[u8]) -> Option<Vec<u8>> {
-        Some(answer(req, &self.0))
-    }
-    fn too_big(&self) -> Vec<u8> {
-        response("431 Request Header Fields Too Large", "text/plain", b"")
-    }
-}
-
-/// The length of the request head at the start of `buf` (up to its blank line), once whole.
-pub fn head_len(buf: &[u8]) -> Option<usize> {
-    let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
-    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
-    match (crlf, lf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// What a request line asks: `GET /metrics` (a query ignored), another path, another method.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
-    Metrics,
-    NotFound,
-    NotAllowed,
-}
-
-/// The route of the request head `head` (any bytes).
-pub fn route(head: &[u8]) -> Route {
-    let line = String::from_utf8_lossy(head);
-    let mut words = line.lines().next().unwrap_or("").split_whitespace();
-    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-    match (method, target.split('?').next().unwrap_or("")) {
-        ("GET", "/metrics") => Route::Metrics,
-        ("GET", _) => Route::NotFound,
-        _ => Route::NotAllowed,
-    }
-}
-
-fn answer(head: &[u8], metrics: &Metrics) -> Vec<u8> {
-    match route(head) {
-        Route::Metrics => response(
-            "200 OK",
-            "text/plain; version=0.0.4; charset=utf-8",
-            &metrics.encode(),
-        ),
-        Route::NotFound => response("404 Not Found", "text/plain", b"only /metrics\n"),
-        Route::NotAllowed => response("405 Method Not Allowed", "text/plain", b"only GET\n"),
-    }
-}
-
-fn response(status: &str, kind: &str, body: &[u8]) -> Vec<u8> {
-    let mut out = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    out.extend_from_slice(body);
-    out
-}
-
-/// Bind the listener of `[metrics] listen`.
-pub fn listen(cfg: &MetricsConfig) -> Option<std::io::Result<TcpListener>> {
-    cfg.listen.map(TcpListener::bind)
-}
-
 /// Write the text format to `[metrics] textfile`: a temporary file renamed over it, 0644, not
 /// synced (the next sample writes it again).
 pub fn write_textfile(path: &std::path::Path, metrics: &Metrics) -> std::io::Result<()> {
     libtaskisol::policy::files::replace_volatile(path, &metrics.encode(), Some(0o644))
 }
 
-/// What to add to an error of the listener or the textfile that a sandbox gives: the
-/// shipped isold.service allows no IP socket (EAFNOSUPPORT), and IPAddressDeny and
-/// ProtectSystem make a bind or a write fail with EPERM, EACCES or EROFS.
-pub fn sandbox_hint(e: &std::io::Error) -> &'static str {
-    match e.raw_os_error() {
-        Some(libc::EAFNOSUPPORT | libc::EPERM | libc::EACCES | libc::EROFS) => {
-            " (under isold.service, [metrics] needs the drop-in of isold(8), METRICS: systemctl edit isold)"
-        }
-        _ => "",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use libtaskisol::cpuset::CpuSet;
 
     /// CPUs 2-3 isolated of 0-3, realtime-virtual-host.
     fn policy() -> Policy {
@@ -829,34 +532,6 @@ mod tests {
             claimed: CpuSet::new(),
             claimed_power: Default::default(),
         }
-    }
-
-    /// Pod churn with `rps` on: the repairs of 1,000 veths' queues (and of hot-plugged NICs'
-    /// channels, and of kthreads' priorities) leave the metrics page with the series one
-    /// veth gives, only the counts larger; a value the machine has a fixed set of keeps its
-    /// own series.
-    #[test]
-    fn the_threads_are_walked_one_sample_in_ten_and_at_most_a_fiftieth_of_the_time() {
-        let t0 = Instant::now();
-        assert!(Walked::due(None, t0), "the first sample walks");
-        let cheap = |samples_since| Walked {
-            at: t0,
-            cost: Duration::from_millis(10),
-            samples_since,
-        };
-        let at = t0 + Duration::from_secs(9);
-        assert!(!Walked::due(Some(&cheap(0)), at));
-        assert!(
-            !Walked::due(Some(&cheap(8)), at),
-            "the ninth sample after reads tables"
-        );
-        assert!(Walked::due(Some(&cheap(9)), at), "the tenth walks");
-        let dear = Walked {
-            cost: Duration::from_secs(1),
-            ..cheap(9)
-        };
-        assert!(!Walked::due(Some(&dear), at), "a 1 s walk waits 50 s");
-        assert!(Walked::due(Some(&dear), t0 + Duration::from_secs(50)));
     }
 
     #[test]
@@ -879,6 +554,10 @@ mod tests {
         assert!(!text.contains("service=\"hook socket\""), "{text}");
     }
 
+    /// Pod churn with `rps` on: the repairs of 1,000 veths' queues (and of hot-plugged NICs'
+    /// channels, and of kthreads' priorities) leave the metrics page with the series one
+    /// veth gives, only the counts larger; a value the machine has a fixed set of keeps its
+    /// own series.
     #[test]
     fn a_thousand_devices_repairs_leave_the_series_of_one() {
         let page = |devices: u32| {
@@ -986,75 +665,5 @@ mod tests {
             has("isold_cpu_noise_duration_seconds_count{cpu=\"3\"} 4"),
             "{text}"
         );
-    }
-
-    #[test]
-    fn a_sandboxs_refusal_names_the_drop_in() {
-        for errno in [libc::EAFNOSUPPORT, libc::EPERM, libc::EACCES, libc::EROFS] {
-            let e = std::io::Error::from_raw_os_error(errno);
-            assert!(
-                sandbox_hint(&e).contains("drop-in of isold(8), METRICS"),
-                "{e}"
-            );
-        }
-        for errno in [libc::EADDRINUSE, libc::ENOSPC] {
-            assert_eq!(sandbox_hint(&std::io::Error::from_raw_os_error(errno)), "");
-        }
-    }
-
-    #[test]
-    fn sources_are_handler_names_or_labels_on_the_isolated_cpus_only() {
-        let t = Interrupts::parse(
-            "  CPU0 CPU1 CPU2 CPU3\n  4:  1 0 5 0  IO-APIC 4-edge ttyS0\n 30:  0 0 2 3  PCI-MSI 1-edge\nLOC:  9 9 7 1  Local timer interrupts\nRES:  0 0 0 0  Rescheduling interrupts\n",
-        )
-        .unwrap();
-        let m = by_source(&t, &CpuSet::parse_list("2-3").unwrap(), true);
-        let mut v: Vec<_> = m.into_iter().collect();
-        v.sort();
-        assert_eq!(
-            v,
-            [
-                ((2, "LOC".into()), 7),
-                ((2, "irq30".into()), 2),
-                ((2, "ttyS0".into()), 5),
-                ((3, "LOC".into()), 1),
-                ((3, "irq30".into()), 3),
-            ]
-        );
-    }
-
-    proptest::proptest! {
-        /// Any bytes: the head's end is found or not, never past the bytes, and a route
-        /// is given without a panic.
-        #[test]
-        fn any_bytes_are_routed_without_a_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
-            if let Some(n) = head_len(&bytes) {
-                proptest::prop_assert!(n <= bytes.len());
-                proptest::prop_assert!(bytes[..n].ends_with(b"\n\n") || bytes[..n].ends_with(b"\r\n\r\n"));
-            }
-            let _ = route(&bytes);
-        }
-
-        /// A GET of /metrics, with any query and headers, is the metrics; the head ends at
-        /// its first blank line, whatever follows.
-        #[test]
-        fn a_get_of_metrics_is_found_whatever_the_headers(
-            query in "[a-z0-9=&]{0,20}",
-            headers in proptest::collection::vec("[A-Za-z-]{1,12}: [ -~]{0,30}", 0..6),
-            rest in proptest::collection::vec(proptest::num::u8::ANY, 0..64),
-        ) {
-            let mut head = format!("GET /metrics{}{query} HTTP/1.1\r\n", if query.is_empty() { "" } else { "?" });
-            for h in &headers {
-                head.push_str(h);
-                head.push_str("\r\n");
-            }
-            head.push_str("\r\n");
-            let mut bytes = head.clone().into_bytes();
-            bytes.extend_from_slice(&rest);
-            proptest::prop_assert_eq!(head_len(&bytes), Some(head.len()));
-            proptest::prop_assert_eq!(route(&bytes), Route::Metrics);
-            proptest::prop_assert_eq!(route(head.replace("GET", "POST").as_bytes()), Route::NotAllowed);
-            proptest::prop_assert_eq!(route(head.replace("/metrics", "/other").as_bytes()), Route::NotFound);
-        }
     }
 }
