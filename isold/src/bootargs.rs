@@ -251,8 +251,11 @@ fn grub_edits(
     let mut by_file: std::collections::BTreeMap<&str, Vec<(usize, usize, String)>> =
         std::collections::BTreeMap::new();
     for c in conflicts {
+        // A conflict with a span is one plain word of the administrator's files (never the
+        // drop-in's: bootargs::grub_conflicts leaves those out); without one it is a word
+        // written otherwise, or (no word) a later line that sets the variable anew.
         match c.span {
-            Some((s, e)) if !c.word.is_empty() && c.file != bootargs::GRUB_DROP_IN => {
+            Some((s, e)) => {
                 by_file
                     .entry(c.file.as_str())
                     .or_default()

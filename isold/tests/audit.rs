@@ -843,9 +843,26 @@ fn an_earlier_isolcpus_in_grubs_default_line_is_named_and_replaced_and_restored(
 
     let (rc, out, _) = isold(&["--root", root, "bootargs", "--cpus", "2-3"]);
     assert_eq!(rc, 1);
+    // Under isolcpus='s own line, and under no other argument's.
     assert!(
         out.contains("      conflict: isolcpus=1 at /etc/default/grub:9 (GRUB_CMDLINE_LINUX_DEFAULT):\n      the kernel keeps the first isolcpus= it accepts and refuses a later one\n"),
         "{out}"
+    );
+    assert_eq!(out.matches("conflict: isolcpus=1").count(), 1, "{out}");
+    let arg_line = out
+        .lines()
+        .position(|l| l.starts_with("  isolcpus=managed_irq,domain,2-3 "))
+        .unwrap();
+    let conflict_line = out
+        .lines()
+        .position(|l| l.starts_with("      conflict: isolcpus=1 "))
+        .unwrap();
+    assert!(
+        out.lines()
+            .skip(arg_line + 1)
+            .take(conflict_line - arg_line - 1)
+            .all(|l| l.starts_with("      ")),
+        "the conflict is said under isolcpus=: {out}"
     );
     let (_, out, _) = isold(&["--root", root, "bootargs", "--cpus", "2-3", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -912,6 +929,51 @@ fn an_earlier_isolcpus_in_grubs_default_line_is_named_and_replaced_and_restored(
     );
     assert_eq!(std::fs::read(&grub).unwrap(), original.as_bytes());
     assert!(!t.path().join("etc/default/grub.d/isold.cfg").exists());
+}
+
+/// The drop-in written, then the administrator puts an isolcpus= of their own in
+/// /etc/default/grub, which comes first on the kernel line: bootargs says the drop-in has
+/// the argument but the next kernel would not take it, and why.
+#[test]
+fn an_argument_of_the_drop_in_that_a_later_edit_overrides_is_said_so() {
+    let t = tempfile::tempdir().unwrap();
+    copy_dir(&fixture("debian-6.12-rt-audit"), t.path());
+    let root = t.path().to_str().unwrap();
+    let grub = t.path().join("etc/default/grub");
+    std::fs::create_dir_all(grub.parent().unwrap()).unwrap();
+    std::fs::write(&grub, GRUB_DEBIAN).unwrap();
+    let (rc, _, err) = isold(&["--root", root, "bootargs", "--cpus", "2-3", "--write-grub"]);
+    assert_eq!(rc, 0, "{err}");
+    let (_, out, _) = isold(&["--root", root, "bootargs", "--cpus", "2-3"]);
+    assert!(
+        out.contains("  isolcpus=managed_irq,domain,2-3      MISSING (in /etc/default/grub.d/isold.cfg: waits for update-grub and a reboot)\n"),
+        "{out}"
+    );
+    std::fs::write(
+        &grub,
+        GRUB_DEBIAN.replace(
+            "GRUB_CMDLINE_LINUX_DEFAULT=\"quiet\"",
+            "GRUB_CMDLINE_LINUX_DEFAULT=\"quiet isolcpus=1\"",
+        ),
+    )
+    .unwrap();
+    let (rc, out, _) = isold(&["--root", root, "bootargs", "--cpus", "2-3"]);
+    assert_eq!(rc, 1);
+    assert!(
+        out.contains("  isolcpus=managed_irq,domain,2-3      MISSING (in /etc/default/grub.d/isold.cfg, but the kernel would not take it: see conflict)\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "      conflict: isolcpus=1 at /etc/default/grub:9 (GRUB_CMDLINE_LINUX_DEFAULT):"
+        ),
+        "{out}"
+    );
+    // The drop-in's other arguments only wait for update-grub.
+    assert!(
+        out.contains("  nohz_full=2-3                        MISSING (in /etc/default/grub.d/isold.cfg: waits for update-grub and a reboot)\n"),
+        "{out}"
+    );
 }
 
 /// A second `--write-grub` (other CPUs) after the administrator edited /etc/default/grub:
