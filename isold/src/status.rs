@@ -142,6 +142,10 @@ pub struct Stalls {
     /// Its passes, its walks over every thread, and the last walk's length.
     #[serde(default)]
     pub passes: u64,
+    /// The passes that read no `/proc/stat`: the noise ledger's task switches said every
+    /// watched CPU was idle still.
+    #[serde(default)]
+    pub quiet_passes: u64,
     #[serde(default)]
     pub walks: u64,
     #[serde(default)]
@@ -451,7 +455,7 @@ pub fn human_status(s: &DaemonStatus) -> String {
         out.push_str(&format!("    kernel's fair server: {}\n", g.fair_server));
         let by: Vec<String> = g.by_cpu.iter().map(|(k, v)| format!("{k} {v}")).collect();
         out.push_str(&format!(
-            "    rescued: {}{}; lent now: {}\n    guard: {:.2} s of CPU time, {} passes, {} walks over every thread (the last {:.1} ms)\n",
+            "    rescued: {}{}; lent now: {}\n    guard: {:.2} s of CPU time, {} passes ({} on the noise ledger's task switches alone), {} walks over every thread (the last {:.1} ms)\n",
             g.rescues,
             if by.is_empty() {
                 String::new()
@@ -461,6 +465,7 @@ pub fn human_status(s: &DaemonStatus) -> String {
             g.lent_now,
             g.cpu_s,
             g.passes,
+            g.quiet_passes,
             g.walks,
             g.last_walk_ms
         ));

@@ -210,6 +210,92 @@ fn with_schedstat(root: &SysRoot, dir: &str, pid: i32, st: TaskStat) -> Seen {
     }
 }
 
+/// What a tracefs instance that records `sched:sched_switch` on some CPUs wrote on each of
+/// them so far (the noise ledger's instance), from the per-CPU `stats` files: their entries,
+/// overrun, commit overrun, dropped and read events summed, which grows by one with every
+/// event written, read by the ledger or not, kept or lost. A CPU whose count did not move
+/// switched no task in between: what ran there before still runs. The files stay open; a
+/// read is one pread(2) each, plus the instance's `tracing_on`. The kernel answers them from
+/// its counters, under the buffer's reader lock, which the recorded CPU's writer never
+/// takes: no IPI, nothing run on that CPU.
+#[derive(Debug)]
+pub struct EventCounts {
+    dir: String,
+    tracing_on: std::fs::File,
+    cpus: Vec<(usize, std::fs::File)>,
+}
+
+impl EventCounts {
+    /// The counts of the instance `dir` (its path below the root) for `cpus`, the CPUs it
+    /// records; `None` when its `tracing_on` cannot be opened. A CPU whose `stats` cannot be
+    /// opened is left out (its count is never known).
+    pub fn open(root: &SysRoot, dir: &str, cpus: &CpuSet) -> Option<EventCounts> {
+        let tracing_on = std::fs::File::open(root.path(format!("{dir}/tracing_on"))).ok()?;
+        let cpus = cpus
+            .iter()
+            .filter_map(|cpu| {
+                let f = std::fs::File::open(root.path(format!("{dir}/per_cpu/cpu{cpu}/stats")));
+                Some((cpu, f.ok()?))
+            })
+            .collect();
+        Some(EventCounts {
+            dir: dir.to_string(),
+            tracing_on,
+            cpus,
+        })
+    }
+
+    /// The instance's directory.
+    pub fn dir(&self) -> &str {
+        &self.dir
+    }
+
+    /// Each CPU's count now; none while the instance does not record (`tracing_on` is not
+    /// 1), and none for a CPU whose `stats` cannot be read or parsed.
+    pub fn read(&self) -> BTreeMap<usize, u64> {
+        use std::os::unix::fs::FileExt;
+        let mut out = BTreeMap::new();
+        let mut buf = [0u8; 512];
+        if !matches!(self.tracing_on.read_at(&mut buf, 0), Ok(n) if n > 0 && buf[0] == b'1') {
+            return out;
+        }
+        for (cpu, f) in &self.cpus {
+            let Ok(n) = f.read_at(&mut buf, 0) else {
+                continue;
+            };
+            if let Some(c) = std::str::from_utf8(&buf[..n]).ok().and_then(event_count) {
+                out.insert(*cpu, c);
+            }
+        }
+        out
+    }
+}
+
+/// The events a per-CPU `stats` file of tracefs counts as written: entries (unread), overrun
+/// (overwritten unread), commit overrun, dropped events and read events, summed. `None`
+/// when one of them is missing or not a number.
+pub fn event_count(stats: &str) -> Option<u64> {
+    const KEYS: [&str; 5] = [
+        "entries",
+        "overrun",
+        "commit overrun",
+        "dropped events",
+        "read events",
+    ];
+    let mut found = [None; 5];
+    for line in stats.lines() {
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        if let Some(i) = KEYS.iter().position(|k| *k == key.trim()) {
+            found[i] = value.trim().parse::<u64>().ok();
+        }
+    }
+    found
+        .iter()
+        .try_fold(0u64, |sum, v| Some(sum.wrapping_add((*v)?)))
+}
+
 /// What a walk over every thread found.
 #[derive(Debug, Default)]
 pub struct Walked {
@@ -331,6 +417,54 @@ pub fn percpu_kthread_cpu(comm: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cpus_event_count_is_every_event_written_read_or_lost() {
+        // As 6.1's tracing_stats_read prints it.
+        let stats = "entries: 12\noverrun: 3\ncommit overrun: 0\nbytes: 860\noldest event ts:  8127.000110\nnow ts:  8140.335211\ndropped events: 1\nread events: 4021\n";
+        assert_eq!(event_count(stats), Some(4037));
+        // The ledger read five: entries became read events, the count stays.
+        let read = stats
+            .replace("entries: 12", "entries: 7")
+            .replace("read events: 4021", "read events: 4026");
+        assert_eq!(event_count(&read), Some(4037));
+        assert_eq!(
+            event_count(&stats.replace("read events: 4021\n", "")),
+            None,
+            "a kernel without the read count: unknown"
+        );
+        assert_eq!(
+            event_count(&stats.replace("entries: 12", "entries: x")),
+            None
+        );
+        assert_eq!(event_count(""), None);
+
+        let t = tempfile::tempdir().unwrap();
+        let root = SysRoot::new(t.path());
+        let dir = "/sys/kernel/tracing/instances/isold";
+        let put = |rel: &str, text: &str| {
+            let p = root.path(format!("{dir}/{rel}"));
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        put("tracing_on", "1\n");
+        put("per_cpu/cpu2/stats", stats);
+        put(
+            "per_cpu/cpu3/stats",
+            &read.replace("overrun: 3", "overrun: 4"),
+        );
+        let c = EventCounts::open(&root, dir, &CpuSet::parse_list("2-4").unwrap()).unwrap();
+        assert_eq!(c.dir(), dir);
+        assert_eq!(
+            c.read().into_iter().collect::<Vec<_>>(),
+            [(2, 4037), (3, 4038)],
+            "CPU 4 has no stats file: unknown"
+        );
+        put("tracing_on", "0\n");
+        assert!(c.read().is_empty(), "not recording: nothing known");
+        std::fs::remove_file(root.path(format!("{dir}/tracing_on"))).unwrap();
+        assert!(EventCounts::open(&root, dir, &CpuSet::parse_list("2").unwrap()).is_none());
+    }
 
     #[test]
     fn a_walk_looks_at_state_flags_and_cpu_first() {

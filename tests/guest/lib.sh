@@ -561,6 +561,39 @@ sg_isold_gone() {
 sg_share() { cat "$1" "$2" | awk 'NR == 1 { u0 = $1; e0 = $2 } NR == 2 { printf "%.4f", ($2 - e0) / (($1 - u0) * 1e9) }'; }
 sg_clock() { awk 'NR == 1 { u = $1 } NR == 2 { print u, $1 }' /proc/uptime /proc/"$1"/schedstat; }
 
+# sq_irqs: CPUs 2 and 3's LOC RES CAL IWI, "N2 N3".
+sq_irqs() { awk '$1 ~ /^(LOC|RES|CAL|IWI):$/ { a += $4; b += $5 } END { print a, b }' /proc/interrupts; }
+
+# stall_guard_quiet: `isold run` with the stall guard and the noise ledger (the guard's items
+# only, config on stdin), CPUs 2-3 idle: its passes read the ledger's event counts instead of
+# /proc/stat (isold status counts them), and the idle CPUs take no more interrupts over 5 s
+# than with no isold at all.
+stall_guard_quiet() {
+    cat >/tmp/sq.toml
+    sleep 1
+    _i0=$(sq_irqs)
+    sleep 5
+    echo "$_i0 $(sq_irqs)" | awk '{ print "irqs_without=" $3 - $1 " " $4 - $2 }'
+    # Its figures reach the status at each task sweep: every 2 s here.
+    setsid isold --config /tmp/sq.toml run -v --task-interval 2 </dev/null >/tmp/sq.log 2>&1 &
+    _p=$!
+    wait_for 30 isold status >/dev/null || { echo isold_up=no; cat /tmp/sq.log; return 1; }
+    # Its first start enables the ledger's events (text patching interrupts every CPU once).
+    sleep 3
+    _i0=$(sq_irqs)
+    sleep 5
+    echo "$_i0 $(sq_irqs)" | awk '{ print "irqs_with=" $3 - $1 " " $4 - $2 }'
+    sleep 2
+    isold status >/tmp/sq.status
+    sed -n '/noise ledger\|stall guard\|guard:/s/^/status: /p' /tmp/sq.status
+    sed -n 's/.* \([0-9]*\) passes (\([0-9]*\) on the noise ledger.*/passes=\1 quiet_passes=\2/p' /tmp/sq.status |
+        tr ' ' '\n'
+    kill -TERM $_p
+    wait_for 20 eval '! kill -0 $_p 2>/dev/null'
+    isold --config /tmp/sq.toml restore >/tmp/sq.restore 2>&1
+    echo "restore_rc=$?"
+}
+
 # stall_guard_case WINDOW: the seed's case with `isold run` in charge (only isolated_cpus, and
 # a textfile for its metrics). The guard off first: a SCHED_FIFO loop from `chisol -f 1 -c 3`
 # and `echo 1 > /proc/sys/vm/stat_refresh` hangs. Then the guard on (a reload): the write

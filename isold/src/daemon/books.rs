@@ -338,6 +338,7 @@ impl Books {
             g.lent_now = f.lent as u64;
             g.cpu_s = f.cpu_s;
             g.passes = f.work.passes;
+            g.quiet_passes = f.work.quiet_passes;
             g.walks = f.work.walks;
             g.last_walk_ms = f.work.last_walk.as_secs_f64() * 1000.0;
         }

@@ -91,6 +91,9 @@ pub struct Shared {
     pub lost_pages: u64,
     /// The thread's CPU time so far, seconds.
     pub cpu_s: f64,
+    /// The instance recording now (its directory below the root) and its CPUs: the stall
+    /// guard reads its event counts ([`libtaskisol::cpuwatch::EventCounts`]).
+    pub recording: Option<(String, CpuSet)>,
 }
 
 /// The ledger's thread, seen from the main thread.
@@ -281,6 +284,9 @@ fn run(
     out: &mut Out,
 ) {
     let say = |state: String| shared.lock().unwrap_or_else(|e| e.into_inner()).state = state;
+    let recording = |r: Option<(String, CpuSet)>| {
+        shared.lock().unwrap_or_else(|e| e.into_inner()).recording = r;
+    };
     let mut rec: Option<Recorder> = None;
     let mut retry_at = Instant::now();
     let mut names_at = Instant::now() + NAMES_FOR;
@@ -306,6 +312,7 @@ fn run(
                             ""
                         }
                     ));
+                    recording(Some((r.dir().to_string(), cpus.clone())));
                     rec = Some(r);
                 }
                 Err(why) => {
@@ -326,6 +333,7 @@ fn run(
                 threads.ignore = me.clone();
                 if moved {
                     // Adopted again at once: only its CPUs are written.
+                    recording(None);
                     if let Some(r) = rec.take() {
                         r.close();
                     }
@@ -334,6 +342,7 @@ fn run(
                 continue;
             }
             Ok(Ctl::Stop) | Err(RecvTimeoutError::Disconnected) => {
+                recording(None);
                 if let Some(r) = rec.take() {
                     r.close();
                 }
@@ -364,6 +373,7 @@ fn run(
         let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = read {
             sh.state = format!("stopped: {e}");
+            sh.recording = None;
             drop(sh);
             if let Some(r) = rec.take() {
                 r.close();

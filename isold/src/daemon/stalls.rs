@@ -7,6 +7,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use libtaskisol::cpuwatch::EventCounts;
 use libtaskisol::policy::state::StateFiles;
 use libtaskisol::policy::Policy;
 use libtaskisol::stalls::{self, Event, Guard, Watch};
@@ -24,6 +25,9 @@ pub enum Ctl {
     /// Threads that started or exec'd (pid, tid): one that lands on a watched CPU is
     /// followed.
     Look(Vec<(i32, i32)>),
+    /// The noise ledger's shared figures: where it records task switches on the watched
+    /// CPUs, whose event counts spare the guard's passes `/proc/stat` while those CPUs idle.
+    Ledger(Arc<Mutex<super::noise::Shared>>),
     /// Give every loan back and end.
     Stop,
 }
@@ -179,6 +183,8 @@ fn run(
 ) {
     let mut guard = Guard::new(watch);
     let mut next = Instant::now() + guard.interval();
+    let mut ledger: Option<Arc<Mutex<super::noise::Shared>>> = None;
+    let mut counted: Option<(String, CpuSet)> = None;
     let send = |events: Vec<Event>| {
         if events.is_empty() {
             return;
@@ -198,11 +204,31 @@ fn run(
                 guard.ask(ids, Instant::now());
                 continue;
             }
+            Ok(Ctl::Ledger(l)) => {
+                ledger = Some(l);
+                continue;
+            }
             Ok(Ctl::Stop) | Err(RecvTimeoutError::Disconnected) => {
                 send(guard.give_back_all(&root));
                 return;
             }
             Err(RecvTimeoutError::Timeout) => {}
+        }
+        // The ledger's instance as it records now (it restarts, moves to other CPUs,
+        // stops): its counts opened again when it changed.
+        let now_recording = ledger.as_ref().and_then(|l| {
+            l.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .recording
+                .clone()
+        });
+        if now_recording != counted {
+            guard.set_event_counts(
+                now_recording
+                    .as_ref()
+                    .and_then(|(dir, cpus)| EventCounts::open(&root, dir, cpus)),
+            );
+            counted = now_recording;
         }
         let start = Instant::now();
         let events = guard.pass(&root, start);

@@ -18,6 +18,9 @@ impl Daemon {
         } else {
             match stalls::StallGuard::start(self.env.root.clone(), watch.clone()) {
                 Ok(g) => {
+                    if let Some(n) = &self.noise {
+                        g.send(stalls::Ctl::Ledger(n.shared.clone()));
+                    }
                     self.stalls = Some(g);
                     format!(
                         "on: CPUs {}, a thread runnable {} s without running is lent SCHED_DEADLINE {} us every {} us for up to {} s",
@@ -133,6 +136,9 @@ impl Daemon {
                 },
             ) {
                 Ok(n) => {
+                    if let Some(g) = &self.stalls {
+                        g.send(stalls::Ctl::Ledger(n.shared.clone()));
+                    }
                     // Its events enabled before the daemon says it is ready (at most 10 s).
                     let state = if n.wait_started(std::time::Duration::from_secs(10)) {
                         n.shared

@@ -10,7 +10,11 @@
 //!
 //! Detection, every `interval` ([`Guard::pass`]):
 //! 1. `/proc/stat`: a watched CPU whose idle time grew had nothing waiting; the others are
-//!    busy. With no busy CPU and no loan the pass ends there.
+//!    busy. With no busy CPU and no loan the pass ends there. Where the noise ledger records
+//!    task switches ([`Guard::set_event_counts`]), a CPU that was idle with no event written
+//!    since, still idle, needs no `/proc/stat` (whose text the kernel makes from every IRQ's
+//!    count): while every watched CPU is so, a pass reads one `stats` file per CPU, and
+//!    `/proc/stat` once per threshold.
 //! 2. The threads that live on the busy CPUs (their per-CPU kernel threads and the threads
 //!    whose affinity is inside the watched CPUs) are read at most every half threshold, the
 //!    threads the caller saw start or exec ([`Guard::ask`]) for five seconds, and a walk
@@ -172,6 +176,19 @@ pub struct Work {
     pub pulses: u64,
     /// SCHED_FIFO pulses withheld: the thread had used its loan's allowance.
     pub pulses_withheld: u64,
+    /// Passes that read no `/proc/stat`: every watched CPU idle, with no event written since.
+    pub quiet_passes: u64,
+}
+
+/// What the task switches recorded on the watched CPUs tell: which were idle at the last
+/// `/proc/stat` read with no event written in between (so idle then, and until their count
+/// moves), the counts at that read, and when it was.
+#[derive(Debug, Default)]
+struct Quiet {
+    counts: Option<crate::cpuwatch::EventCounts>,
+    at_stat: BTreeMap<usize, u64>,
+    idle: CpuSet,
+    last_stat: Option<Instant>,
 }
 
 /// The guard's memory between passes.
@@ -203,6 +220,8 @@ pub struct Guard {
     next_roster: Option<Instant>,
     /// The last failure to read the CPUs' times, said once until it changes.
     failing: Option<String>,
+    /// The recorded task switches, where the noise ledger records them.
+    quiet: Quiet,
     /// What the guard did so far.
     pub work: Work,
 }
@@ -239,6 +258,7 @@ impl Guard {
             last_pass: Duration::ZERO,
             next_roster: None,
             failing: None,
+            quiet: Quiet::default(),
             work: Work::default(),
         }
     }
@@ -276,7 +296,22 @@ impl Guard {
     pub fn set_watch(&mut self, watch: Watch) {
         self.watch = watch;
         self.idle.clear();
+        self.quiet.idle = CpuSet::new();
         self.next_walk = None;
+    }
+
+    /// The event counts of the instance that records task switches on the watched CPUs
+    /// (the noise ledger's), or none: every pass then reads `/proc/stat`.
+    pub fn set_event_counts(&mut self, counts: Option<crate::cpuwatch::EventCounts>) {
+        self.quiet = Quiet {
+            counts,
+            ..Quiet::default()
+        };
+    }
+
+    /// The directory of the instance whose counts the guard reads.
+    pub fn event_counts_dir(&self) -> Option<&str> {
+        self.quiet.counts.as_ref().map(|c| c.dir())
     }
 
     /// Time between two passes.
@@ -319,10 +354,27 @@ impl Guard {
     fn pass_inner(&mut self, root: &SysRoot, now: Instant) -> Vec<Event> {
         self.work.passes += 1;
         let mut events = Vec::new();
+        let counts = self
+            .quiet
+            .counts
+            .as_ref()
+            .map(|c| c.read())
+            .unwrap_or_default();
+        if self.still_quiet(&counts, now) {
+            self.work.quiet_passes += 1;
+            self.asked.retain(|(at, looked, ..)| {
+                *looked < 2 || now.saturating_duration_since(*at) < ASKED_FOR
+            });
+            self.forget_kept(root, now);
+            return events;
+        }
         let busy = match cpuwatch::idle_ticks(root) {
             Ok(idle) => {
                 self.failing = None;
                 let busy = self.busy(&idle);
+                self.quiet.idle = self.quiet_idle(&idle, &counts);
+                self.quiet.at_stat = counts;
+                self.quiet.last_stat = Some(now);
                 self.idle = idle;
                 busy
             }
@@ -395,6 +447,43 @@ impl Guard {
         }
         self.pulse(root, now);
         events
+    }
+
+    /// Whether this pass can end without `/proc/stat`: every watched CPU was idle at the
+    /// last read of it with no event written in between, and none written since (so no task
+    /// switched in: it is idle still); nothing lent or followed; the first pass (its walk)
+    /// made; and `/proc/stat` read within a threshold (a bound should the instance stop
+    /// recording behind the guard's back).
+    fn still_quiet(&self, counts: &BTreeMap<usize, u64>, now: Instant) -> bool {
+        let q = &self.quiet;
+        self.next_walk.is_some()
+            && self.loans.is_empty()
+            && self.tracked.is_empty()
+            && q.last_stat
+                .is_some_and(|at| now.saturating_duration_since(at) < self.watch.settings.threshold)
+            && self.watch.cpus.iter().all(|cpu| {
+                q.idle.contains(cpu)
+                    && counts.get(&cpu).is_some()
+                    && counts.get(&cpu) == q.at_stat.get(&cpu)
+            })
+    }
+
+    /// The watched CPUs idle now by the recorded task switches: idle time grew since the last
+    /// `/proc/stat` and no event was written between the counts read then and `counts`, read
+    /// just before this `/proc/stat` (one task ran all along, so it was the idle task; a switch
+    /// after `counts` moves the count, which the next pass sees).
+    fn quiet_idle(&self, idle: &BTreeMap<usize, u64>, counts: &BTreeMap<usize, u64>) -> CpuSet {
+        self.watch
+            .cpus
+            .iter()
+            .filter(|cpu| {
+                let grew = matches!(
+                    (self.idle.get(cpu), idle.get(cpu)),
+                    (Some(before), Some(now)) if now > before
+                );
+                grew && counts.get(cpu).is_some() && counts.get(cpu) == self.quiet.at_stat.get(cpu)
+            })
+            .collect()
     }
 
     /// The watched CPUs whose idle time did not grow since the last pass.

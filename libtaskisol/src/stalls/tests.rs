@@ -198,6 +198,138 @@ fn loans(files: &StateFiles) -> usize {
     })
 }
 
+/// With the task switches the noise ledger records on CPUs 2-3: once both were idle at a
+/// `/proc/stat` read with no event written in between, passes read no `/proc/stat` (it is
+/// gone and no pass fails) until a threshold after that read, when it is read once more; an
+/// event on CPU 3 (a task switched in) brings the reads back at once, and the kworker that
+/// starves there is lent a slice a threshold later, as without the counts.
+#[test]
+fn idle_cpus_with_no_task_switch_need_no_proc_stat() {
+    let t = Tree::new();
+    let dir = "/sys/kernel/tracing/instances/isold";
+    let stats = |cpu: usize, read: u64| {
+        t.put(
+            &format!("{}/per_cpu/cpu{cpu}/stats", &dir[1..]),
+            &format!("entries: 0\noverrun: 0\ncommit overrun: 0\nbytes: 0\noldest event ts:  0.000000\nnow ts:  9.000000\ndropped events: 0\nread events: {read}\n"),
+        )
+    };
+    t.put(&format!("{}/tracing_on", &dir[1..]), "1\n");
+    stats(2, 10);
+    stats(3, 20);
+    let mut g = guard(&t, StallsConfig::default());
+    g.set_event_counts(crate::cpuwatch::EventCounts::open(
+        &t.root,
+        dir,
+        &"2-3".parse().unwrap(),
+    ));
+    assert_eq!(g.event_counts_dir(), Some(dir));
+    let t0 = Instant::now();
+    let ms = |n: u64| Duration::from_millis(n);
+    g.pass(&t.root, t0);
+    // Idle both, and no event: known idle from this read on.
+    t.idle([200, 200, 200, 200]);
+    assert!(g.pass(&t.root, t0 + ms(250)).is_empty());
+    assert_eq!(g.work.quiet_passes, 0);
+    let stat = t.dir.path().join("proc/stat");
+    std::fs::remove_file(&stat).unwrap();
+    for k in 2..=8 {
+        let ev = g.pass(&t.root, t0 + ms(250 * k));
+        assert!(ev.is_empty(), "pass {k}: {ev:?}");
+    }
+    assert_eq!(g.work.quiet_passes, 7);
+    // A threshold after the last read: read again (and its failure said).
+    let ev = g.pass(&t.root, t0 + ms(2250));
+    assert!(matches!(&ev[..], [Event::Failed(_)]), "{ev:?}");
+    assert_eq!(g.work.quiet_passes, 7);
+    t.idle([300, 300, 300, 300]);
+    g.pass(&t.root, t0 + ms(2500));
+    g.pass(&t.root, t0 + ms(2750));
+    assert_eq!(g.work.quiet_passes, 8);
+    // A task switched in on CPU 3, which is busy from now on, its kworker woken.
+    stats(3, 21);
+    t.idle([400, 400, 400, 300]);
+    t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
+    let switched = t0 + ms(2750);
+    let mut at = switched;
+    let mut rescued = None;
+    for _ in 0..12 {
+        for e in t.step(&mut g, &mut at) {
+            if let Event::Rescued(r) = e {
+                rescued = Some((at - switched, r.thread.tid));
+            }
+        }
+        if rescued.is_some() {
+            break;
+        }
+    }
+    let (after, tid) = rescued.expect("the kworker was lent a slice");
+    assert_eq!(tid, 20);
+    assert!(after >= ms(2000) && after < ms(2600), "{after:?}");
+    assert_eq!(g.work.quiet_passes, 8, "no quiet pass while CPU 3 is busy");
+}
+
+/// A CPU whose idle time grew while an event was written there (idle, then a task switched
+/// in) is not known idle: the next pass reads `/proc/stat` and finds it busy.
+#[test]
+fn a_cpu_that_switched_while_idle_time_grew_is_not_known_idle() {
+    let t = Tree::new();
+    let dir = "/sys/kernel/tracing/instances/isold";
+    t.put(&format!("{}/tracing_on", &dir[1..]), "1\n");
+    let stats = |cpu: usize, read: u64| {
+        t.put(
+            &format!("{}/per_cpu/cpu{cpu}/stats", &dir[1..]),
+            &format!("entries: 0\noverrun: 0\ncommit overrun: 0\ndropped events: 0\nread events: {read}\n"),
+        )
+    };
+    stats(2, 10);
+    stats(3, 20);
+    let mut g = guard(&t, StallsConfig::default());
+    g.set_event_counts(crate::cpuwatch::EventCounts::open(
+        &t.root,
+        dir,
+        &"2-3".parse().unwrap(),
+    ));
+    let t0 = Instant::now();
+    g.pass(&t.root, t0);
+    t.idle([200, 200, 200, 200]);
+    stats(3, 21);
+    g.pass(&t.root, t0 + Duration::from_millis(250));
+    t.idle([300, 300, 300, 200]);
+    t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
+    g.pass(&t.root, t0 + Duration::from_millis(500));
+    assert_eq!(g.work.quiet_passes, 0);
+    assert_eq!(g.work.busy_passes, 1, "CPU 3 found busy");
+}
+
+/// A CPU the instance does not record (no count), or an instance that stopped recording
+/// (`tracing_on` 0): every pass reads `/proc/stat`.
+#[test]
+fn without_a_count_for_every_cpu_each_pass_reads_proc_stat() {
+    for (on, cpus) in [("1\n", "2"), ("0\n", "2-3")] {
+        let t = Tree::new();
+        let dir = "/sys/kernel/tracing/instances/isold";
+        t.put(&format!("{}/tracing_on", &dir[1..]), on);
+        for cpu in 2..=3 {
+            t.put(
+                &format!("{}/per_cpu/cpu{cpu}/stats", &dir[1..]),
+                "entries: 0\noverrun: 0\ncommit overrun: 0\ndropped events: 0\nread events: 5\n",
+            );
+        }
+        let mut g = guard(&t, StallsConfig::default());
+        g.set_event_counts(crate::cpuwatch::EventCounts::open(
+            &t.root,
+            dir,
+            &cpus.parse().unwrap(),
+        ));
+        let t0 = Instant::now();
+        for k in 0..6u32 {
+            t.idle([100, 100, 100 + u64::from(k) * 25, 100 + u64::from(k) * 25]);
+            g.pass(&t.root, t0 + Duration::from_millis(250) * k);
+        }
+        assert_eq!(g.work.quiet_passes, 0, "{on:?} {cpus}");
+    }
+}
+
 /// The kworker of CPU 3 runnable and never running behind the loop: lent SCHED_DEADLINE
 /// after the threshold, its own policy recorded first; once it sleeps, given back and the
 /// record gone. A loan left by a guard that died is given back by give_back_recorded.

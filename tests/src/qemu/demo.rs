@@ -168,6 +168,7 @@ fn print_outputs(s: &Scenario, o: &Outcome) {
         if [
             seed::STEP,
             seed::CLEANUP_STEP,
+            stalls::QUIET_STEP,
             stalls::STEP,
             stalls::CLEANUP_STEP,
         ]

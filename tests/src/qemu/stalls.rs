@@ -15,6 +15,8 @@ use super::{Expect, Outcome, Scenario, StepOutput};
 
 /// The step that runs the case.
 pub const STEP: &str = "stall_guard_fifo_loop_under_isold_run";
+/// The step before it: the guard and the ledger with CPUs 2-3 idle (`stall_guard_quiet`).
+pub const QUIET_STEP: &str = "stall_guard_quiet_idle_cpus";
 /// The step after it: ends what a killed step left and restores every value.
 pub const CLEANUP_STEP: &str = "stall_guard_cleanup";
 /// The window over which the loop's share is measured, seconds.
@@ -76,7 +78,7 @@ pub fn metric(out: &StepOutput, series: &str) -> Option<f64> {
 pub fn add(s: &mut Scenario) {
     s.need_binaries(&["isold"]);
     // The step's own time (about 150 s under TCG, 7.2-rt the slowest) on top of the boot's.
-    s.timeout += STEP_TIMEOUT;
+    s.timeout += STEP_TIMEOUT + Duration::from_secs(90);
     let expects = vec![
         // On 6.12+ the fair server serves CPU 3's kworker by itself: off for the case.
         Expect::that("no fair server on CPU 3 during the case", |o: &StepOutput| {
@@ -208,6 +210,35 @@ pub fn add(s: &mut Scenario) {
         Expect::field("audit_names_starving_kworker", "yes").when(STARVED, starved),
         Expect::field("lent_at_end", ""),
     ];
+    s.step(
+        QUIET_STEP,
+        &format!("taskset -pc 0-1 $$ >/dev/null\nstall_guard_quiet <<'EOF'\n{GUARD_ONLY_TOML}EOF"),
+        vec![
+            Expect::field("restore_rc", "0"),
+            Expect::output_has("status:   noise ledger: recording CPUs 2-3"),
+            // About 16 passes in 4 s: /proc/stat once per threshold, and after an event.
+            Expect::that(
+                "most of the guard's passes read the ledger's counts alone",
+                |o: &StepOutput| match (num(o, "passes"), num(o, "quiet_passes")) {
+                    (Some(p), Some(q)) if p >= 8.0 && q * 2.0 >= p => Ok(()),
+                    other => Err(format!("passes, quiet = {other:?}")),
+                },
+            ),
+            Expect::that(
+                "idle CPUs 2 and 3 take no more interrupts with the guard than without isold",
+                |o: &StepOutput| {
+                    let two = |k: &str| -> Option<(f64, f64)> {
+                        let mut v = o.field(k)?.split(' ').map(|x| x.parse::<f64>().ok());
+                        Some((v.next()??, v.next()??))
+                    };
+                    match (two("irqs_with"), two("irqs_without")) {
+                        (Some(w), Some(n)) if w.0 <= n.0 + 2.0 && w.1 <= n.1 + 2.0 => Ok(()),
+                        other => Err(format!("with, without = {other:?}")),
+                    }
+                },
+            ),
+        ],
+    );
     s.step_with_timeout(
         STEP,
         &format!("taskset -pc 0-1 $$ >/dev/null\nstall_guard_case {WINDOW_S}"),
