@@ -570,6 +570,7 @@ sq_irqs() { awk '$1 ~ /^(LOC|RES|CAL|IWI):$/ { a += $4; b += $5 } END { print a,
 # than with no isold at all.
 stall_guard_quiet() {
     cat >/tmp/sq.toml
+    echo "kernel=$(uname -r)"
     sleep 1
     _i0=$(sq_irqs)
     sleep 5
