@@ -191,6 +191,15 @@ struct Quiet {
     last_stat: Option<Instant>,
 }
 
+impl Quiet {
+    /// Whether `cpu`'s count is known now and the same as at the last `/proc/stat` read.
+    fn count_stood(&self, counts: &BTreeMap<usize, u64>, cpu: usize) -> bool {
+        counts
+            .get(&cpu)
+            .is_some_and(|c| self.at_stat.get(&cpu) == Some(c))
+    }
+}
+
 /// The guard's memory between passes.
 #[derive(Debug)]
 pub struct Guard {
@@ -362,9 +371,7 @@ impl Guard {
             .unwrap_or_default();
         if self.still_quiet(&counts, now) {
             self.work.quiet_passes += 1;
-            self.asked.retain(|(at, looked, ..)| {
-                *looked < 2 || now.saturating_duration_since(*at) < ASKED_FOR
-            });
+            self.forget_asked(now);
             self.forget_kept(root, now);
             return events;
         }
@@ -399,9 +406,7 @@ impl Guard {
                 took: self.work.last_walk,
             });
         }
-        self.asked.retain(|(at, looked, ..)| {
-            *looked < 2 || now.saturating_duration_since(*at) < ASKED_FOR
-        });
+        self.forget_asked(now);
         if busy.is_empty() && self.loans.is_empty() {
             self.tracked.clear();
             self.forget_kept(root, now);
@@ -461,11 +466,19 @@ impl Guard {
             && self.tracked.is_empty()
             && q.last_stat
                 .is_some_and(|at| now.saturating_duration_since(at) < self.watch.settings.threshold)
-            && self.watch.cpus.iter().all(|cpu| {
-                q.idle.contains(cpu)
-                    && counts.get(&cpu).is_some()
-                    && counts.get(&cpu) == q.at_stat.get(&cpu)
-            })
+            && self
+                .watch
+                .cpus
+                .iter()
+                .all(|cpu| q.idle.contains(cpu) && q.count_stood(counts, cpu))
+    }
+
+    /// The threads asked about that were looked at twice and are past [`ASKED_FOR`]
+    /// forgotten.
+    fn forget_asked(&mut self, now: Instant) {
+        self.asked.retain(|(at, looked, ..)| {
+            *looked < 2 || now.saturating_duration_since(*at) < ASKED_FOR
+        });
     }
 
     /// The watched CPUs idle now by the recorded task switches: idle time grew since the last
@@ -481,7 +494,7 @@ impl Guard {
                     (self.idle.get(cpu), idle.get(cpu)),
                     (Some(before), Some(now)) if now > before
                 );
-                grew && counts.get(cpu).is_some() && counts.get(cpu) == self.quiet.at_stat.get(cpu)
+                grew && self.quiet.count_stood(counts, *cpu)
             })
             .collect()
     }

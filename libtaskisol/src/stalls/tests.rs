@@ -177,6 +177,35 @@ fn guard(t: &Tree, settings: StallsConfig) -> Guard {
     })
 }
 
+/// The noise ledger's instance in the trees.
+const INSTANCE: &str = "/sys/kernel/tracing/instances/isold";
+
+impl Tree {
+    /// The instance's `tracing_on`.
+    fn tracing_on(&self, on: &str) {
+        self.put(&format!("{}/tracing_on", &INSTANCE[1..]), on);
+    }
+
+    /// CPU `cpu`'s `stats` in the instance, as 6.1 prints it: `read` events read, no other.
+    fn events(&self, cpu: usize, read: u64) {
+        self.put(
+            &format!("{}/per_cpu/cpu{cpu}/stats", &INSTANCE[1..]),
+            &format!("entries: 0\noverrun: 0\ncommit overrun: 0\nbytes: 0\noldest event ts:  0.000000\nnow ts:  9.000000\ndropped events: 0\nread events: {read}\n"),
+        );
+    }
+}
+
+/// A guard of CPUs 2-3 of the tree that reads the instance's counts of `cpus`.
+fn counting_guard(t: &Tree, cpus: &str) -> Guard {
+    let mut g = guard(t, StallsConfig::default());
+    g.set_event_counts(crate::cpuwatch::EventCounts::open(
+        &t.root,
+        INSTANCE,
+        &cpus.parse().unwrap(),
+    ));
+    g
+}
+
 /// A guard of the tree that made its first pass, then CPU 3 busy and its kworker woken
 /// there.
 fn kworker_waits() -> (Tree, Guard, Instant) {
@@ -206,23 +235,11 @@ fn loans(files: &StateFiles) -> usize {
 #[test]
 fn idle_cpus_with_no_task_switch_need_no_proc_stat() {
     let t = Tree::new();
-    let dir = "/sys/kernel/tracing/instances/isold";
-    let stats = |cpu: usize, read: u64| {
-        t.put(
-            &format!("{}/per_cpu/cpu{cpu}/stats", &dir[1..]),
-            &format!("entries: 0\noverrun: 0\ncommit overrun: 0\nbytes: 0\noldest event ts:  0.000000\nnow ts:  9.000000\ndropped events: 0\nread events: {read}\n"),
-        )
-    };
-    t.put(&format!("{}/tracing_on", &dir[1..]), "1\n");
-    stats(2, 10);
-    stats(3, 20);
-    let mut g = guard(&t, StallsConfig::default());
-    g.set_event_counts(crate::cpuwatch::EventCounts::open(
-        &t.root,
-        dir,
-        &"2-3".parse().unwrap(),
-    ));
-    assert_eq!(g.event_counts_dir(), Some(dir));
+    t.tracing_on("1\n");
+    t.events(2, 10);
+    t.events(3, 20);
+    let mut g = counting_guard(&t, "2-3");
+    assert_eq!(g.event_counts_dir(), Some(INSTANCE));
     let t0 = Instant::now();
     let ms = |n: u64| Duration::from_millis(n);
     g.pass(&t.root, t0);
@@ -246,7 +263,7 @@ fn idle_cpus_with_no_task_switch_need_no_proc_stat() {
     g.pass(&t.root, t0 + ms(2750));
     assert_eq!(g.work.quiet_passes, 8);
     // A task switched in on CPU 3, which is busy from now on, its kworker woken.
-    stats(3, 21);
+    t.events(3, 21);
     t.idle([400, 400, 400, 300]);
     t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
     let switched = t0 + ms(2750);
@@ -273,26 +290,14 @@ fn idle_cpus_with_no_task_switch_need_no_proc_stat() {
 #[test]
 fn a_cpu_that_switched_while_idle_time_grew_is_not_known_idle() {
     let t = Tree::new();
-    let dir = "/sys/kernel/tracing/instances/isold";
-    t.put(&format!("{}/tracing_on", &dir[1..]), "1\n");
-    let stats = |cpu: usize, read: u64| {
-        t.put(
-            &format!("{}/per_cpu/cpu{cpu}/stats", &dir[1..]),
-            &format!("entries: 0\noverrun: 0\ncommit overrun: 0\ndropped events: 0\nread events: {read}\n"),
-        )
-    };
-    stats(2, 10);
-    stats(3, 20);
-    let mut g = guard(&t, StallsConfig::default());
-    g.set_event_counts(crate::cpuwatch::EventCounts::open(
-        &t.root,
-        dir,
-        &"2-3".parse().unwrap(),
-    ));
+    t.tracing_on("1\n");
+    t.events(2, 10);
+    t.events(3, 20);
+    let mut g = counting_guard(&t, "2-3");
     let t0 = Instant::now();
     g.pass(&t.root, t0);
     t.idle([200, 200, 200, 200]);
-    stats(3, 21);
+    t.events(3, 21);
     g.pass(&t.root, t0 + Duration::from_millis(250));
     t.idle([300, 300, 300, 200]);
     t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
@@ -307,20 +312,10 @@ fn a_cpu_that_switched_while_idle_time_grew_is_not_known_idle() {
 fn without_a_count_for_every_cpu_each_pass_reads_proc_stat() {
     for (on, cpus) in [("1\n", "2"), ("0\n", "2-3")] {
         let t = Tree::new();
-        let dir = "/sys/kernel/tracing/instances/isold";
-        t.put(&format!("{}/tracing_on", &dir[1..]), on);
-        for cpu in 2..=3 {
-            t.put(
-                &format!("{}/per_cpu/cpu{cpu}/stats", &dir[1..]),
-                "entries: 0\noverrun: 0\ncommit overrun: 0\ndropped events: 0\nread events: 5\n",
-            );
-        }
-        let mut g = guard(&t, StallsConfig::default());
-        g.set_event_counts(crate::cpuwatch::EventCounts::open(
-            &t.root,
-            dir,
-            &cpus.parse().unwrap(),
-        ));
+        t.tracing_on(on);
+        t.events(2, 5);
+        t.events(3, 5);
+        let mut g = counting_guard(&t, cpus);
         let t0 = Instant::now();
         for k in 0..6u32 {
             t.idle([100, 100, 100 + u64::from(k) * 25, 100 + u64::from(k) * 25]);
