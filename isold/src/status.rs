@@ -146,6 +146,10 @@ pub struct Stalls {
     /// watched CPU was idle still.
     #[serde(default)]
     pub quiet_passes: u64,
+    /// The passes after which the guard waited half a threshold: every watched CPU known
+    /// idle from the ledger's task switches.
+    #[serde(default)]
+    pub slept: u64,
     #[serde(default)]
     pub walks: u64,
     #[serde(default)]
@@ -455,7 +459,7 @@ pub fn human_status(s: &DaemonStatus) -> String {
         out.push_str(&format!("    kernel's fair server: {}\n", g.fair_server));
         let by: Vec<String> = g.by_cpu.iter().map(|(k, v)| format!("{k} {v}")).collect();
         out.push_str(&format!(
-            "    rescued: {}{}; lent now: {}\n    guard: {:.2} s of CPU time, {} passes ({} on the noise ledger's task switches alone), {} walks over every thread (the last {:.1} ms)\n",
+            "    rescued: {}{}; lent now: {}\n    guard: {:.2} s of CPU time, {} passes ({} on the noise ledger's task switches alone; {} before a sleep of half a threshold, every watched CPU idle), {} walks over every thread (the last {:.1} ms)\n",
             g.rescues,
             if by.is_empty() {
                 String::new()
@@ -466,6 +470,7 @@ pub fn human_status(s: &DaemonStatus) -> String {
             g.cpu_s,
             g.passes,
             g.quiet_passes,
+            g.slept,
             g.walks,
             g.last_walk_ms
         ));
@@ -635,6 +640,9 @@ mod tests {
             stalls: Some(Stalls {
                 guard: "on: CPUs 2-3".into(),
                 lent_s_by_cpu: [("3".to_string(), 0.0125)].into(),
+                passes: 12,
+                quiet_passes: 5,
+                slept: 9,
                 ..Stalls::default()
             }),
             services: vec![ServiceCpu {
@@ -657,6 +665,7 @@ mod tests {
             "    CPU time the lent threads used: 3 12.5 ms\n",
             "  CPU time: 0.00 s since the start: drift watch 0.10 s\n",
             "  reloads: 2\n",
+            "12 passes (5 on the noise ledger's task switches alone; 9 before a sleep of half a threshold, every watched CPU idle), 0 walks",
         ] {
             assert!(text.contains(want), "{want:?} in {text}");
         }

@@ -215,22 +215,29 @@ fn with_schedstat(root: &SysRoot, dir: &str, pid: i32, st: TaskStat) -> Seen {
 /// overrun, commit overrun, dropped and read events summed, which grows by one with every
 /// event written, read by the ledger or not, kept or lost. A CPU whose count did not move
 /// switched no task in between: what ran there before still runs. The files stay open; a
-/// read is one pread(2) each, plus the instance's `tracing_on`. The kernel answers them from
+/// read is one pread(2) each, plus the instance's `tracing_on` and its `sched_switch` event's
+/// `enable`. The kernel answers them from
 /// its counters, under the buffer's reader lock, which the recorded CPU's writer never
 /// takes: no IPI, nothing run on that CPU.
 #[derive(Debug)]
 pub struct EventCounts {
     dir: String,
     tracing_on: std::fs::File,
+    /// `events/sched/sched_switch/enable`: a count stands for "no task switched in" only
+    /// while the instance records the switches.
+    switches: std::fs::File,
     cpus: Vec<(usize, std::fs::File)>,
 }
 
 impl EventCounts {
     /// The counts of the instance `dir` (its path below the root) for `cpus`, the CPUs it
-    /// records; `None` when its `tracing_on` cannot be opened. A CPU whose `stats` cannot be
-    /// opened is left out (its count is never known).
+    /// records; `None` when its `tracing_on` or its `sched_switch` event's `enable` cannot be
+    /// opened. A CPU whose `stats` cannot be opened is left out (its count is never known).
     pub fn open(root: &SysRoot, dir: &str, cpus: &CpuSet) -> Option<EventCounts> {
         let tracing_on = std::fs::File::open(root.path(format!("{dir}/tracing_on"))).ok()?;
+        let switches =
+            std::fs::File::open(root.path(format!("{dir}/events/sched/sched_switch/enable")))
+                .ok()?;
         let cpus = cpus
             .iter()
             .filter_map(|cpu| {
@@ -241,6 +248,7 @@ impl EventCounts {
         Some(EventCounts {
             dir: dir.to_string(),
             tracing_on,
+            switches,
             cpus,
         })
     }
@@ -250,13 +258,16 @@ impl EventCounts {
         &self.dir
     }
 
-    /// Each CPU's count now; none while the instance does not record (`tracing_on` is not
-    /// 1), and none for a CPU whose `stats` cannot be read or parsed.
+    /// Each CPU's count now; none while the instance does not record task switches
+    /// (`tracing_on` or the `sched_switch` event's `enable` is not 1), and none for a CPU
+    /// whose `stats` cannot be read or parsed.
     pub fn read(&self) -> BTreeMap<usize, u64> {
         use std::os::unix::fs::FileExt;
         let mut out = BTreeMap::new();
         let mut buf = [0u8; 512];
-        if !matches!(self.tracing_on.read_at(&mut buf, 0), Ok(n) if n > 0 && buf[0] == b'1') {
+        // "1", or "1*" for an event in soft mode: written either way.
+        let on = |f: &std::fs::File, buf: &mut [u8]| matches!(f.read_at(buf, 0), Ok(n) if n > 0 && buf[0] == b'1');
+        if !on(&self.tracing_on, &mut buf) || !on(&self.switches, &mut buf) {
             return out;
         }
         for (cpu, f) in &self.cpus {
@@ -448,6 +459,7 @@ mod tests {
             std::fs::write(p, text).unwrap();
         };
         put("tracing_on", "1\n");
+        put("events/sched/sched_switch/enable", "1\n");
         put("per_cpu/cpu2/stats", stats);
         put(
             "per_cpu/cpu3/stats",
@@ -460,9 +472,20 @@ mod tests {
             [(2, 4037), (3, 4038)],
             "CPU 4 has no stats file: unknown"
         );
+        put("events/sched/sched_switch/enable", "1*\n");
+        assert_eq!(c.read().len(), 2, "soft mode records");
+        put("events/sched/sched_switch/enable", "0\n");
+        assert!(
+            c.read().is_empty(),
+            "task switches not recorded: nothing known"
+        );
+        put("events/sched/sched_switch/enable", "1\n");
         put("tracing_on", "0\n");
         assert!(c.read().is_empty(), "not recording: nothing known");
         std::fs::remove_file(root.path(format!("{dir}/tracing_on"))).unwrap();
+        assert!(EventCounts::open(&root, dir, &CpuSet::parse_list("2").unwrap()).is_none());
+        put("tracing_on", "1\n");
+        std::fs::remove_file(root.path(format!("{dir}/events/sched/sched_switch/enable"))).unwrap();
         assert!(EventCounts::open(&root, dir, &CpuSet::parse_list("2").unwrap()).is_none());
     }
 

@@ -587,7 +587,7 @@ stall_guard_quiet() {
     sleep 2
     isold status >/tmp/sq.status
     sed -n '/noise ledger\|stall guard\|guard:/s/^/status: /p' /tmp/sq.status
-    sed -n 's/.* \([0-9]*\) passes (\([0-9]*\) on the noise ledger.*/passes=\1 quiet_passes=\2/p' /tmp/sq.status |
+    sed -n 's/.* \([0-9]*\) passes (\([0-9]*\) on the noise ledger[^;]*; \([0-9]*\) before a sleep.*/passes=\1 quiet_passes=\2 slept=\3/p' /tmp/sq.status |
         tr ' ' '\n'
     kill -TERM $_p
     wait_for 20 eval '! kill -0 $_p 2>/dev/null'

@@ -339,6 +339,7 @@ impl Books {
             g.cpu_s = f.cpu_s;
             g.passes = f.work.passes;
             g.quiet_passes = f.work.quiet_passes;
+            g.slept = f.work.slept;
             g.walks = f.work.walks;
             g.last_walk_ms = f.work.last_walk.as_secs_f64() * 1000.0;
         }

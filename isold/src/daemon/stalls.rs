@@ -198,6 +198,8 @@ fn run(
         match ctl.recv_timeout(next.saturating_duration_since(Instant::now())) {
             Ok(Ctl::Watch(w)) => {
                 guard.set_watch(*w);
+                // Other CPUs, perhaps busy: not a sleep's wait.
+                next = next.min(Instant::now() + guard.interval());
                 continue;
             }
             Ok(Ctl::Look(ids)) => {

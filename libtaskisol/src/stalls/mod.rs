@@ -13,8 +13,9 @@
 //!    busy. With no busy CPU and no loan the pass ends there. Where the noise ledger records
 //!    task switches ([`Guard::set_event_counts`]), a CPU that was idle with no event written
 //!    since, still idle, needs no `/proc/stat` (whose text the kernel makes from every IRQ's
-//!    count): while every watched CPU is so, a pass reads one `stats` file per CPU, and
-//!    `/proc/stat` once per threshold.
+//!    count): while every watched CPU is so, a pass reads one `stats` file per CPU (and
+//!    whether the instance records task switches), `/proc/stat` once per [`QUIET_FOR`]
+//!    thresholds, and the passes come every half threshold ([`Guard::asleep`]).
 //! 2. The threads that live on the busy CPUs (their per-CPU kernel threads and the threads
 //!    whose affinity is inside the watched CPUs) are read at most every half threshold, the
 //!    threads the caller saw start or exec ([`Guard::ask`]) for five seconds, and a walk
@@ -178,6 +179,9 @@ pub struct Work {
     pub pulses_withheld: u64,
     /// Passes that read no `/proc/stat`: every watched CPU idle, with no event written since.
     pub quiet_passes: u64,
+    /// Passes after which the guard waited half a threshold, not an interval: every watched
+    /// CPU known idle ([`Guard::asleep`]).
+    pub slept: u64,
 }
 
 /// What the task switches recorded on the watched CPUs tell: which were idle at the last
@@ -251,6 +255,11 @@ const ASKED_FOR: Duration = Duration::from_secs(5);
 /// At most this many threads asked about are kept (a fork storm).
 const ASKED_MAX: usize = 16384;
 
+/// While the recorded task switches say every watched CPU is idle, `/proc/stat` is read
+/// once per this many thresholds (10 s with the default 2 s): `/proc/stat` costs the kernel
+/// every IRQ's count on every CPU, and the counts already say more.
+pub const QUIET_FOR: u32 = 5;
+
 impl Guard {
     /// A guard over `watch` (nothing is read until the first pass).
     pub fn new(watch: Watch) -> Guard {
@@ -286,13 +295,31 @@ impl Guard {
     /// When the next pass is due after one that started at `start`: the interval, or
     /// fifty times the last pass's length when that is longer (a big machine), but never
     /// more than half the threshold, so that a starving thread waits at most one and a half
-    /// times the threshold.
+    /// times the threshold. While every watched CPU is known idle from the recorded task
+    /// switches ([`Guard::asleep`]), half the threshold: nothing can starve on a CPU that
+    /// runs its idle task, and the next pass sees a count that moved since.
     pub fn next_pass(&self, start: Instant) -> Instant {
         let st = &self.watch.settings;
-        start
-            + (self.last_pass * DUTY)
-                .min(st.threshold / 2)
-                .max(st.interval)
+        let wait = if self.asleep() {
+            st.threshold / 2
+        } else {
+            (self.last_pass * DUTY).min(st.threshold / 2)
+        };
+        start + wait.max(st.interval)
+    }
+
+    /// Whether every watched CPU was idle at the last look with no task switched in since,
+    /// by the recorded task switches, with nothing lent or followed and the first walk
+    /// made: the guard waits half a threshold between its passes then, where it waits an
+    /// interval otherwise.
+    pub fn asleep(&self) -> bool {
+        let q = &self.quiet;
+        q.counts.is_some()
+            && self.next_walk.is_some()
+            && self.loans.is_empty()
+            && self.tracked.is_empty()
+            && !self.watch.cpus.is_empty()
+            && self.watch.cpus.iter().all(|cpu| q.idle.contains(cpu))
     }
 
     /// The CPUs watched.
@@ -345,6 +372,9 @@ impl Guard {
         let walks = self.work.walks;
         self.ledger_time = Duration::ZERO;
         let events = self.pass_inner(root, now);
+        if self.asleep() {
+            self.work.slept += 1;
+        }
         // A walk has its own bound (see `walk`): a pass is judged by the rest.
         let walked = if self.work.walks > walks {
             self.work.last_walk
@@ -386,6 +416,8 @@ impl Guard {
                 busy
             }
             Err(e) => {
+                // Nothing is known idle without the read: the guard looks every interval.
+                self.quiet.idle = CpuSet::new();
                 let msg = format!("stall guard: {e}");
                 if self.failing.as_ref() != Some(&msg) {
                     events.push(Event::Failed(msg.clone()));
@@ -457,15 +489,17 @@ impl Guard {
     /// Whether this pass can end without `/proc/stat`: every watched CPU was idle at the
     /// last read of it with no event written in between, and none written since (so no task
     /// switched in: it is idle still); nothing lent or followed; the first pass (its walk)
-    /// made; and `/proc/stat` read within a threshold (a bound should the instance stop
-    /// recording behind the guard's back).
+    /// made; and `/proc/stat` read within [`QUIET_FOR`] thresholds (a bound should the
+    /// instance stop writing task switches in a way its files do not show: a filter set on
+    /// the event).
     fn still_quiet(&self, counts: &BTreeMap<usize, u64>, now: Instant) -> bool {
         let q = &self.quiet;
+        let bound = self.watch.settings.threshold * QUIET_FOR;
         self.next_walk.is_some()
             && self.loans.is_empty()
             && self.tracked.is_empty()
             && q.last_stat
-                .is_some_and(|at| now.saturating_duration_since(at) < self.watch.settings.threshold)
+                .is_some_and(|at| now.saturating_duration_since(at) < bound)
             && self
                 .watch
                 .cpus

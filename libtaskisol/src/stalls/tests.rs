@@ -184,6 +184,10 @@ impl Tree {
     /// The instance's `tracing_on`.
     fn tracing_on(&self, on: &str) {
         self.put(&format!("{}/tracing_on", &INSTANCE[1..]), on);
+        self.put(
+            &format!("{}/events/sched/sched_switch/enable", &INSTANCE[1..]),
+            "1\n",
+        );
     }
 
     /// CPU `cpu`'s `stats` in the instance, as 6.1 prints it: `read` events read, no other.
@@ -249,24 +253,42 @@ fn idle_cpus_with_no_task_switch_need_no_proc_stat() {
     assert_eq!(g.work.quiet_passes, 0);
     let stat = t.dir.path().join("proc/stat");
     std::fs::remove_file(&stat).unwrap();
-    for k in 2..=8 {
+    for k in 2..=40 {
         let ev = g.pass(&t.root, t0 + ms(250 * k));
         assert!(ev.is_empty(), "pass {k}: {ev:?}");
     }
-    assert_eq!(g.work.quiet_passes, 7);
-    // A threshold after the last read: read again (and its failure said).
-    let ev = g.pass(&t.root, t0 + ms(2250));
+    assert_eq!(g.work.quiet_passes, 39);
+    // Five thresholds after the last read: read again (and its failure said).
+    let ev = g.pass(&t.root, t0 + ms(10_250));
     assert!(matches!(&ev[..], [Event::Failed(_)]), "{ev:?}");
-    assert_eq!(g.work.quiet_passes, 7);
+    assert_eq!(g.work.quiet_passes, 39);
+    assert!(!g.asleep(), "nothing known idle without the read");
     t.idle([300, 300, 300, 300]);
-    g.pass(&t.root, t0 + ms(2500));
-    g.pass(&t.root, t0 + ms(2750));
-    assert_eq!(g.work.quiet_passes, 8);
+    g.pass(&t.root, t0 + ms(10_500));
+    g.pass(&t.root, t0 + ms(10_750));
+    assert_eq!(g.work.quiet_passes, 40);
+    // The instance stops recording task switches: every pass reads /proc/stat again.
+    let enable = t
+        .dir
+        .path()
+        .join(&INSTANCE[1..])
+        .join("events/sched/sched_switch/enable");
+    std::fs::write(&enable, "0\n").unwrap();
+    t.idle([325, 325, 325, 325]);
+    g.pass(&t.root, t0 + ms(11_000));
+    assert_eq!(g.work.quiet_passes, 40);
+    assert!(!g.asleep());
+    std::fs::write(&enable, "1\n").unwrap();
+    for (k, idle) in [(11_250, 350), (11_500, 375), (11_750, 375)] {
+        t.idle([idle; 4]);
+        g.pass(&t.root, t0 + ms(k));
+    }
+    assert_eq!(g.work.quiet_passes, 41);
     // A task switched in on CPU 3, which is busy from now on, its kworker woken.
     t.events(3, 21);
-    t.idle([400, 400, 400, 300]);
+    t.idle([400, 400, 400, 375]);
     t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
-    let switched = t0 + ms(2750);
+    let switched = t0 + ms(11_750);
     let mut at = switched;
     let mut rescued = None;
     for _ in 0..12 {
@@ -282,7 +304,64 @@ fn idle_cpus_with_no_task_switch_need_no_proc_stat() {
     let (after, tid) = rescued.expect("the kworker was lent a slice");
     assert_eq!(tid, 20);
     assert!(after >= ms(2000) && after < ms(2600), "{after:?}");
-    assert_eq!(g.work.quiet_passes, 8, "no quiet pass while CPU 3 is busy");
+    assert_eq!(g.work.quiet_passes, 41, "no quiet pass while CPU 3 is busy");
+}
+
+/// While every watched CPU is known idle from the recorded task switches the guard looks
+/// every half threshold, not every interval; an event on one of them (a task switched in)
+/// brings the interval back at once. Without the counts it looks every interval whatever
+/// the CPUs do.
+#[test]
+fn a_guard_over_cpus_known_idle_looks_every_half_threshold() {
+    let t = Tree::new();
+    t.tracing_on("1\n");
+    t.events(2, 10);
+    t.events(3, 20);
+    let mut g = counting_guard(&t, "2-3");
+    let mut plain = guard(&t, StallsConfig::default());
+    let t0 = Instant::now();
+    let ms = |n: u64| Duration::from_millis(n);
+    for g in [&mut g, &mut plain] {
+        g.pass(&t.root, t0);
+        assert!(!g.asleep(), "nothing known idle before a second read");
+        assert_eq!(g.next_pass(t0), t0 + ms(250));
+    }
+    t.idle([200, 200, 200, 200]);
+    g.pass(&t.root, t0 + ms(250));
+    plain.pass(&t.root, t0 + ms(250));
+    assert!(g.asleep());
+    assert_eq!(g.next_pass(t0 + ms(250)), t0 + ms(1250));
+    assert!(!plain.asleep(), "no counts, nothing known idle");
+    assert_eq!(plain.next_pass(t0 + ms(250)), t0 + ms(500));
+    // A quiet pass keeps it asleep.
+    g.pass(&t.root, t0 + ms(1250));
+    assert_eq!(g.work.quiet_passes, 1);
+    assert_eq!(g.next_pass(t0 + ms(1250)), t0 + ms(2250));
+    // A task switched in on CPU 3: awake from the pass that sees the count move.
+    t.events(3, 21);
+    t.idle([300, 300, 300, 250]);
+    g.pass(&t.root, t0 + ms(2250));
+    assert!(!g.asleep());
+    assert_eq!(g.work.slept, 2);
+    assert_eq!(g.next_pass(t0 + ms(2250)), t0 + ms(2500));
+    // Only CPU 2 watched: CPU 3's switches do not wake it.
+    let mut two = Guard::new(Watch {
+        cpus: "2".parse().unwrap(),
+        settings: StallsConfig::default(),
+        files: t.files(),
+        isolated: "2-3".into(),
+        config: "isold.toml".into(),
+    });
+    two.set_event_counts(crate::cpuwatch::EventCounts::open(
+        &t.root,
+        INSTANCE,
+        &"2".parse().unwrap(),
+    ));
+    two.pass(&t.root, t0);
+    t.idle([400, 400, 400, 250]);
+    t.events(3, 22);
+    two.pass(&t.root, t0 + ms(250));
+    assert!(two.asleep());
 }
 
 /// A CPU whose idle time grew while an event was written there (idle, then a task switched
