@@ -111,6 +111,14 @@ fn configure_is_read_from_the_trunk_in_any_pieces() {
             }
         );
     }
+    // A plugin configuration, which containerd 2.1.9 sends empty: field 1.
+    let mut with_config = ld(1, b"cpus = 3");
+    with_config.extend(ld(2, b"containerd"));
+    let c = api::Configure::decode(&with_config).unwrap();
+    assert_eq!(
+        (c.config.as_str(), c.runtime_name.as_str()),
+        ("cpus = 3", "containerd")
+    );
 }
 
 /// What the plugin answers: the subscription (events = field 2), an empty reply as no bytes,
@@ -205,6 +213,21 @@ fn a_containers_cpuset_and_annotations_are_read_from_its_bytes() {
     assert_eq!(Container::decode(&want.encode().0).unwrap(), want);
     let p = pod();
     assert_eq!(PodSandbox::decode(&p.encode().0).unwrap(), p);
+    // A pod's pid (field 9), and each state of a container (field 4) as NRI numbers them.
+    let p = PodSandbox { pid: 4711, ..pod() };
+    assert_eq!(PodSandbox::decode(&p.encode().0).unwrap().pid, 4711);
+    for (number, state) in [
+        (1, ContainerState::Created),
+        (2, ContainerState::Paused),
+        (3, ContainerState::Running),
+        (4, ContainerState::Stopped),
+        (0, ContainerState::Unknown),
+        (9, ContainerState::Unknown),
+    ] {
+        let mut c = ld(1, b"c0ffee");
+        c.extend([4 << 3, number]);
+        assert_eq!(Container::decode(&c).unwrap().state, state, "{number}");
+    }
 }
 
 /// The claim NRI's container asks for is the OCI hook's: the same annotations (the pod's,
@@ -281,6 +304,33 @@ fn synchronize_requests_and_events_carry_pods_and_containers() {
     );
     assert_eq!(Event::of(12), None);
     assert_eq!(Event::of(0), None);
+}
+
+/// Every event is its number in NRI's enum, and a subscription mask has its bit once,
+/// however often it is named.
+#[test]
+fn each_event_is_its_number_and_its_bit() {
+    use Event::*;
+    let all = [
+        RunPodSandbox,
+        StopPodSandbox,
+        RemovePodSandbox,
+        CreateContainer,
+        PostCreateContainer,
+        StartContainer,
+        PostStartContainer,
+        UpdateContainer,
+        PostUpdateContainer,
+        StopContainer,
+        RemoveContainer,
+    ];
+    for (i, e) in all.into_iter().enumerate() {
+        assert_eq!(Event::of(i as u64 + 1), Some(e));
+        assert_eq!(e.bit(), 1 << i);
+        assert_eq!(api::mask(&[e, e]), e.bit(), "{e:?} twice");
+    }
+    assert_eq!(api::mask(&all), 0x7ff);
+    assert_eq!(api::mask(&[]), 0);
 }
 
 /// The plugin never sends a frame over 4096 bytes (containerd closes the trunk on one), and
@@ -713,6 +763,36 @@ fn only_a_container_with_exclusive_cpus_claims() {
     assert!(matches!(
         claim_for(&root, &pod(), &c2, || broken.clone(), view),
         Judged::Refused { reason: "kubelet_state", message, .. } if message.contains("EACCES")
+    ));
+    // Another pod's container holds CPU 2: refused; the container's own claim of it (asked
+    // again at a Synchronize) is no obstacle.
+    let held = |container: &str, pod: &str| Claim {
+        container: container.into(),
+        name: None,
+        pod: Some(pod.into()),
+        source: Some(SOURCE.into()),
+        pid: 4242,
+        starttime: 1,
+        cpus: "2".into(),
+        isolated: "2".into(),
+        pm_qos: None,
+        governor: None,
+    };
+    let theirs = [held("beef", "other-pod")];
+    assert!(matches!(
+        claim_for(&root, &pod(), &c2, || rec.clone(), Some((&policy, &theirs[..]))),
+        Judged::Refused { reason: "shared", message, .. } if message.contains("beef")
+    ));
+    let mine = [held("c0ffee", "a1b2c3")];
+    assert!(matches!(
+        claim_for(
+            &root,
+            &pod(),
+            &c2,
+            || rec.clone(),
+            Some((&policy, &mine[..]))
+        ),
+        Judged::Claim(_)
     ));
     // No view yet: refused, not let through.
     assert!(matches!(
