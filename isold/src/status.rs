@@ -143,7 +143,7 @@ pub struct Stalls {
     #[serde(default)]
     pub passes: u64,
     /// The passes that read no `/proc/stat`: the noise ledger's task switches said every
-    /// watched CPU was idle still.
+    /// watched CPU ran the task it ran at the last read (idle or not).
     #[serde(default)]
     pub quiet_passes: u64,
     /// The passes after which the guard waited half a threshold: every watched CPU known

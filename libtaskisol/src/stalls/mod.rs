@@ -15,7 +15,10 @@
 //!    since, still idle, needs no `/proc/stat` (whose text the kernel makes from every IRQ's
 //!    count): while every watched CPU is so, a pass reads one `stats` file per CPU (and
 //!    whether the instance records task switches), `/proc/stat` once per [`QUIET_FOR`]
-//!    thresholds, and the passes come every half threshold ([`Guard::asleep`]).
+//!    thresholds, and the passes come every half threshold ([`Guard::asleep`]). A busy CPU
+//!    whose count stood between two reads ran one task all along (a real-time loop) and is
+//!    busy still while its count stands: the passes go on every interval, without
+//!    `/proc/stat` while every watched CPU is known so.
 //! 2. The threads that live on the busy CPUs (their per-CPU kernel threads and the threads
 //!    whose affinity is inside the watched CPUs) are read at most every half threshold, the
 //!    threads the caller saw start or exec ([`Guard::ask`]) for five seconds, and a walk
@@ -177,21 +180,24 @@ pub struct Work {
     pub pulses: u64,
     /// SCHED_FIFO pulses withheld: the thread had used its loan's allowance.
     pub pulses_withheld: u64,
-    /// Passes that read no `/proc/stat`: every watched CPU idle, with no event written since.
+    /// Passes that read no `/proc/stat`: every watched CPU ran one task (idle or not) since
+    /// the last read, by the recorded task switches.
     pub quiet_passes: u64,
     /// Passes after which the guard waited half a threshold, not an interval: every watched
     /// CPU known idle ([`Guard::asleep`]).
     pub slept: u64,
 }
 
-/// What the task switches recorded on the watched CPUs tell: which were idle at the last
-/// `/proc/stat` read with no event written in between (so idle then, and until their count
-/// moves), the counts at that read, and when it was.
+/// What the task switches recorded on the watched CPUs tell: which ran one task all along
+/// between the last two `/proc/stat` reads (no event written in between), the idle task
+/// (`idle`: its idle time grew) or another (`busy`: it did not), so that they still do
+/// until their count moves; the counts at the last read, and when it was.
 #[derive(Debug, Default)]
 struct Quiet {
     counts: Option<crate::cpuwatch::EventCounts>,
     at_stat: BTreeMap<usize, u64>,
     idle: CpuSet,
+    busy: CpuSet,
     last_stat: Option<Instant>,
 }
 
@@ -333,6 +339,7 @@ impl Guard {
         self.watch = watch;
         self.idle.clear();
         self.quiet.idle = CpuSet::new();
+        self.quiet.busy = CpuSet::new();
         self.next_walk = None;
     }
 
@@ -399,25 +406,42 @@ impl Guard {
             .as_ref()
             .map(|c| c.read())
             .unwrap_or_default();
-        if self.still_quiet(&counts, now) {
+        let known = self.known_now(&counts, now);
+        if known.is_some() {
             self.work.quiet_passes += 1;
+        }
+        if known
+            .as_ref()
+            .is_some_and(|b| b.is_empty() && self.loans.is_empty() && self.tracked.is_empty())
+        {
             self.forget_asked(now);
             self.forget_kept(root, now);
             return events;
         }
-        let busy = match cpuwatch::idle_ticks(root) {
-            Ok(idle) => {
-                self.failing = None;
+        let read = match known {
+            Some(busy) => Ok(busy),
+            None => cpuwatch::idle_ticks(root).map(|idle| {
                 let busy = self.busy(&idle);
                 self.quiet.idle = self.quiet_idle(&idle, &counts);
+                self.quiet.busy = busy
+                    .iter()
+                    .filter(|cpu| self.quiet.count_stood(&counts, *cpu))
+                    .collect();
                 self.quiet.at_stat = counts;
                 self.quiet.last_stat = Some(now);
                 self.idle = idle;
                 busy
+            }),
+        };
+        let busy = match read {
+            Ok(busy) => {
+                self.failing = None;
+                busy
             }
             Err(e) => {
-                // Nothing is known idle without the read: the guard looks every interval.
+                // Nothing is known without the read: the guard looks every interval.
                 self.quiet.idle = CpuSet::new();
+                self.quiet.busy = CpuSet::new();
                 let msg = format!("stall guard: {e}");
                 if self.failing.as_ref() != Some(&msg) {
                     events.push(Event::Failed(msg.clone()));
@@ -486,25 +510,34 @@ impl Guard {
         events
     }
 
-    /// Whether this pass can end without `/proc/stat`: every watched CPU was idle at the
-    /// last read of it with no event written in between, and none written since (so no task
-    /// switched in: it is idle still); nothing lent or followed; the first pass (its walk)
-    /// made; and `/proc/stat` read within [`QUIET_FOR`] thresholds (a bound should the
-    /// instance stop writing task switches in a way its files do not show: a filter set on
-    /// the event).
-    fn still_quiet(&self, counts: &BTreeMap<usize, u64>, now: Instant) -> bool {
+    /// The busy watched CPUs, told by the recorded task switches without `/proc/stat`: every
+    /// watched CPU ran one task between the last two reads of it (the idle task or another),
+    /// and no event was written there since (no task switched in: it runs that task still);
+    /// the first pass (its walk) made; and `/proc/stat` read within [`QUIET_FOR`] thresholds
+    /// (a bound should the instance stop writing task switches in a way its files do not
+    /// show: a filter set on the event). `None` when `/proc/stat` must be read.
+    fn known_now(&self, counts: &BTreeMap<usize, u64>, now: Instant) -> Option<CpuSet> {
         let q = &self.quiet;
         let bound = self.watch.settings.threshold * QUIET_FOR;
-        self.next_walk.is_some()
-            && self.loans.is_empty()
-            && self.tracked.is_empty()
-            && q.last_stat
+        if self.next_walk.is_none()
+            || !q
+                .last_stat
                 .is_some_and(|at| now.saturating_duration_since(at) < bound)
-            && self
-                .watch
-                .cpus
-                .iter()
-                .all(|cpu| q.idle.contains(cpu) && q.count_stood(counts, cpu))
+        {
+            return None;
+        }
+        let mut busy = CpuSet::new();
+        for cpu in self.watch.cpus.iter() {
+            if !q.count_stood(counts, cpu) {
+                return None;
+            }
+            if q.busy.contains(cpu) {
+                busy.insert(cpu);
+            } else if !q.idle.contains(cpu) {
+                return None;
+            }
+        }
+        Some(busy)
     }
 
     /// The threads asked about that were looked at twice and are past [`ASKED_FOR`]

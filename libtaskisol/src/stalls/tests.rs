@@ -291,7 +291,9 @@ fn idle_cpus_with_no_task_switch_need_no_proc_stat() {
     let switched = t0 + ms(11_750);
     let mut at = switched;
     let mut rescued = None;
+    let mut steps = 0;
     for _ in 0..12 {
+        steps += 1;
         for e in t.step(&mut g, &mut at) {
             if let Event::Rescued(r) = e {
                 rescued = Some((at - switched, r.thread.tid));
@@ -304,7 +306,45 @@ fn idle_cpus_with_no_task_switch_need_no_proc_stat() {
     let (after, tid) = rescued.expect("the kworker was lent a slice");
     assert_eq!(tid, 20);
     assert!(after >= ms(2000) && after < ms(2600), "{after:?}");
-    assert_eq!(g.work.quiet_passes, 41, "no quiet pass while CPU 3 is busy");
+    // The first pass sees CPU 3's count move, the second finds it busy with its count
+    // standing since: from the third on, the loop runs there still and no pass reads
+    // /proc/stat, as long as no task switches in.
+    assert_eq!(g.work.quiet_passes, 41 + steps - 2, "{steps} steps");
+}
+
+/// A CPU found busy whose count stood between two reads ran one task all along: busy still
+/// while the count stands, without `/proc/stat`, and its threads are looked at as before;
+/// a task switched in there, or at another watched CPU, brings the read back.
+#[test]
+fn a_cpu_that_runs_one_task_is_known_busy_until_a_switch() {
+    let t = Tree::new();
+    t.tracing_on("1\n");
+    t.events(2, 10);
+    t.events(3, 20);
+    let mut g = counting_guard(&t, "2-3");
+    let t0 = Instant::now();
+    let ms = |n: u64| Duration::from_millis(n);
+    g.pass(&t.root, t0);
+    // CPU 2 idle, CPU 3 runs the loop: both ran one task since the first read.
+    t.idle([200, 200, 200, 100]);
+    g.pass(&t.root, t0 + ms(250));
+    assert_eq!((g.work.quiet_passes, g.work.busy_passes), (0, 1));
+    let stat = t.dir.path().join("proc/stat");
+    let text = std::fs::read(&stat).unwrap();
+    std::fs::remove_file(&stat).unwrap();
+    for k in 2..=5 {
+        let ev = g.pass(&t.root, t0 + ms(250 * k));
+        assert!(ev.is_empty(), "pass {k}: {ev:?}");
+    }
+    assert_eq!((g.work.quiet_passes, g.work.busy_passes), (4, 5));
+    assert!(!g.asleep(), "a busy CPU is looked at every interval");
+    assert_eq!(g.next_pass(t0 + ms(1250)), t0 + ms(1500));
+    // A thread switched in on CPU 2: the read again (its failure said).
+    t.events(2, 11);
+    let ev = g.pass(&t.root, t0 + ms(1500));
+    assert!(matches!(&ev[..], [Event::Failed(_)]), "{ev:?}");
+    assert_eq!(g.work.quiet_passes, 4);
+    std::fs::write(&stat, text).unwrap();
 }
 
 /// While every watched CPU is known idle from the recorded task switches the guard looks
