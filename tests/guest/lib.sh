@@ -832,6 +832,15 @@ sb_cost() {
     echo "$_a $(sb_cpu_ns "$1") $2" | awk '{ printf "%.3f\n", ($2 - $1) / 1e6 / $3 }'
 }
 
+# sb_isold_split WHEN: for isold, its status's CPU time by service over its last seconds and
+# the guard's own figures (passes, quiet ones, sleeps, walks), as isold_WHEN_split= and
+# isold_WHEN_guard= lines; nothing for another guard.
+sb_isold_split() {
+    [ "$_sbn" = isold ] || return 0
+    isold --config /etc/sb-isold.toml status 2>/dev/null |
+        sed -n "s/^  CPU time: /isold_$1_split=/p; s/^ *guard: /isold_$1_guard=/p"
+}
+
 # stall_bench NAME CMD...: one stall guard (isold run, or stalld) over CPUs 2-3 of the ISOL23
 # guest, started as CMD on the housekeeping CPUs, RT throttling off: its CPU time over 20 s
 # with nothing starving; with a SCHED_FIFO loop from `chisol -f 1 -c 3`, the time
@@ -853,6 +862,7 @@ stall_bench() {
     sleep 5
     kill -0 $_g 2>/dev/null || { echo "${_sbn}_started=no"; cat /tmp/sb.log; return 1; }
     echo "${_sbn}_idle_cost_ms_per_s=$(sb_cost $_g 20)"
+    sb_isold_split idle
     loop_on_cpu3 /tmp/sb.loop
     _loop=$(cat /tmp/sb.loop)
     sleep 1
@@ -875,6 +885,7 @@ stall_bench() {
     sleep 5
     sg_clock "$_loop" >/tmp/sb.c0
     echo "${_sbn}_busy_cost_ms_per_s=$(sb_cost $_g 20)"
+    sb_isold_split busy
     kill -0 $_g 2>/dev/null && echo "${_sbn}_alive=yes" || tail -n 20 /tmp/sb.log | sed "s/^/${_sbn}_died: /"
     sg_clock "$_loop" >/tmp/sb.c1
     echo "${_sbn}_loop_share=$(sg_share /tmp/sb.c0 /tmp/sb.c1)"

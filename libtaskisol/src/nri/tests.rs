@@ -350,9 +350,16 @@ fn frames_the_plugin_sends_stay_under_4096_bytes() {
         n += 1;
     }
     assert_eq!((n, back), (3, payload));
+    // A frame of a whole 4 MiB ttrpc message and its 10-byte header is waited for; one byte
+    // more is refused.
+    let mut d = Demux::default();
+    let mut whole = 1u32.to_be_bytes().to_vec();
+    whole.extend(((4u32 << 20) + 10).to_be_bytes());
+    d.push(&whole);
+    assert_eq!(d.next_frame(), Ok(None));
     let mut d = Demux::default();
     let mut big = 1u32.to_be_bytes().to_vec();
-    big.extend(((mux::MAX_RECEIVED_PAYLOAD + 1) as u32).to_be_bytes());
+    big.extend(((4u32 << 20) + 11).to_be_bytes());
     d.push(&big);
     assert_eq!(
         d.next_frame().unwrap_err(),
@@ -361,8 +368,14 @@ fn frames_the_plugin_sends_stay_under_4096_bytes() {
             len: mux::MAX_RECEIVED_PAYLOAD + 1
         }
     );
+    // A ttrpc message of 4 MiB of data is waited for; one byte more is refused.
     let mut r = Reader::default();
-    let mut huge = ((ttrpc::MAX_DATA + 1) as u32).to_be_bytes().to_vec();
+    let mut whole = (4u32 << 20).to_be_bytes().to_vec();
+    whole.extend([0, 0, 0, 1, 1, 0]);
+    r.push(&whole);
+    assert_eq!(r.next_message().unwrap(), None);
+    let mut r = Reader::default();
+    let mut huge = ((4u32 << 20) + 1).to_be_bytes().to_vec();
     huge.extend([0, 0, 0, 1, 1, 0]);
     r.push(&huge);
     assert!(r.next_message().is_err());
