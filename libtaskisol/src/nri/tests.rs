@@ -381,6 +381,83 @@ fn frames_the_plugin_sends_stay_under_4096_bytes() {
     assert!(r.next_message().is_err());
 }
 
+/// The wire's edges: a varint of all 64 bits (ten bytes, the last 1) and one over; a map
+/// entry cut to its limit at a character boundary, one that is not UTF-8 whatever the
+/// limit, one of another wire type; a string at its cap and one byte over.
+#[test]
+fn the_wire_holds_at_its_limits() {
+    let mut max = wire::Encoder::default();
+    max.varint(1, u64::MAX);
+    assert_eq!(max.0.len(), 11, "a key and ten bytes");
+    assert_eq!(*max.0.last().unwrap(), 1);
+    let mut b = &max.0[1..];
+    assert_eq!(wire::varint("v", &mut b).unwrap(), u64::MAX);
+    let mut over = max.0[1..].to_vec();
+    *over.last_mut().unwrap() = 2;
+    assert!(wire::varint("v", &mut &over[..]).is_err());
+
+    let entry = |key: &[u8], value: &[u8]| {
+        let mut e = ld(1, key);
+        e.extend(ld(2, value));
+        e
+    };
+    let kept = |e: &[u8], max_value: usize| {
+        let mut map = BTreeMap::new();
+        wire::map_entry_kept(
+            "m",
+            &wire::Value::Bytes(e),
+            &mut map,
+            |_| true,
+            4,
+            max_value,
+        )
+        .map(|k| (k, map))
+    };
+    let e = entry(b"k", "a\u{e9}\u{e9}".as_bytes());
+    for (limit, want) in [
+        (2, "a"),
+        (3, "a\u{e9}"),
+        (4, "a\u{e9}"),
+        (5, "a\u{e9}\u{e9}"),
+        (9, "a\u{e9}\u{e9}"),
+    ] {
+        let (k, map) = kept(&e, limit).unwrap();
+        assert!(k);
+        assert_eq!(map["k"], want, "limit {limit}");
+    }
+    // Cut short by its sender, not by the limit: refused.
+    assert!(kept(&entry(b"k", b"ab\xc3"), 9).is_err());
+    assert!(kept(&entry(b"k", b"a\xffb"), 9).is_err());
+    let mut numeric = vec![1 << 3, 7];
+    numeric.extend(ld(2, b"v"));
+    assert!(kept(&numeric, 9).is_err(), "a key of another wire type");
+    // The entry count: the fifth is not kept.
+    let mut map = BTreeMap::new();
+    for i in 0..5u8 {
+        let e = entry(&[b'a' + i], b"v");
+        let k =
+            wire::map_entry_kept("m", &wire::Value::Bytes(&e), &mut map, |_| true, 4, 9).unwrap();
+        assert_eq!(k, i < 4);
+    }
+
+    let s = |n: usize| wire::Value::Bytes(&b"xxxxxxxx"[..n]);
+    assert_eq!(wire::string_capped("s", &s(8), 8).unwrap(), "xxxxxxxx");
+    assert!(wire::string_capped("s", &s(8), 7).is_err());
+
+    // A fixed64 and a fixed32 that end the message exactly; one byte short.
+    let fixed = [0x09, 1, 2, 3, 4, 5, 6, 7, 8, 0x15, 1, 2, 3, 4];
+    assert_eq!(wire::fields("m", &fixed).unwrap().len(), 2);
+    assert!(wire::fields("m", &fixed[..13]).is_err());
+
+    // A response's status and payload.
+    let r = Response {
+        code: 9,
+        message: "refused".into(),
+        payload: vec![1, 2, 3],
+    };
+    assert_eq!(Response::decode(&r.encode()).unwrap(), r);
+}
+
 /// Broken messages are errors that say what and where, never a panic.
 #[test]
 fn broken_messages_are_errors() {

@@ -139,24 +139,6 @@ pub fn number(what: &'static str, v: &Value) -> Result<u64, DecodeError> {
     }
 }
 
-/// One entry of a `map<string, string>` field (key = 1, value = 2), added to `map`.
-pub fn map_entry(
-    what: &'static str,
-    v: &Value,
-    map: &mut BTreeMap<String, String>,
-) -> Result<(), DecodeError> {
-    let (mut k, mut val) = (String::new(), String::new());
-    for (n, f) in fields(what, bytes(what, v)?)? {
-        match n {
-            1 => k = string(what, &f)?,
-            2 => val = string(what, &f)?,
-            _ => {}
-        }
-    }
-    map.insert(k, val);
-    Ok(())
-}
-
 /// One entry of a `map<string, string>` field added to `map` only when `keep(key)` and while
 /// `map` has fewer than `max` entries; its value cut to `max_value` bytes (at a character
 /// boundary). Nothing of a skipped entry is copied: a pod's megabytes of annotations isold
