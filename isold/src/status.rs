@@ -459,7 +459,7 @@ pub fn human_status(s: &DaemonStatus) -> String {
         out.push_str(&format!("    kernel's fair server: {}\n", g.fair_server));
         let by: Vec<String> = g.by_cpu.iter().map(|(k, v)| format!("{k} {v}")).collect();
         out.push_str(&format!(
-            "    rescued: {}{}; lent now: {}\n    guard: {:.2} s of CPU time, {} passes ({} on the noise ledger's task switches alone; {} before a sleep of half a threshold, every watched CPU idle), {} walks over every thread (the last {:.1} ms)\n",
+            "    rescued: {}{}; lent now: {}\n    guard: {:.2} s of CPU time, {} passes ({} without /proc/stat, told by the noise ledger's task switches; {} before a sleep of half a threshold, every watched CPU idle), {} walks over every thread (the last {:.1} ms)\n",
             g.rescues,
             if by.is_empty() {
                 String::new()
@@ -665,7 +665,7 @@ mod tests {
             "    CPU time the lent threads used: 3 12.5 ms\n",
             "  CPU time: 0.00 s since the start: drift watch 0.10 s\n",
             "  reloads: 2\n",
-            "12 passes (5 on the noise ledger's task switches alone; 9 before a sleep of half a threshold, every watched CPU idle), 0 walks",
+            "12 passes (5 without /proc/stat, told by the noise ledger's task switches; 9 before a sleep of half a threshold, every watched CPU idle), 0 walks",
         ] {
             assert!(text.contains(want), "{want:?} in {text}");
         }

@@ -123,6 +123,16 @@ impl Seen {
     }
 }
 
+/// USER_HZ, the unit of the times in `/proc/stat` and `/proc/<pid>/stat` (100 on every
+/// Linux architecture in use).
+pub fn clock_ticks_per_s() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    match unsafe { libc::sysconf(libc::_SC_CLK_TCK) } {
+        n if n > 0 => n as u64,
+        _ => 100,
+    }
+}
+
 /// Each CPU's idle time so far (`/proc/stat`: idle plus iowait, in ticks). A CPU whose idle
 /// time grew between two reads had nothing runnable at some point in between, so nothing
 /// starved there.

@@ -587,8 +587,22 @@ stall_guard_quiet() {
     sleep 2
     isold status >/tmp/sq.status
     sed -n '/noise ledger\|stall guard\|guard:/s/^/status: /p' /tmp/sq.status
-    sed -n 's/.* \([0-9]*\) passes (\([0-9]*\) on the noise ledger[^;]*; \([0-9]*\) before a sleep.*/passes=\1 quiet_passes=\2 slept=\3/p' /tmp/sq.status |
+    sed -n 's/.* \([0-9]*\) passes (\([0-9]*\) without \/proc\/stat[^;]*; \([0-9]*\) before a sleep.*/passes=\1 quiet_passes=\2 slept=\3/p' /tmp/sq.status |
         tr ' ' '\n'
+    # A reload that changes the policy leaves the ledger recording: its sched_switch stays
+    # enabled.
+    printf '[stalls]\nthreshold = 3\n' >>/tmp/sq.toml
+    kill -HUP $_p
+    wait_for 20 grep -q 'reload: apply' /tmp/sq.log
+    echo "switch_enabled_after_reload=$(cat /sys/kernel/tracing/instances/isold*/events/sched/sched_switch/enable)"
+    # The ledger turned off by a reload while the guard keeps its files open: its instance
+    # goes (the guard closes them first; an open file keeps the instance busy).
+    echo "instances_before_noise_off=$(ls /sys/kernel/tracing/instances | tr '\n' ' ')"
+    printf '[noise]\nenabled = false\n' >>/tmp/sq.toml
+    kill -HUP $_p
+    wait_for 20 eval '! ls /sys/kernel/tracing/instances | grep -q "^isold"'
+    echo "instances_after_noise_off=$(ls /sys/kernel/tracing/instances | tr '\n' ' ')"
+    grep 'noise ledger' /tmp/sq.log | tail -n 3 | sed 's/^/log: /'
     kill -TERM $_p
     wait_for 20 eval '! kill -0 $_p 2>/dev/null'
     isold --config /tmp/sq.toml restore >/tmp/sq.restore 2>&1

@@ -307,10 +307,14 @@ impl Daemon {
         // A narrowed thread the new plan does not list (it is off the isolated CPUs now) keeps
         // its narrowing while the item is on: give_back widens it by the freed CPUs only.
         let tasks_kept = new.narrows_tasks();
-        // The stall guard's loans are its own to end (it knows when a thread has run).
+        // The stall guard's loans are its own to end (it knows when a thread has run), and
+        // the noise ledger's instance is the ledger's to remove (`follow_noise`, when
+        // `[noise]` is turned off, once its readers closed their files): no plan lists it,
+        // and removing it here would disable its events under a ledger that records on.
         self.restore_uncovered(why, |id| {
             ids.contains(id)
                 || id.starts_with("loan:")
+                || id == super::noise::instance_id()
                 || (tasks_kept && id.starts_with("task:"))
                 || (claims_only && !id.starts_with("pm_qos:") && !id.starts_with("cpufreq:"))
         });

@@ -28,6 +28,9 @@ pub enum Ctl {
     /// The noise ledger's shared figures: where it records task switches on the watched
     /// CPUs, whose event counts spare the guard's passes `/proc/stat` while those CPUs idle.
     Ledger(Arc<Mutex<super::noise::Shared>>),
+    /// Close the ledger's files the guard keeps open (its instance is about to be removed,
+    /// which they would keep busy), then say so.
+    CloseCounts(Sender<()>),
     /// Give every loan back and end.
     Stop,
 }
@@ -141,6 +144,14 @@ impl StallGuard {
         let _ = self.ctl.send(c);
     }
 
+    /// The noise ledger's files closed by the guard's thread, waited for at most `wait`
+    /// (a pass in progress): `false` when it did not say so in time.
+    pub fn close_counts(&self, wait: std::time::Duration) -> bool {
+        let (ack, done) = std::sync::mpsc::channel();
+        self.send(Ctl::CloseCounts(ack));
+        done.recv_timeout(wait).is_ok()
+    }
+
     /// Every loan given back and every record of one dropped, the thread ended: the events
     /// of the give-back. A stop waits for a pass in progress (a walk over every thread takes
     /// seconds under emulation) at most [`STOP_WAIT`]; a loan still out then is in the
@@ -208,6 +219,14 @@ fn run(
             }
             Ok(Ctl::Ledger(l)) => {
                 ledger = Some(l);
+                continue;
+            }
+            Ok(Ctl::CloseCounts(ack)) => {
+                guard.set_event_counts(None);
+                // Opened again only when the ledger records anew.
+                ledger = None;
+                counted = None;
+                let _ = ack.send(());
                 continue;
             }
             Ok(Ctl::Stop) | Err(RecvTimeoutError::Disconnected) => {

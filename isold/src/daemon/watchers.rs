@@ -182,6 +182,15 @@ impl Daemon {
             )),
             (Some(_), false) => {
                 self.stop_noise_ledger();
+                // The guard keeps files of the instance open: closed first, or the
+                // instance's removal fails (EBUSY).
+                if let Some(g) = &self.stalls {
+                    if !g.close_counts(stalls::STOP_WAIT) {
+                        self.env
+                            .log
+                            .warn("stall guard: the noise ledger's files not closed in time");
+                    }
+                }
                 // Turned off: its instance goes too (its events disabled, once).
                 if let Err(e) = super::noise::remove_instance(&self.env.root, &self.env.files) {
                     self.env

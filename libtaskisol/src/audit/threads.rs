@@ -4,15 +4,7 @@ use std::collections::HashMap;
 
 use super::*;
 
-/// USER_HZ, the unit of the CPU times in `/proc/<pid>/stat` (100 on every Linux
-/// architecture in use).
-pub(super) fn clock_ticks_per_s() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    match unsafe { libc::sysconf(libc::_SC_CLK_TCK) } {
-        n if n > 0 => n as u64,
-        _ => 100,
-    }
-}
+pub(super) use crate::cpuwatch::clock_ticks_per_s;
 
 /// The threads of a sample by identity (tid and start time), built once per audit.
 pub(super) fn by_identity(s: &Sample) -> HashMap<(i32, u64), &Thread> {

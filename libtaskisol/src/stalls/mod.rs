@@ -301,7 +301,9 @@ impl Guard {
     /// When the next pass is due after one that started at `start`: the interval, or
     /// fifty times the last pass's length when that is longer (a big machine), but never
     /// more than half the threshold, so that a starving thread waits at most one and a half
-    /// times the threshold. While every watched CPU is known idle from the recorded task
+    /// times the threshold and an interval (the pass that finds its CPU's idle time grown
+    /// since the last read, the CPU idle then, and the next that finds it busy). While every
+    /// watched CPU is known idle from the recorded task
     /// switches ([`Guard::asleep`]), half the threshold: nothing can starve on a CPU that
     /// runs its idle task, and the next pass sees a count that moved since.
     pub fn next_pass(&self, start: Instant) -> Instant {
@@ -422,7 +424,7 @@ impl Guard {
             Some(busy) => Ok(busy),
             None => cpuwatch::idle_ticks(root).map(|idle| {
                 let busy = self.busy(&idle);
-                self.quiet.idle = self.quiet_idle(&idle, &counts);
+                self.quiet.idle = self.quiet_idle(&idle, &counts, now);
                 self.quiet.busy = busy
                     .iter()
                     .filter(|cpu| self.quiet.count_stood(&counts, *cpu))
@@ -548,18 +550,32 @@ impl Guard {
         });
     }
 
-    /// The watched CPUs idle now by the recorded task switches: idle time grew since the last
-    /// `/proc/stat` and no event was written between the counts read then and `counts`, read
-    /// just before this `/proc/stat` (one task ran all along, so it was the idle task; a switch
-    /// after `counts` moves the count, which the next pass sees).
-    fn quiet_idle(&self, idle: &BTreeMap<usize, u64>, counts: &BTreeMap<usize, u64>) -> CpuSet {
+    /// The watched CPUs idle now by the recorded task switches: no event was written between
+    /// the counts read at the last `/proc/stat` and `counts`, read just before this one (one
+    /// task ran all along; a switch after `counts` moves the count, which the next pass sees),
+    /// and that task was the idle task: the idle time grew by at least half the time between
+    /// the two reads (a CPU idle all along gains about all of it, whatever interrupted it for
+    /// a moment; a count that stood while a loop ran, because the recording stopped in a way
+    /// its files do not show, does not make a busy CPU idle again).
+    fn quiet_idle(
+        &self,
+        idle: &BTreeMap<usize, u64>,
+        counts: &BTreeMap<usize, u64>,
+        now: Instant,
+    ) -> CpuSet {
+        let Some(at) = self.quiet.last_stat else {
+            return CpuSet::new();
+        };
+        let half = now.saturating_duration_since(at).as_secs_f64()
+            * cpuwatch::clock_ticks_per_s() as f64
+            / 2.0;
         self.watch
             .cpus
             .iter()
             .filter(|cpu| {
                 let grew = matches!(
                     (self.idle.get(cpu), idle.get(cpu)),
-                    (Some(before), Some(now)) if now > before
+                    (Some(before), Some(after)) if after > before && (after - before) as f64 >= half
                 );
                 grew && self.quiet.count_stood(counts, *cpu)
             })

@@ -263,7 +263,8 @@ fn idle_cpus_with_no_task_switch_need_no_proc_stat() {
     assert!(matches!(&ev[..], [Event::Failed(_)]), "{ev:?}");
     assert_eq!(g.work.quiet_passes, 39);
     assert!(!g.asleep(), "nothing known idle without the read");
-    t.idle([300, 300, 300, 300]);
+    // Idle all along since the last read 10.25 s ago: 1,100 ticks more.
+    t.idle([1300, 1300, 1300, 1300]);
     g.pass(&t.root, t0 + ms(10_500));
     g.pass(&t.root, t0 + ms(10_750));
     assert_eq!(g.work.quiet_passes, 40);
@@ -274,19 +275,19 @@ fn idle_cpus_with_no_task_switch_need_no_proc_stat() {
         .join(&INSTANCE[1..])
         .join("events/sched/sched_switch/enable");
     std::fs::write(&enable, "0\n").unwrap();
-    t.idle([325, 325, 325, 325]);
+    t.idle([1325, 1325, 1325, 1325]);
     g.pass(&t.root, t0 + ms(11_000));
     assert_eq!(g.work.quiet_passes, 40);
     assert!(!g.asleep());
     std::fs::write(&enable, "1\n").unwrap();
-    for (k, idle) in [(11_250, 350), (11_500, 375), (11_750, 375)] {
+    for (k, idle) in [(11_250, 1350), (11_500, 1375), (11_750, 1375)] {
         t.idle([idle; 4]);
         g.pass(&t.root, t0 + ms(k));
     }
     assert_eq!(g.work.quiet_passes, 41);
     // A task switched in on CPU 3, which is busy from now on, its kworker woken.
     t.events(3, 21);
-    t.idle([400, 400, 400, 375]);
+    t.idle([1400, 1400, 1400, 1375]);
     t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
     let switched = t0 + ms(11_750);
     let mut at = switched;
@@ -347,6 +348,46 @@ fn a_cpu_that_runs_one_task_is_known_busy_until_a_switch() {
     std::fs::write(&stat, text).unwrap();
 }
 
+/// A count that stands while the CPU's idle time hardly grows (the recording stopped in a
+/// way its files do not show, and a loop took the CPU) does not make the CPU idle again at
+/// the bound's read: the guard looks every interval from then on, finds the CPU busy and
+/// lends its kworker a slice a threshold later.
+#[test]
+fn a_cpu_idle_for_a_moment_only_is_not_known_idle() {
+    let t = Tree::new();
+    t.tracing_on("1\n");
+    t.events(2, 10);
+    t.events(3, 20);
+    let mut g = counting_guard(&t, "2-3");
+    let t0 = Instant::now();
+    let ms = |n: u64| Duration::from_millis(n);
+    g.pass(&t.root, t0);
+    t.idle([200, 200, 200, 200]);
+    g.pass(&t.root, t0 + ms(250));
+    assert!(g.asleep());
+    // CPU 3 was idle 0.2 s of the next 10 s, then a loop ran there with no event recorded.
+    t.idle([1200, 1200, 1200, 220]);
+    t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
+    let bound = t0 + ms(10_250);
+    g.pass(&t.root, bound);
+    assert_eq!(g.work.quiet_passes, 0, "the bound's read");
+    assert!(!g.asleep(), "CPU 3 not idle all along");
+    assert_eq!(g.next_pass(bound), bound + ms(250));
+    let mut at = bound;
+    let mut lent = None;
+    for _ in 0..12 {
+        if t.step(&mut g, &mut at)
+            .iter()
+            .any(|e| matches!(e, Event::Rescued(r) if r.thread.tid == 20))
+        {
+            lent = Some(at - bound);
+            break;
+        }
+    }
+    let after = lent.expect("the kworker was lent a slice");
+    assert!(after >= ms(2000) && after < ms(2800), "{after:?}");
+}
+
 /// While every watched CPU is known idle from the recorded task switches the guard looks
 /// every half threshold, not every interval; an event on one of them (a task switched in)
 /// brings the interval back at once. Without the counts it looks every interval whatever
@@ -379,7 +420,7 @@ fn a_guard_over_cpus_known_idle_looks_every_half_threshold() {
     assert_eq!(g.next_pass(t0 + ms(1250)), t0 + ms(2250));
     // A task switched in on CPU 3: awake from the pass that sees the count move.
     t.events(3, 21);
-    t.idle([300, 300, 300, 250]);
+    t.idle([400, 400, 400, 250]);
     g.pass(&t.root, t0 + ms(2250));
     assert!(!g.asleep());
     assert_eq!(g.work.slept, 2);
@@ -398,7 +439,7 @@ fn a_guard_over_cpus_known_idle_looks_every_half_threshold() {
         &"2".parse().unwrap(),
     ));
     two.pass(&t.root, t0);
-    t.idle([400, 400, 400, 250]);
+    t.idle([600, 600, 600, 250]);
     t.events(3, 22);
     two.pass(&t.root, t0 + ms(250));
     assert!(two.asleep());

@@ -236,6 +236,22 @@ pub fn add(s: &mut Scenario) {
         vec![
             Expect::field("restore_rc", "0"),
             Expect::output_has("status:   noise ledger: recording CPUs 2-3"),
+            // A reload that changes the policy leaves the ledger's events enabled (it used to
+            // remove the instance as a value the new policy did not cover: its events
+            // disabled, its removal EBUSY).
+            Expect::field("switch_enabled_after_reload", "1"),
+            // A reload that turns the ledger off removes its instance, whose files the guard
+            // had open (EBUSY before the guard closed them first).
+            Expect::that(
+                "the ledger turned off by a reload leaves no instance",
+                |o: &StepOutput| match (
+                    o.field("instances_before_noise_off"),
+                    o.field("instances_after_noise_off"),
+                ) {
+                    (Some(b), Some(a)) if b.contains("isold") && !a.contains("isold") => Ok(()),
+                    other => Err(format!("instances before, after = {other:?}")),
+                },
+            ),
             // A pass every half threshold while both CPUs are known idle, four a second
             // otherwise; /proc/stat after each event and every fifth threshold. On 6.12-rt the
             // idle CPUs write an event every second or so (irq_work, timers): each sleep there
