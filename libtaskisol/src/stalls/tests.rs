@@ -210,6 +210,17 @@ fn counting_guard(t: &Tree, cpus: &str) -> Guard {
     g
 }
 
+/// A tree whose instance records CPUs 2-3 (10 and 20 events written so far), and a guard of
+/// both that reads its counts.
+fn recording() -> (Tree, Guard) {
+    let t = Tree::new();
+    t.tracing_on("1\n");
+    t.events(2, 10);
+    t.events(3, 20);
+    let g = counting_guard(&t, "2-3");
+    (t, g)
+}
+
 /// A guard of the tree that made its first pass, then CPU 3 busy and its kworker woken
 /// there.
 fn kworker_waits() -> (Tree, Guard, Instant) {
@@ -238,11 +249,7 @@ fn loans(files: &StateFiles) -> usize {
 /// starves there is lent a slice a threshold later, as without the counts.
 #[test]
 fn idle_cpus_with_no_task_switch_need_no_proc_stat() {
-    let t = Tree::new();
-    t.tracing_on("1\n");
-    t.events(2, 10);
-    t.events(3, 20);
-    let mut g = counting_guard(&t, "2-3");
+    let (t, mut g) = recording();
     assert_eq!(g.event_counts_dir(), Some(INSTANCE));
     let t0 = Instant::now();
     let ms = |n: u64| Duration::from_millis(n);
@@ -318,11 +325,7 @@ fn idle_cpus_with_no_task_switch_need_no_proc_stat() {
 /// a task switched in there, or at another watched CPU, brings the read back.
 #[test]
 fn a_cpu_that_runs_one_task_is_known_busy_until_a_switch() {
-    let t = Tree::new();
-    t.tracing_on("1\n");
-    t.events(2, 10);
-    t.events(3, 20);
-    let mut g = counting_guard(&t, "2-3");
+    let (t, mut g) = recording();
     let t0 = Instant::now();
     let ms = |n: u64| Duration::from_millis(n);
     g.pass(&t.root, t0);
@@ -354,11 +357,7 @@ fn a_cpu_that_runs_one_task_is_known_busy_until_a_switch() {
 /// lends its kworker a slice a threshold later.
 #[test]
 fn a_cpu_idle_for_a_moment_only_is_not_known_idle() {
-    let t = Tree::new();
-    t.tracing_on("1\n");
-    t.events(2, 10);
-    t.events(3, 20);
-    let mut g = counting_guard(&t, "2-3");
+    let (t, mut g) = recording();
     let t0 = Instant::now();
     let ms = |n: u64| Duration::from_millis(n);
     g.pass(&t.root, t0);
@@ -394,11 +393,7 @@ fn a_cpu_idle_for_a_moment_only_is_not_known_idle() {
 /// the CPUs do.
 #[test]
 fn a_guard_over_cpus_known_idle_looks_every_half_threshold() {
-    let t = Tree::new();
-    t.tracing_on("1\n");
-    t.events(2, 10);
-    t.events(3, 20);
-    let mut g = counting_guard(&t, "2-3");
+    let (t, mut g) = recording();
     let mut plain = guard(&t, StallsConfig::default());
     let t0 = Instant::now();
     let ms = |n: u64| Duration::from_millis(n);
@@ -449,11 +444,7 @@ fn a_guard_over_cpus_known_idle_looks_every_half_threshold() {
 /// in) is not known idle: the next pass reads `/proc/stat` and finds it busy.
 #[test]
 fn a_cpu_that_switched_while_idle_time_grew_is_not_known_idle() {
-    let t = Tree::new();
-    t.tracing_on("1\n");
-    t.events(2, 10);
-    t.events(3, 20);
-    let mut g = counting_guard(&t, "2-3");
+    let (t, mut g) = recording();
     let t0 = Instant::now();
     g.pass(&t.root, t0);
     t.idle([200, 200, 200, 200]);
