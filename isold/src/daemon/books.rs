@@ -12,9 +12,7 @@ use libtaskisol::policy::{Policy, Report, Status};
 use super::os::{monotonic_ns, now_s, Log};
 use crate::contest;
 use crate::metrics::Metrics;
-use crate::status::{
-    Correction, DaemonStatus, OwnerPins, Reaction, SetAside, Stalls, REACTIONS_KEPT,
-};
+use crate::status::{Correction, DaemonStatus, OwnerPins, Reaction, SetAside, REACTIONS_KEPT};
 
 /// `[metrics]`: what is published, with the scope its health samples use (renewed when the
 /// policy changes).
@@ -42,8 +40,6 @@ pub struct Books {
     /// The contested values of the scan thread.
     pub scan_contested: Vec<contest::Contested>,
     pub metrics: Option<Published>,
-    /// `[stalls] lend_for` as the rescue lines say it.
-    pub status_lend_for: String,
     /// Each service's CPU time at the last sweep.
     cpu: super::cpu::Meter,
 }
@@ -63,7 +59,6 @@ impl Books {
             reactions_count: 0,
             scan_contested: Vec::new(),
             metrics: None,
-            status_lend_for: String::new(),
             cpu: Default::default(),
         }
     }
@@ -245,109 +240,6 @@ impl Books {
         self.corrected("tasks", label, what);
     }
 
-    /// A thread left on an affinity its owner set while isold narrowed it (`why`: when
-    /// isold found it so): counted, never a correction. Logged with -v only: a program that
-    /// pins its threads as it makes them can do so by the thousand.
-    /// What the stall guard did: a rescue is said once per thread and episode, counted
-    /// each time; a loan's end is said at -v.
-    pub fn stall(&mut self, e: &libtaskisol::stalls::Event) {
-        use libtaskisol::stalls::{Event, How};
-        let g = self.status.stalls.get_or_insert_with(Stalls::default);
-        match e {
-            Event::Rescued(r) => {
-                let what = format!(
-                    "{} waited {:.1} s runnable on CPU {}{}: lent {} for up to {}",
-                    r.thread.label(),
-                    r.waited.as_secs_f64(),
-                    r.thread.cpu,
-                    r.behind
-                        .as_ref()
-                        .map_or_else(String::new, |b| format!(" behind {b}")),
-                    r.how,
-                    self.status_lend_for
-                );
-                g.rescues += 1;
-                *g.by_cpu.entry(format!("CPU {}", r.thread.cpu)).or_default() += 1;
-                g.last = Some(Correction {
-                    at: now_s(),
-                    item: "stalls".into(),
-                    label: r.thread.label(),
-                    what: what.clone(),
-                });
-                if r.first_of_episode {
-                    self.log.info(&format!("stall guard: {what}"));
-                } else {
-                    self.log.debug(&format!("stall guard: again: {what}"));
-                }
-                if let Some((m, _)) = &self.metrics {
-                    m.stall_rescue(r.thread.cpu, r.kind.as_str(), r.waited.as_secs_f64());
-                }
-            }
-            Event::Returned {
-                label,
-                cpu,
-                held,
-                ran,
-                used,
-                to,
-                how,
-            } => {
-                *g.lent_s_by_cpu.entry(format!("CPU {cpu}")).or_default() += used.as_secs_f64();
-                if let Some((m, _)) = &self.metrics {
-                    m.stall_lent(*cpu, used.as_secs_f64());
-                }
-                let how = match how {
-                    How::Deadline => String::new(),
-                    How::Fifo(p) => format!(", by SCHED_FIFO {p} pulses"),
-                };
-                let what = match to {
-                    // Its CPU time went with it.
-                    None => format!("it ran to its end{how}), thread gone"),
-                    Some(t) => format!(
-                        "{}, {:.1} ms of CPU{how}), back to {t}",
-                        if *ran { "it ran" } else { "it did not run" },
-                        used.as_secs_f64() * 1000.0
-                    ),
-                };
-                self.log.debug(&format!(
-                    "stall guard: {label} on CPU {cpu}: loan ended after {:.2} s ({what}",
-                    held.as_secs_f64()
-                ))
-            }
-            Event::Failed(msg) => self.log.warn(msg),
-            Event::Walked {
-                busy,
-                runnable,
-                residents,
-                took,
-            } => {
-                self.log.debug(&format!(
-                    "stall guard: a walk over every thread ({:.1} ms): {runnable} runnable on the busy CPUs {}, {residents} threads live on the watched CPUs",
-                    took.as_secs_f64() * 1000.0,
-                    if busy.is_empty() { "(none)".to_string() } else { busy.to_string() }
-                ));
-                return;
-            }
-        }
-        self.dirty = true;
-    }
-
-    /// The stall guard's own figures, for the status and the metrics.
-    pub fn stall_figures(&mut self, f: &super::stalls::Figures) {
-        if let Some(g) = self.status.stalls.as_mut() {
-            g.lent_now = f.lent as u64;
-            g.cpu_s = f.cpu_s;
-            g.passes = f.work.passes;
-            g.quiet_passes = f.work.quiet_passes;
-            g.slept = f.work.slept;
-            g.walks = f.work.walks;
-            g.last_walk_ms = f.work.last_walk.as_secs_f64() * 1000.0;
-        }
-        if let Some((m, _)) = &self.metrics {
-            m.stall_figures(f.lent, f.cpu_s);
-        }
-    }
-
     /// Each service's CPU time now and since the last call, for the status and the metrics.
     pub fn service_figures(&mut self) {
         let r = self.cpu.read(std::time::Instant::now());
@@ -361,6 +253,9 @@ impl Books {
         self.dirty = true;
     }
 
+    /// A thread left on an affinity its owner set while isold narrowed it (`why`: when
+    /// isold found it so): counted, never a correction. Logged with -v only: a program that
+    /// pins its threads as it makes them can do so by the thousand.
     pub fn owner_pin(&mut self, label: &str, now: &str, why: &str) {
         self.log
             .debug(&format!("{label}: left on {now}, its owner's: {why}"));

@@ -1,4 +1,5 @@
-//! The socket `isold hook` talks to (`/run/isold/isold.sock`): a source of claims.
+//! The socket `isold hook` talks to (`/run/isold/isold.sock`): a source of claims, and a
+//! service of the daemon ([`HookSocket`]).
 //!
 //! A thread of its own accepts and reads the connections ([`crate::peers`]: bounded, each
 //! with a deadline), refuses a peer that is not root, parses each request line and hands
@@ -11,12 +12,14 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
 use std::time::Duration;
 
 use libtaskisol::claims::wire::{Message, Reply};
 use libtaskisol::claims::MAX_INPUT;
 
-use crate::peers::{self, Limits, Service};
+use super::service::{Ask, Cx, Request, Service};
+use crate::peers::{self, Limits};
 
 /// How the socket bounds its clients: 16 at once, 5 s from the accept to the whole request
 /// line, 120 s for the daemon's reply to be made and taken (the hook waits 60 s).
@@ -41,7 +44,7 @@ pub struct Server {
     pub wake: UnixStream,
     replies: Sender<(u64, Vec<u8>)>,
     /// Wakes the socket's thread for a reply.
-    reply_wake: UnixStream,
+    reply_wake: Arc<UnixStream>,
 }
 
 impl Server {
@@ -74,14 +77,8 @@ impl Server {
             requests,
             wake,
             replies,
-            reply_wake,
+            reply_wake: Arc::new(reply_wake),
         })
-    }
-
-    /// The fd to poll.
-    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        use std::os::fd::AsFd;
-        self.wake.as_fd()
     }
 
     /// The next request waiting, or `None`.
@@ -91,10 +88,13 @@ impl Server {
         self.requests.try_recv().ok()
     }
 
-    /// The reply to request `id`, written by the socket's thread.
-    pub fn answer(&self, id: u64, reply: &Reply) {
-        let _ = self.replies.send((id, line(reply)));
-        let _ = (&self.reply_wake).write_all(b"r");
+    /// Where the reply to request `id` goes: the socket's thread writes it.
+    pub fn answerer(&self, id: u64) -> impl FnOnce(&Reply) + 'static {
+        let (replies, wake) = (self.replies.clone(), self.reply_wake.clone());
+        move |reply| {
+            let _ = replies.send((id, line(reply)));
+            let _ = (&*wake).write_all(b"r");
+        }
     }
 }
 
@@ -117,7 +117,7 @@ struct Clients {
     notify_main: UnixStream,
 }
 
-impl Service<UnixStream> for Clients {
+impl peers::Service<UnixStream> for Clients {
     fn accepted(&mut self, conn: &UnixStream) -> Option<Vec<u8>> {
         match peer_uid(conn) {
             Some(0) => None,
@@ -153,4 +153,67 @@ fn peer_uid(s: &UnixStream) -> Option<u32> {
     nix::sys::socket::getsockopt(s, nix::sys::socket::sockopt::PeerCredentials)
         .ok()
         .map(|c| c.uid())
+}
+
+/// The socket as a service of the daemon: `None` when it could not be bound (said once:
+/// containers then start as `isold hook --if-down` says).
+#[derive(Debug, Default)]
+pub(super) struct HookSocket {
+    server: Option<Server>,
+}
+
+impl HookSocket {
+    /// Listen for `isold hook`. Opened before the first apply: a hook that connects
+    /// meanwhile waits for its answer.
+    pub fn open(cx: &mut Cx<'_>) -> HookSocket {
+        let path = crate::claims::socket_path(&cx.env.files.runtime);
+        match Server::bind(&path) {
+            Ok(s) => HookSocket { server: Some(s) },
+            Err(e) => {
+                cx.env.log.warn(&format!(
+                    "cannot listen on {}: {e}: containers cannot claim CPUs",
+                    path.display()
+                ));
+                HookSocket::default()
+            }
+        }
+    }
+}
+
+impl Service for HookSocket {
+    fn name(&self) -> &'static str {
+        "hook socket"
+    }
+
+    fn wake(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.server.as_ref().map(|s| s.wake.as_fd())
+    }
+
+    /// The requests waiting, for the daemon; one that could not be read is answered here.
+    fn on_wake(&mut self, cx: &mut Cx<'_>) -> Vec<Request> {
+        let Some(server) = self.server.as_ref() else {
+            return Vec::new();
+        };
+        let mut asked = Vec::new();
+        while let Some((id, msg)) = server.next() {
+            let answer = server.answerer(id);
+            let ask = match msg {
+                Err(e) => {
+                    cx.env.log.warn(&format!("socket: {e}"));
+                    answer(&Reply::said(false, e));
+                    continue;
+                }
+                Ok(Message::List {}) => Ask::List,
+                Ok(Message::Release { container }) => Ask::Release(container),
+                // What the hook asks is the hook's: `source` is NRI's word only.
+                Ok(Message::Claim(req)) => Ask::Claim(libtaskisol::claims::ClaimRequest {
+                    source: None,
+                    ..req
+                }),
+            };
+            asked.push(Request::new(ask, answer));
+        }
+        asked
+    }
 }

@@ -1,11 +1,11 @@
 //! The daemon: the policy in force and the parts that keep it (tasks, the partition, the
-//! latency request, the claims, the books), and what changes the policy (a reload, a claim
-//! made or released) or ends it (a stop).
+//! latency request, the claims, the books), its services (`service`), and what changes the
+//! policy (a reload, a claim made or released) or ends it (a stop).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use libtaskisol::claims::wire::{Message, Reply};
+use libtaskisol::claims::wire::Reply;
 use libtaskisol::claims::{Claim, ClaimRequest};
 use libtaskisol::events::{ProcEvents, Uevents};
 use libtaskisol::policy::config::OnStop;
@@ -15,7 +15,8 @@ use nix::sys::signal::Signal;
 
 use super::books::Books;
 use super::os::{give_back_memory, not_configured, notify, now_s, Env, Log};
-use super::{claims, hook_socket, partition, power, stalls, tasks};
+use super::service::{Ask, Lent, Note, Service, Services};
+use super::{claims, partition, power, tasks};
 use crate::cli::RunArgs;
 use crate::lifecycle::{self, StopKind};
 use crate::status::DaemonStatus;
@@ -64,14 +65,8 @@ pub(super) struct Daemon {
     pub(super) partition: partition::Partition,
     dma: power::DmaLatency,
     pub(super) claims: claims::Claims,
-    /// The socket `isold hook` talks to (`None` when it could not be bound: said once).
-    pub(super) server: Option<hook_socket::Server>,
-    /// The NRI plugin (`[containers] nri`).
-    pub(super) nri: Option<super::nri::Plugin>,
-    /// The stall guard's thread (`[stalls]`, on unless turned off).
-    pub(super) stalls: Option<stalls::StallGuard>,
-    /// The noise ledger's thread (`[noise]`, on unless turned off).
-    pub(super) noise: Option<super::noise::NoiseLedger>,
+    /// The services: the hook socket, the metrics, the stall guard, the noise ledger, NRI.
+    pub(super) services: Services,
 }
 
 /// An event source, or `None` with the status text and the one log line that say what
@@ -126,10 +121,7 @@ impl Daemon {
             partition: partition::Partition::default(),
             dma: power::DmaLatency::taken_back(&env),
             claims,
-            server: None,
-            nri: None,
-            stalls: None,
-            noise: None,
+            services: Services::default(),
             env,
         }
     }
@@ -173,17 +165,45 @@ impl Daemon {
         );
     }
 
-    /// Listen for `isold hook` (said once when the socket cannot be bound: containers then
-    /// start as `--if-down` says).
-    pub(super) fn open_socket(&mut self) {
-        let path = crate::claims::socket_path(&self.env.files.runtime);
-        match hook_socket::Server::bind(&path) {
-            Ok(s) => self.server = Some(s),
-            Err(e) => self.env.log.warn(&format!(
-                "cannot listen on {}: {e}: containers cannot claim CPUs",
-                path.display()
-            )),
-        }
+    /// What a call of a service may use of the daemon, and the services.
+    pub(super) fn lent(&mut self) -> (&mut Services, Lent<'_>) {
+        (
+            &mut self.services,
+            Lent {
+                env: &self.env,
+                policy: &self.policy,
+                claims: &self.claims.list,
+                books: &mut self.books,
+            },
+        )
+    }
+
+    /// A service started: `make` builds it with what it needs of the daemon.
+    pub(super) fn add<S: Service + 'static>(
+        &mut self,
+        make: impl FnOnce(&mut super::service::Cx<'_>) -> S,
+    ) {
+        let (services, lent) = self.lent();
+        services.add(lent, make);
+    }
+
+    /// The services told that the policy or the claims in force changed.
+    fn policy_told(&mut self) {
+        let (services, lent) = self.lent();
+        services.each(lent, |s, cx| s.policy_changed(cx));
+    }
+
+    /// Every service's figures into the books (at every task sweep).
+    pub(super) fn service_figures(&mut self) {
+        let (services, lent) = self.lent();
+        services.each(lent, |s, cx| s.figures(cx));
+        self.books.service_figures();
+    }
+
+    /// A note of the daemon's own to every service.
+    pub(super) fn tell(&mut self, note: Note) {
+        let (services, lent) = self.lent();
+        services.tell(note, lent);
     }
 
     /// Log and count what an apply changed (`initial`: one that puts a policy in force).
@@ -266,11 +286,6 @@ impl Daemon {
         if new == self.policy {
             self.env.log.info("reload: the configuration is unchanged");
         } else {
-            if self.policy.metrics() != new.metrics() {
-                self.env.log.info(
-                    "reload: [metrics] changed: the listener and the textfile change at the next restart",
-                );
-            }
             self.base = base;
             self.change_policy(new, Change::Reload);
         }
@@ -308,7 +323,7 @@ impl Daemon {
         // its narrowing while the item is on: give_back widens it by the freed CPUs only.
         let tasks_kept = new.narrows_tasks();
         // The stall guard's loans are its own to end (it knows when a thread has run), and
-        // the noise ledger's instance is the ledger's to remove (`follow_noise`, when
+        // the noise ledger's instance is the ledger's to remove (`noise::Noise`, when
         // `[noise]` is turned off, once its readers closed their files): no plan lists it,
         // and removing it here would disable its events under a ledger that records on.
         self.restore_uncovered(why, |id| {
@@ -322,8 +337,7 @@ impl Daemon {
         let before = self.policy.isolated.clone();
         self.give_back(why, &freed, &before);
         self.policy = new;
-        self.publish_view();
-        self.follow_stalls();
+        self.policy_told();
         self.books.policy_changed(&self.config_path, &self.policy);
         let rep = match engine::apply(&self.env.root, &scoped, &self.env.files) {
             Ok(rep) => {
@@ -398,11 +412,14 @@ impl Daemon {
     pub(super) fn set_claims(&mut self, claims: Vec<Claim>, change: Change) -> Option<Report> {
         let new = libtaskisol::claims::policy_with(&self.base, &claims);
         self.claims.list = claims;
-        let rep = self.change_policy(new, change);
+        let rep = self.change_policy(new.clone(), change);
         if let Err(e) = self.claims.save(&self.claims.list) {
             self.env.log.warn(&e);
         }
-        self.publish_view();
+        // The claims changed though the policy could not: the services learn them.
+        if self.policy != new {
+            self.policy_told();
+        }
         rep
     }
 
@@ -443,59 +460,42 @@ impl Daemon {
         true
     }
 
-    /// What a request on the socket asks, carried out: the reply.
-    pub(super) fn on_request(&mut self, msg: Message) -> Reply {
-        match msg {
-            Message::List {} => Reply {
+    /// Whether carrying `ask` out may change the policy in force (the scan thread is
+    /// stopped for it).
+    pub(super) fn changes_policy(&self, ask: &Ask) -> bool {
+        match ask {
+            Ask::List => false,
+            // Every container's stop and removal comes: only a claim's changes anything.
+            Ask::Release(id) => self.claims.of(id).is_some(),
+            Ask::Claim(_) | Ask::Follow(_) | Ask::Sync { .. } => true,
+        }
+    }
+
+    /// What a service asks, carried out: the reply.
+    pub(super) fn on_ask(&mut self, ask: Ask) -> Reply {
+        match ask {
+            Ask::List => Reply {
                 ok: true,
                 message: format!("{} claim(s)", self.claims.list.len()),
                 claims: self.claims.list.clone(),
             },
-            Message::Release { container } => self.release(&container),
-            // What the hook asks is the hook's: `source` is NRI's word only.
-            Message::Claim(req) => self.claim(&ClaimRequest {
-                source: None,
-                ..req
-            }),
-        }
-    }
-
-    /// `[containers] nri`: the plugin's thread started (it dials and registers by itself).
-    pub(super) fn start_nri(&mut self) {
-        let Some(c) = self.base.containers().filter(|c| c.nri) else {
-            return;
-        };
-        let view = super::nri::Published::default();
-        match super::nri::Plugin::start(
-            c.nri_socket.clone(),
-            self.env.log,
-            self.env.root.clone(),
-            view,
-        ) {
-            Ok(p) => {
-                self.books.status.nri = p.describe();
-                self.nri = Some(p);
-                self.publish_view();
+            Ask::Release(container) => self.release(&container),
+            Ask::Claim(req) => self.claim(&req),
+            Ask::Follow(req) => match self.follow(&req) {
+                Ok(()) => Reply::said(true, String::new()),
+                Err(e) => Reply::said(false, e),
+            },
+            Ask::Sync { existing, asks } => {
+                self.synchronize(&existing, asks);
+                Reply::said(true, String::new())
             }
-            Err(e) => self.env.log.warn(&format!("NRI: cannot start: {e}")),
-        }
-    }
-
-    /// The policy and the claims in force, to the NRI plugin's thread, which judges the
-    /// runtime's calls by them.
-    pub(super) fn publish_view(&self) {
-        if let Some(p) = &self.nri {
-            p.view.publish(super::nri::View {
-                policy: self.policy.clone(),
-                claims: self.claims.list.clone(),
-            });
         }
     }
 
     /// NRI's PostUpdateContainer: the claim of `req`'s container moved to its new cpuset,
     /// or, when that cannot be claimed, released (a claim never keeps CPUs its container no
     /// longer has).
-    pub(super) fn follow(&mut self, req: &ClaimRequest) -> Result<(), String> {
+    fn follow(&mut self, req: &ClaimRequest) -> Result<(), String> {
         if self
             .claims
             .of(&req.container)
@@ -520,7 +520,7 @@ impl Daemon {
 
     /// NRI's synchronization: NRI's claims whose container no longer exists released, the
     /// running containers' claims not held yet made.
-    pub(super) fn synchronize(&mut self, existing: &[String], asks: Vec<ClaimRequest>) {
+    fn synchronize(&mut self, existing: &[String], asks: Vec<ClaimRequest>) {
         let gone: Vec<String> = self
             .claims
             .list
@@ -545,7 +545,7 @@ impl Daemon {
     }
 
     /// A container stopped: its CPUs given back.
-    pub(super) fn release(&mut self, container: &str) -> Reply {
+    fn release(&mut self, container: &str) -> Reply {
         let Some(c) = self.claims.of(container).cloned() else {
             return Reply::said(
                 true,
@@ -562,7 +562,7 @@ impl Daemon {
     }
 
     /// A container starts and asks for its CPUs: checked, kept, applied.
-    pub(super) fn claim(&mut self, req: &ClaimRequest) -> Reply {
+    fn claim(&mut self, req: &ClaimRequest) -> Reply {
         let refused = |books: &mut Books, reason: &str, e: &dyn std::fmt::Display| {
             books.refused(reason, &format!("claim refused: {e}"));
             Reply::said(false, format!("claim refused: {e}"))
@@ -595,10 +595,9 @@ impl Daemon {
     /// CPUs; a shutdown would remove the boot-time files the next boot needs).
     pub(super) fn stop(&mut self, sig: Signal) -> i32 {
         self.books.log_tasks();
-        // Loans are never left behind, whatever on_stop says: a lent thread's policy is
-        // isold's only while isold watches it.
-        self.stop_stall_guard();
-        self.stop_noise_ledger();
+        // Loans are never left behind, whatever on_stop says (the stall guard's stop).
+        let (services, lent) = self.lent();
+        services.each(lent, |s, cx| s.stop(cx));
         let kind = match self.policy.on_stop() {
             OnStop::Keep => None,
             OnStop::Restore => Some(lifecycle::stop_kind()),

@@ -27,10 +27,16 @@
 //! `on_stop = "restore"` a plain stop restores, a restart or a shutdown never does (see
 //! [`crate::lifecycle`]).
 //!
+//! The services beside the policy (the stall guard, the noise ledger, the NRI plugin, the
+//! hook socket, the metrics publisher) are rooms of their own behind one interface
+//! (`service`): each owns its thread, start, reload and stop, its status lines and
+//! metrics; the loop polls their wakes and carries out what they ask.
+//!
 //! The parts import downward only: `os` and `cpu` (each service's CPU time) at the bottom;
-//! `books` (the status and metrics records) on them; `scanner`, `tasks`, `partition`, `power`, `publish`, `claims` and
-//! `hook_socket` on those; `isolator` composes them into the daemon, `serve` is the loop
-//! over it, and this module starts it.
+//! `books` (the status and metrics records) on them; `service` (the services' interface) on
+//! those; `scanner`, `tasks`, `partition`, `power`, `claims` and the services (`stalls`,
+//! `noise`, `nri`, `hook_socket`, `publish`) on those; `isolator` composes them into the
+//! daemon, `serve` is the loop over it, and this module starts it.
 
 mod books;
 mod claims;
@@ -45,9 +51,9 @@ mod power;
 mod publish;
 mod scanner;
 mod serve;
+mod service;
 mod stalls;
 mod tasks;
-mod watchers;
 
 use std::path::Path;
 
@@ -129,20 +135,22 @@ pub fn run(root: &SysRoot, config_path: &Path, files: &StateFiles, args: &RunArg
     let mut d = Daemon::new(env, config_path, base, policy, claims, args);
     // Subscribe before the first apply: a task started meanwhile is seen either way.
     d.open_events(args);
-    // A hook that connects during the first apply waits for its answer.
-    d.open_socket();
+    // The services, each started here, in the order they are called in. The hook socket
+    // first: a hook that connects during the first apply waits for its answer.
+    d.add(hook_socket::HookSocket::open);
     if let Err(code) = d.first_apply() {
         return code;
     }
     d.release_dead_claims();
     d.reconcile(&claimable);
-    d.books.metrics = publish::start(&d.env, &d.policy, d.books.status.contested.is_empty());
-    d.start_stall_guard();
+    // The metrics before the others, which count into them.
+    d.add(publish::Publisher::start);
+    d.add(stalls::Guard::start);
     // Ready once the ledger has enabled its events (or said why not): a workload started
     // after isold is ready never has that work queued behind it.
-    d.start_noise_ledger();
+    d.add(noise::Noise::start);
     d.ready();
-    d.start_nri();
+    d.add(nri::Nri::start);
     serve::serve(d, &signals, args)
 }
 

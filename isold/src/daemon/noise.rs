@@ -1,4 +1,4 @@
-//! The noise ledger's thread (`[noise]`, on by default): it records every interruption of
+//! The noise ledger (`[noise]`, on by default), a service of the daemon ([`Noise`]): its thread records every interruption of
 //! the isolated CPUs in a tracefs instance of its own (libtaskisol::noise) and reads it every
 //! `interval` from a housekeeping CPU, without ever blocking on the kernel's buffers (a
 //! blocking reader makes the writer wake it with an irq_work on the CPU recorded). Its sums
@@ -26,6 +26,7 @@ use libtaskisol::policy::state::{Entry, Original, StateFiles};
 use libtaskisol::{CpuSet, SysRoot};
 
 use super::os::now_s;
+use super::service::{Cx, Note, Recording, Service};
 use crate::metrics::Metrics;
 
 /// How often a ledger that could not start tries again (tracefs mounted late, or the first
@@ -401,5 +402,165 @@ fn run(
         }
         drop(sh);
         out.write(&state, &cpus);
+    }
+}
+
+impl Recording for Mutex<Shared> {
+    fn recording(&self) -> Option<(String, CpuSet)> {
+        self.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .recording
+            .clone()
+    }
+}
+
+/// The noise ledger as a service of the daemon: its thread while `[noise]` has it on, its
+/// lines in the status (`noise`); its metrics are counted by its thread.
+#[derive(Debug, Default)]
+pub(super) struct Noise {
+    thread: Option<NoiseLedger>,
+    /// Turned off by a reload: its instance goes once the others closed its files.
+    removing: bool,
+}
+
+/// The CPUs the ledger records under `policy`: every isolated one but `[noise] ignore_cpus`.
+fn noise_cpus(policy: &libtaskisol::policy::Policy) -> CpuSet {
+    policy.isolated.difference(&policy.noise().ignore_cpus)
+}
+
+impl Noise {
+    /// The ledger started for the policy in force, when `[noise]` has it on. It enables its
+    /// events now, at the daemon's start, before the workload should run (enabling
+    /// interrupts every CPU once); the daemon says it is ready after.
+    pub fn start(cx: &mut Cx<'_>) -> Noise {
+        let mut n = Noise::default();
+        n.start_thread(cx);
+        n
+    }
+
+    fn start_thread(&mut self, cx: &mut Cx<'_>) {
+        let cfg = cx.policy.noise().clone();
+        let state = if !cfg.enabled {
+            "off ([noise] enabled = false)".to_string()
+        } else {
+            let metrics = cx.books.metrics.as_ref().map(|(m, _)| m.clone());
+            match NoiseLedger::start(
+                cx.env.root.clone(),
+                noise_cpus(cx.policy),
+                crate::metrics::scope_of(cx.policy),
+                cfg,
+                metrics,
+                cx.books.noise_file(),
+                Books {
+                    files: cx.env.files.clone(),
+                    isolated: cx.policy.isolated.to_string(),
+                    config: cx.policy.config_file().display().to_string(),
+                },
+            ) {
+                Ok(n) => {
+                    cx.board.say(Note::Ledger(Some(n.shared.clone())));
+                    // Its events enabled before the daemon says it is ready (at most 10 s).
+                    let state = if n.wait_started(Duration::from_secs(10)) {
+                        n.shared
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .state
+                            .clone()
+                    } else {
+                        "starting".to_string()
+                    };
+                    self.thread = Some(n);
+                    state
+                }
+                Err(e) => format!("off (its thread could not start: {e})"),
+            }
+        };
+        cx.env.log.info(&format!("noise ledger: {state}"));
+        cx.books.status.noise = Some(crate::status::NoiseStatus {
+            state,
+            ..Default::default()
+        });
+        cx.books.dirty = true;
+    }
+}
+
+impl Service for Noise {
+    fn name(&self) -> &'static str {
+        "noise ledger"
+    }
+
+    /// It records the new policy's CPUs (started or stopped when `[noise] enabled`
+    /// changed).
+    fn policy_changed(&mut self, cx: &mut Cx<'_>) {
+        match (&self.thread, cx.policy.noise().enabled) {
+            (Some(n), true) => n.send(Ctl::Watch(
+                noise_cpus(cx.policy),
+                Box::new(crate::metrics::scope_of(cx.policy)),
+                cx.policy.noise().clone(),
+            )),
+            (Some(_), false) => {
+                if let Some(n) = self.thread.take() {
+                    n.stop();
+                }
+                // Turned off: its instance goes too (its events disabled, once), when the
+                // others closed its files (`hear`).
+                self.removing = true;
+                cx.board.say(Note::Ledger(None));
+            }
+            (None, true) => self.start_thread(cx),
+            (None, false) => {}
+        }
+    }
+
+    fn hear(&mut self, note: &Note, cx: &mut Cx<'_>) {
+        if !(self.removing && matches!(note, Note::Ledger(None))) {
+            return;
+        }
+        self.removing = false;
+        if let Err(e) = remove_instance(&cx.env.root, &cx.env.files) {
+            cx.env
+                .log
+                .warn(&format!("noise ledger: its instance not removed: {e}"));
+        }
+        self.start_thread(cx);
+    }
+
+    /// Its figures now, for the status.
+    fn figures(&mut self, cx: &mut Cx<'_>) {
+        let Some(n) = self.thread.as_ref() else {
+            return;
+        };
+        let sh = n.shared.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let st = cx.books.status.noise.get_or_insert_with(Default::default);
+        let longest: Vec<(usize, f64, String)> = sh
+            .per_cpu
+            .iter()
+            .filter_map(|(&cpu, s)| {
+                s.longest
+                    .as_ref()
+                    .map(|l| (cpu, l.net_ns as f64 / 1e9, l.source.name.clone()))
+            })
+            .collect();
+        let events = sh
+            .per_cpu
+            .values()
+            .flat_map(|s| s.by_source.values())
+            .map(|t| t.events)
+            .sum();
+        if st.state != sh.state || st.longest != longest || st.events != events {
+            st.state = sh.state;
+            st.longest = longest;
+            st.events = events;
+            st.lost_pages = sh.lost_pages;
+            st.cpu_s = sh.cpu_s;
+            cx.books.dirty = true;
+        }
+    }
+
+    /// The thread ended, its instance left recording (for the next start to adopt).
+    fn stop(&mut self, _cx: &mut Cx<'_>) {
+        if let Some(n) = self.thread.take() {
+            n.stop();
+        }
     }
 }

@@ -3,16 +3,15 @@
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use libtaskisol::claims::wire::{Message, Reply};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use nix::sys::signalfd::SignalFd;
 
 use super::isolator::Daemon;
-use super::nri::Ask;
 use super::os::notify;
 use super::os::secs;
 use super::scanner::{Ctl, ScanMsg, Scanner};
+use super::service::{Note, Request};
 use crate::cli::RunArgs;
 
 /// The main thread's timed work: the task sweep, the partition check without inotify, the
@@ -89,9 +88,7 @@ impl Timers {
             tasks.sweep(&mut cx);
             tasks.forget_gone(&mut cx, now);
             d.books.refresh_waiting(&d.env.root, &d.policy);
-            d.stall_figures();
-            d.noise_figures();
-            d.books.service_figures();
+            d.service_figures();
             self.next_sweep = Instant::now() + self.task_interval;
         }
         if !d.tasks.new_kthreads.is_empty() {
@@ -124,9 +121,8 @@ struct Ready {
     uevents: bool,
     inotify: bool,
     scanner: bool,
-    socket: bool,
-    nri: bool,
-    stalls: bool,
+    /// The services whose wake was readable, by index.
+    services: Vec<usize>,
 }
 
 /// Sleep in poll(2) on every source until one is readable or `timeout` passes; `None` when
@@ -145,16 +141,21 @@ fn wait_for(
         d.tasks.procs.as_ref().map(|p| p.as_fd()),
         d.uevents.as_ref().map(|u| u.as_fd()),
         d.partition.inotify.as_ref().map(|i| i.as_fd()),
-        d.server.as_ref().map(|s| s.as_fd()),
-        d.nri.as_ref().map(|n| n.wake.as_fd()),
-        d.stalls.as_ref().map(|g| g.wake.as_fd()),
     ];
-    let [proc_i, uev_i, ino_i, sock_i, nri_i, stall_i] = sources.map(|fd| {
+    let [proc_i, uev_i, ino_i] = sources.map(|fd| {
         fd.map(|fd| {
             fds.push(PollFd::new(fd, PollFlags::POLLIN));
             fds.len() - 1
         })
     });
+    let services: Vec<(usize, usize)> = d
+        .services
+        .wakes()
+        .map(|(i, fd)| {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+            (i, fds.len() - 1)
+        })
+        .collect();
     if let Err(e) = nix::poll::poll(&mut fds, timeout) {
         if e != nix::errno::Errno::EINTR {
             d.env.log.warn(&format!("poll: {e}"));
@@ -170,9 +171,11 @@ fn wait_for(
         procs: ready(proc_i),
         uevents: ready(uev_i),
         inotify: ready(ino_i),
-        socket: ready(sock_i),
-        nri: ready(nri_i),
-        stalls: ready(stall_i),
+        services: services
+            .into_iter()
+            .filter(|&(_, at)| ready(Some(at)))
+            .map(|(i, _)| i)
+            .collect(),
     })
 }
 
@@ -200,8 +203,8 @@ pub(super) fn serve(mut d: Daemon, signals: &SignalFd, args: &RunArgs) -> i32 {
                 tasks.full_scan(&mut cx);
             }
             let started = std::mem::take(&mut d.tasks.started);
-            if let Some(g) = d.stalls.as_ref().filter(|_| !started.is_empty()) {
-                g.send(super::stalls::Ctl::Look(started));
+            if !started.is_empty() {
+                d.tell(Note::Started(started));
             }
         }
         if ready.uevents {
@@ -216,16 +219,10 @@ pub(super) fn serve(mut d: Daemon, signals: &SignalFd, args: &RunArgs) -> i32 {
         if ready.scanner {
             d.on_scan_messages(&scanner);
         }
-        if ready.stalls {
-            d.on_stall_events();
-        }
-        if ready.socket {
-            if let Some(code) = d.on_socket(&mut scanner, timers.interval) {
-                return code;
-            }
-        }
-        if ready.nri {
-            if let Some(code) = d.on_nri(&mut scanner, timers.interval) {
+        for i in ready.services {
+            let (services, lent) = d.lent();
+            let asked = services.wake(i, lent);
+            if let Some(code) = d.carry_out(asked, &mut scanner, timers.interval) {
                 return code;
             }
         }
@@ -264,99 +261,29 @@ impl Daemon {
         }
     }
 
-    /// The requests waiting on the socket, each answered; a claim or release changes the
-    /// policy with the scan thread stopped (`Some(exit code)` if it cannot be started again).
-    fn on_socket(&mut self, scanner: &mut Scanner, interval: Duration) -> Option<i32> {
-        loop {
-            let (id, msg) = self.server.as_ref()?.next()?;
-            let reply = match msg {
-                Err(e) => {
-                    self.env.log.warn(&format!("socket: {e}"));
-                    Reply::said(false, e)
-                }
-                Ok(m @ Message::List {}) => self.on_request(m),
-                Ok(m) => {
-                    scanner.stop();
-                    let r = self.on_request(m);
-                    match self.scanner(interval) {
-                        Some(s) => *scanner = s,
-                        None => {
-                            self.answer(id, &r);
-                            return Some(self.stop(Signal::SIGTERM).max(crate::exit::EXIT_FAILURE));
-                        }
-                    }
-                    r
-                }
-            };
-            self.answer(id, &reply);
-        }
-    }
-
-    /// What NRI's runtime asked, carried out; a change of the claims with the scan thread
-    /// stopped (`Some(exit code)` if it cannot be started again).
-    fn on_nri(&mut self, scanner: &mut Scanner, interval: Duration) -> Option<i32> {
-        loop {
-            let Some((ask, answer)) = self.nri.as_ref()?.next() else {
-                let nri = self.nri.as_ref()?;
-                let line = nri.describe();
-                if let Some((m, _)) = &self.books.metrics {
-                    m.nri_connected(nri.connected());
-                }
-                if line != self.books.status.nri {
-                    self.books.status.nri = line;
-                    self.books.dirty = true;
-                }
-                return None;
-            };
-            let word = match ask {
-                Ask::Refused { reason, message } => {
-                    self.books.refused(reason, &message);
-                    Err(message)
-                }
-                // Every container's stop and removal comes: only a claim's changes anything,
-                // and the others leave the scan thread running.
-                Ask::Release(id) if self.claims.of(&id).is_none() => Ok(()),
-                changing => {
-                    scanner.stop();
-                    let word = match changing {
-                        Ask::Claim(req) => {
-                            let r = self.claim(&req);
-                            if r.ok {
-                                Ok(())
-                            } else {
-                                Err(r.message)
-                            }
-                        }
-                        Ask::Follow(req) => self.follow(&req),
-                        Ask::Release(id) => {
-                            self.release(&id);
-                            Ok(())
-                        }
-                        Ask::Sync { existing, asks } => {
-                            self.synchronize(&existing, asks);
-                            Ok(())
-                        }
-                        Ask::Refused { .. } => unreachable!("answered above"),
-                    };
-                    match self.scanner(interval) {
-                        Some(s) => *scanner = s,
-                        None => {
-                            return Some(self.stop(Signal::SIGTERM).max(crate::exit::EXIT_FAILURE))
-                        }
-                    }
-                    word
-                }
-            };
-            if let Some(a) = answer {
-                let _ = a.send(word);
+    /// What the services asked, each carried out and answered in turn; one that may change
+    /// the policy with the scan thread stopped (`Some(exit code)` if it cannot be started
+    /// again).
+    fn carry_out(
+        &mut self,
+        asked: Vec<Request>,
+        scanner: &mut Scanner,
+        interval: Duration,
+    ) -> Option<i32> {
+        for Request { ask, answer } in asked {
+            if !self.changes_policy(&ask) {
+                answer(&self.on_ask(ask));
+                continue;
+            }
+            scanner.stop();
+            let reply = self.on_ask(ask);
+            answer(&reply);
+            match self.scanner(interval) {
+                Some(s) => *scanner = s,
+                None => return Some(self.stop(Signal::SIGTERM).max(crate::exit::EXIT_FAILURE)),
             }
         }
-    }
-
-    fn answer(&self, id: u64, reply: &Reply) {
-        if let Some(s) = &self.server {
-            s.answer(id, reply);
-        }
+        None
     }
 
     /// SIGHUP reloads (with a new scan thread); SIGTERM and SIGINT stop: `Some(exit code)`.

@@ -1,7 +1,8 @@
-//! The stall guard's thread (`[stalls]`, on by default): every `interval` it looks at the
-//! isolated CPUs from a housekeeping CPU (libtaskisol::stalls) and lends a starving thread a
-//! bounded slice. What it did goes to the main thread, which logs and counts it; a stop
-//! gives every loan back before the daemon ends.
+//! The stall guard (`[stalls]`, on by default), a service of the daemon: its thread looks at
+//! the isolated CPUs from a housekeeping CPU every `interval` (libtaskisol::stalls) and lends
+//! a starving thread a bounded slice. What it did goes to the main thread, which logs and
+//! counts it here ([`Guard`]: its status lines and metrics); a stop gives every loan back
+//! before the daemon ends.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
@@ -10,10 +11,11 @@ use std::time::Instant;
 use libtaskisol::cpuwatch::EventCounts;
 use libtaskisol::policy::state::StateFiles;
 use libtaskisol::policy::Policy;
-use libtaskisol::stalls::{self, Event, Guard, Watch};
+use libtaskisol::stalls::{self, Event, Watch};
 use libtaskisol::{CpuSet, SysRoot};
 
 use super::os::thread_cpu_ns;
+use super::service::{Cx, Note, Recording, Request, Service};
 
 /// How long a stop waits for the guard's thread.
 pub const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
@@ -27,7 +29,7 @@ pub enum Ctl {
     Look(Vec<(i32, i32)>),
     /// The noise ledger's shared figures: where it records task switches on the watched
     /// CPUs, whose event counts spare the guard's passes `/proc/stat` while those CPUs idle.
-    Ledger(Arc<Mutex<super::noise::Shared>>),
+    Ledger(Arc<dyn Recording>),
     /// Close the ledger's files the guard keeps open (its instance is about to be removed,
     /// which they would keep busy), then say so.
     CloseCounts(Sender<()>),
@@ -192,9 +194,9 @@ fn run(
     notify_main: std::os::unix::net::UnixStream,
     figures: &Mutex<Figures>,
 ) {
-    let mut guard = Guard::new(watch);
+    let mut guard = stalls::Guard::new(watch);
     let mut next = Instant::now() + guard.interval();
-    let mut ledger: Option<Arc<Mutex<super::noise::Shared>>> = None;
+    let mut ledger: Option<Arc<dyn Recording>> = None;
     let mut counted: Option<(String, CpuSet)> = None;
     let send = |events: Vec<Event>| {
         if events.is_empty() {
@@ -237,12 +239,7 @@ fn run(
         }
         // The ledger's instance as it records now (it restarts, moves to other CPUs,
         // stops): its counts opened again when it changed.
-        let now_recording = ledger.as_ref().and_then(|l| {
-            l.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .recording
-                .clone()
-        });
+        let now_recording = ledger.as_ref().and_then(|l| l.recording());
         if now_recording != counted {
             guard.set_event_counts(
                 now_recording
@@ -262,5 +259,253 @@ fn run(
             f.work = guard.work.clone();
         }
         send(events);
+    }
+}
+
+/// The stall guard as a service of the daemon: its thread while `[stalls]` has it on, its
+/// lines in the status (`stalls`) and its metrics.
+#[derive(Debug, Default)]
+pub(super) struct Guard {
+    thread: Option<StallGuard>,
+    /// `[stalls] lend_for` as the rescue lines say it.
+    lend_for: String,
+}
+
+impl Guard {
+    /// The guard started for the policy in force, when `[stalls]` has it on.
+    pub fn start(cx: &mut Cx<'_>) -> Guard {
+        let mut g = Guard::default();
+        g.start_thread(cx);
+        g
+    }
+
+    fn start_thread(&mut self, cx: &mut Cx<'_>) {
+        let st = cx.policy.stalls();
+        let watch = watch_of(cx.policy, &cx.env.files);
+        let fair = fair_server_said(&cx.env.root, &watch.cpus);
+        let said = if !st.enabled {
+            "off ([stalls] enabled = false)".to_string()
+        } else if watch.cpus.is_empty() {
+            "off (no isolated CPU to watch)".to_string()
+        } else {
+            match StallGuard::start(cx.env.root.clone(), watch.clone()) {
+                Ok(g) => {
+                    if let Some(l) = &cx.board.ledger {
+                        g.send(Ctl::Ledger(l.clone()));
+                    }
+                    self.thread = Some(g);
+                    format!(
+                        "on: CPUs {}, a thread runnable {} s without running is lent SCHED_DEADLINE {} us every {} us for up to {} s",
+                        watch.cpus,
+                        st.threshold.as_secs_f64(),
+                        st.runtime_us,
+                        st.period_us,
+                        st.lend_for.as_secs_f64()
+                    )
+                }
+                Err(e) => format!("off (its thread could not start: {e})"),
+            }
+        };
+        cx.env.log.info(&format!(
+            "stall guard: {said}; the kernel's fair server: {fair}"
+        ));
+        self.lend_for = format!("{} s", st.lend_for.as_secs_f64());
+        let s = cx.books.status.stalls.get_or_insert_with(Default::default);
+        s.guard = said;
+        s.fair_server = fair;
+        cx.books.dirty = true;
+    }
+
+    /// Every loan given back and the thread ended.
+    fn stop_thread(&mut self, cx: &mut Cx<'_>) {
+        if let Some(g) = self.thread.take() {
+            for e in g.stop() {
+                self.event(&e, cx);
+            }
+        }
+    }
+
+    /// What the guard did: a rescue is said once per thread and episode, counted each time;
+    /// a loan's end is said at -v.
+    fn event(&self, e: &Event, cx: &mut Cx<'_>) {
+        use crate::status::{Correction, Stalls};
+        use libtaskisol::stalls::How;
+        let log = cx.env.log;
+        let books = &mut *cx.books;
+        let g = books.status.stalls.get_or_insert_with(Stalls::default);
+        match e {
+            Event::Rescued(r) => {
+                let what = format!(
+                    "{} waited {:.1} s runnable on CPU {}{}: lent {} for up to {}",
+                    r.thread.label(),
+                    r.waited.as_secs_f64(),
+                    r.thread.cpu,
+                    r.behind
+                        .as_ref()
+                        .map_or_else(String::new, |b| format!(" behind {b}")),
+                    r.how,
+                    self.lend_for
+                );
+                g.rescues += 1;
+                *g.by_cpu.entry(format!("CPU {}", r.thread.cpu)).or_default() += 1;
+                g.last = Some(Correction {
+                    at: super::os::now_s(),
+                    item: "stalls".into(),
+                    label: r.thread.label(),
+                    what: what.clone(),
+                });
+                if r.first_of_episode {
+                    log.info(&format!("stall guard: {what}"));
+                } else {
+                    log.debug(&format!("stall guard: again: {what}"));
+                }
+                if let Some((m, _)) = &books.metrics {
+                    m.stall_rescue(r.thread.cpu, r.kind.as_str(), r.waited.as_secs_f64());
+                }
+            }
+            Event::Returned {
+                label,
+                cpu,
+                held,
+                ran,
+                used,
+                to,
+                how,
+            } => {
+                *g.lent_s_by_cpu.entry(format!("CPU {cpu}")).or_default() += used.as_secs_f64();
+                if let Some((m, _)) = &books.metrics {
+                    m.stall_lent(*cpu, used.as_secs_f64());
+                }
+                let how = match how {
+                    How::Deadline => String::new(),
+                    How::Fifo(p) => format!(", by SCHED_FIFO {p} pulses"),
+                };
+                let what = match to {
+                    // Its CPU time went with it.
+                    None => format!("it ran to its end{how}), thread gone"),
+                    Some(t) => format!(
+                        "{}, {:.1} ms of CPU{how}), back to {t}",
+                        if *ran { "it ran" } else { "it did not run" },
+                        used.as_secs_f64() * 1000.0
+                    ),
+                };
+                log.debug(&format!(
+                    "stall guard: {label} on CPU {cpu}: loan ended after {:.2} s ({what}",
+                    held.as_secs_f64()
+                ))
+            }
+            Event::Failed(msg) => log.warn(msg),
+            Event::Walked {
+                busy,
+                runnable,
+                residents,
+                took,
+            } => {
+                log.debug(&format!(
+                    "stall guard: a walk over every thread ({:.1} ms): {runnable} runnable on the busy CPUs {}, {residents} threads live on the watched CPUs",
+                    took.as_secs_f64() * 1000.0,
+                    if busy.is_empty() { "(none)".to_string() } else { busy.to_string() }
+                ));
+                return;
+            }
+        }
+        books.dirty = true;
+    }
+}
+
+impl Service for Guard {
+    fn name(&self) -> &'static str {
+        "stall guard"
+    }
+
+    fn wake(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.thread.as_ref().map(|g| g.wake.as_fd())
+    }
+
+    /// What the thread reported: logged and counted.
+    fn on_wake(&mut self, cx: &mut Cx<'_>) -> Vec<Request> {
+        let Some(g) = self.thread.as_ref() else {
+            return Vec::new();
+        };
+        let mut byte = [0u8; 64];
+        while matches!(std::io::Read::read(&mut &g.wake, &mut byte), Ok(n) if n > 0) {}
+        let events: Vec<_> = g.events.try_iter().collect();
+        for e in &events {
+            self.event(e, cx);
+        }
+        self.figures(cx);
+        Vec::new()
+    }
+
+    /// It watches the new policy's CPUs with its settings (started or stopped when
+    /// `[stalls] enabled` changed).
+    fn policy_changed(&mut self, cx: &mut Cx<'_>) {
+        let on = cx.policy.stalls().enabled;
+        match (&self.thread, on) {
+            (Some(g), true) => {
+                self.lend_for = format!("{} s", cx.policy.stalls().lend_for.as_secs_f64());
+                g.send(Ctl::Watch(Box::new(watch_of(cx.policy, &cx.env.files))));
+                if let Some(s) = cx.books.status.stalls.as_mut() {
+                    s.guard = s
+                        .guard
+                        .split_once(", a thread")
+                        .map_or(s.guard.clone(), |(_, rest)| {
+                            format!("on: CPUs {}, a thread{rest}", watched(cx.policy))
+                        });
+                }
+            }
+            (Some(_), false) | (None, true) => {
+                self.stop_thread(cx);
+                self.start_thread(cx);
+            }
+            (None, false) => {}
+        }
+    }
+
+    fn hear(&mut self, note: &Note, cx: &mut Cx<'_>) {
+        let Some(g) = self.thread.as_ref() else {
+            return;
+        };
+        match note {
+            Note::Ledger(Some(l)) => g.send(Ctl::Ledger(l.clone())),
+            // The instance goes: its files the guard keeps open would keep it busy.
+            Note::Ledger(None) => {
+                if !g.close_counts(STOP_WAIT) {
+                    cx.env
+                        .log
+                        .warn("stall guard: the noise ledger's files not closed in time");
+                }
+            }
+            Note::Started(ids) => g.send(Ctl::Look(ids.clone())),
+        }
+    }
+
+    /// Its own figures (the status file and the metrics follow them).
+    fn figures(&mut self, cx: &mut Cx<'_>) {
+        let Some(g) = self.thread.as_ref() else {
+            return;
+        };
+        let f = g.figures.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let books = &mut *cx.books;
+        if let Some(s) = books.status.stalls.as_mut() {
+            s.lent_now = f.lent as u64;
+            s.cpu_s = f.cpu_s;
+            s.passes = f.work.passes;
+            s.quiet_passes = f.work.quiet_passes;
+            s.slept = f.work.slept;
+            s.walks = f.work.walks;
+            s.last_walk_ms = f.work.last_walk.as_secs_f64() * 1000.0;
+        }
+        if let Some((m, _)) = &books.metrics {
+            m.stall_figures(f.lent, f.cpu_s);
+        }
+        books.dirty = true;
+    }
+
+    /// Loans are never left behind, whatever `on_stop` says: a lent thread's policy is
+    /// isold's only while isold watches it.
+    fn stop(&mut self, cx: &mut Cx<'_>) {
+        self.stop_thread(cx);
     }
 }

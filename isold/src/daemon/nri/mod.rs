@@ -59,6 +59,7 @@ use libtaskisol::policy::Policy;
 use libtaskisol::SysRoot;
 
 use super::os::Log;
+use super::service::{self, Ask as Asked, Cx, Service};
 
 mod session;
 #[cfg(test)]
@@ -368,4 +369,97 @@ fn answered(ctx_link: &Mutex<Link>, notify_main: &UnixStream, took: Duration) {
         .unwrap_or_else(|e| e.into_inner())
         .answered(took);
     let _ = (&*notify_main).write_all(b"a");
+}
+
+/// The NRI plugin as a service of the daemon (`[containers] nri`): its thread, its status
+/// line (`nri`) and `isold_nri_connected`.
+#[derive(Debug, Default)]
+pub(super) struct Nri {
+    plugin: Option<Plugin>,
+}
+
+impl Nri {
+    /// The plugin's thread started when the configuration asks for it (it dials and
+    /// registers by itself), with the policy and claims in force to judge by.
+    pub fn start(cx: &mut Cx<'_>) -> Nri {
+        let Some(c) = cx.policy.containers().filter(|c| c.nri) else {
+            return Nri::default();
+        };
+        match Plugin::start(
+            c.nri_socket.clone(),
+            cx.env.log,
+            cx.env.root.clone(),
+            Published::default(),
+        ) {
+            Ok(p) => {
+                cx.books.status.nri = p.describe();
+                let mut n = Nri { plugin: Some(p) };
+                n.policy_changed(cx);
+                n
+            }
+            Err(e) => {
+                cx.env.log.warn(&format!("NRI: cannot start: {e}"));
+                Nri::default()
+            }
+        }
+    }
+}
+
+impl Service for Nri {
+    fn name(&self) -> &'static str {
+        "NRI plugin"
+    }
+
+    fn wake(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.plugin.as_ref().map(|p| p.wake.as_fd())
+    }
+
+    /// What the runtime's calls asked: a refusal counted and answered here, the rest for the
+    /// daemon to carry out; the connection's state to the status and the metrics.
+    fn on_wake(&mut self, cx: &mut Cx<'_>) -> Vec<service::Request> {
+        let Some(p) = self.plugin.as_ref() else {
+            return Vec::new();
+        };
+        let mut asked = Vec::new();
+        while let Some((ask, answer)) = p.next() {
+            let reply = move |r: &libtaskisol::claims::wire::Reply| {
+                if let Some(a) = answer {
+                    let _ = a.send(if r.ok { Ok(()) } else { Err(r.message.clone()) });
+                }
+            };
+            let ask = match ask {
+                Ask::Refused { reason, message } => {
+                    cx.books.refused(reason, &message);
+                    reply(&libtaskisol::claims::wire::Reply::said(false, message));
+                    continue;
+                }
+                Ask::Claim(req) => Asked::Claim(req),
+                Ask::Follow(req) => Asked::Follow(req),
+                Ask::Release(id) => Asked::Release(id),
+                Ask::Sync { existing, asks } => Asked::Sync { existing, asks },
+            };
+            asked.push(service::Request::new(ask, reply));
+        }
+        let line = p.describe();
+        if let Some((m, _)) = &cx.books.metrics {
+            m.nri_connected(p.connected());
+        }
+        if line != cx.books.status.nri {
+            cx.books.status.nri = line;
+            cx.books.dirty = true;
+        }
+        asked
+    }
+
+    /// The policy and the claims in force, to the plugin's thread, which judges the
+    /// runtime's calls by them.
+    fn policy_changed(&mut self, cx: &mut Cx<'_>) {
+        if let Some(p) = &self.plugin {
+            p.view.publish(View {
+                policy: cx.policy.clone(),
+                claims: cx.claims.to_vec(),
+            });
+        }
+    }
 }
