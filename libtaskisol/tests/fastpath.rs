@@ -203,7 +203,17 @@ fn a_watch_sees_a_drifted_value_and_a_new_irq_and_nothing_else() {
         "already right",
         "verify agrees with the watch"
     );
+    // A text longer than the first read's 512 bytes is read whole, then as it changes.
+    let long = |cpus: &str| format!("{cpus}{}\n", " ".repeat(600));
+    std::fs::write(&irq4, long("0-1")).unwrap();
+    assert_eq!(w.drifted(&s.root), None, "a long text that holds");
+    std::fs::write(&irq4, long("1-2")).unwrap();
+    assert_eq!(
+        w.drifted(&s.root).as_deref(),
+        Some("/proc/irq/4/smp_affinity_list")
+    );
     std::fs::write(&irq4, "0-1\n").unwrap();
+    assert_eq!(w.drifted(&s.root), None, "short again");
     std::fs::create_dir_all(s.tree.join("proc/irq/99")).unwrap();
     assert_eq!(w.drifted(&s.root).as_deref(), Some("/proc/irq"));
     std::fs::remove_dir(s.tree.join("proc/irq/99")).unwrap();

@@ -44,6 +44,8 @@ struct Item {
     path: String,
     check: Check,
     file: Option<File>,
+    /// How much a read of `file` asks for: [`READ_FIRST`] until its text filled that.
+    read_len: std::sync::atomic::AtomicUsize,
 }
 
 /// What a policy's event-less values must look like.
@@ -130,6 +132,7 @@ impl Watch {
                 path,
                 check,
                 file,
+                read_len: READ_FIRST.into(),
             });
         }
         // std opens it read-only and close-on-exec; fdopendir takes the descriptor over.
@@ -155,6 +158,7 @@ impl Watch {
                         path: path.clone(),
                         check: Check::Want(want.clone()),
                         file: None,
+                        read_len: READ_FIRST.into(),
                     });
                 }
             }
@@ -223,16 +227,39 @@ const OPEN_MAX: usize = 512;
 /// full verify instead.
 const READ_MAX: usize = 16 * 1024;
 
+/// What the first read of an attribute asks for: more than any sysctl or sysfs value a policy
+/// sets but a big CPU mask. A sysctl's read allocates and zeroes a kernel buffer of the size
+/// asked (`proc_sys_call_handler`), twice the cost of the read itself at [`READ_MAX`]; a
+/// text that fills this is read again at [`READ_MAX`], and that attribute from then on.
+const READ_FIRST: usize = 512;
+
 impl Item {
     /// Whether the file holds what the check wants (unreadable: no). `buf`: room to read an
     /// open attribute into.
     fn holds(&self, root: &SysRoot, buf: &mut [u8]) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
         let by_path;
         let text = match &self.file {
-            Some(f) => match read_from_start(f, buf) {
-                Some(t) => t,
-                None => return false,
-            },
+            Some(f) => {
+                let mut len = self.read_len.load(Relaxed).min(buf.len());
+                let mut n = match f.read_at(&mut buf[..len], 0) {
+                    Ok(n) => n,
+                    Err(_) => return false,
+                };
+                if n == len && len < buf.len() {
+                    // It may go on: this attribute is read whole from now on.
+                    len = buf.len();
+                    self.read_len.store(len, Relaxed);
+                    n = match f.read_at(buf, 0) {
+                        Ok(n) => n,
+                        Err(_) => return false,
+                    };
+                }
+                match text_read(&buf[..len], n) {
+                    Some(t) => t,
+                    None => return false,
+                }
+            }
             None => match root.read_to_string(self.path.as_str()) {
                 Ok(t) => {
                     by_path = t;
@@ -266,12 +293,11 @@ impl Item {
     }
 }
 
-/// The text of an open kernel attribute, from offset 0, in one pread(2) into `buf`: the
-/// kernel makes it anew on each read from 0. `None` when the read fails, the text fills
-/// `buf` (it may go on), or it is not UTF-8.
-fn read_from_start<'a>(f: &File, buf: &'a mut [u8]) -> Option<&'a str> {
-    let n = f.read_at(buf, 0).ok()?;
-    if n == buf.len() {
+/// The text of an open kernel attribute read from offset 0 (the kernel makes it anew on each
+/// read from 0): `n` bytes of `buf`. `None` when the text fills `buf` (it may go on) or is
+/// not UTF-8.
+fn text_read(buf: &[u8], n: usize) -> Option<&str> {
+    if n >= buf.len() {
         return None;
     }
     std::str::from_utf8(&buf[..n]).ok()
