@@ -220,6 +220,28 @@ fn a_watch_sees_a_drifted_value_and_a_new_irq_and_nothing_else() {
     assert_eq!(w.drifted(&s.root), None);
 }
 
+/// A policy that leaves IRQs alone does not watch the set of IRQs (a new one changes nothing
+/// it watches), and a watch of nothing is empty; one that moves IRQs watches their set even
+/// with no file.
+#[test]
+fn a_watch_without_irq_affinity_ignores_new_irqs() {
+    use libtaskisol::policy::watch::Watch;
+    let s = setup("isolated_cpus = \"2-3\"\n");
+    let sysctls = s.policy.only(&["sysctl"]);
+    let w = Watch::of(&s.root, &sysctls, &s.files).unwrap();
+    assert!(!w.is_empty());
+    std::fs::create_dir_all(s.tree.join("proc/irq/99")).unwrap();
+    assert_eq!(w.drifted(&s.root), None, "a new IRQ, IRQs left alone");
+    std::fs::remove_dir(s.tree.join("proc/irq/99")).unwrap();
+    assert!(Watch::of(&s.root, &s.policy.only(&[]), &s.files)
+        .unwrap()
+        .is_empty());
+    let irqs = Watch::of(&s.root, &s.policy.only(&["irq_affinity"]), &s.files).unwrap();
+    assert!(!irqs.is_empty());
+    std::fs::create_dir_all(s.tree.join("proc/irq/99")).unwrap();
+    assert_eq!(irqs.drifted(&s.root).as_deref(), Some("/proc/irq"));
+}
+
 /// What the daemon's check does on drift: the drifted targets named (all of them, in one
 /// pass), applied alone, the originals of the first apply kept for the restore.
 #[test]

@@ -52,7 +52,9 @@ struct Item {
 #[derive(Debug, Default)]
 pub struct Watch {
     items: Vec<Item>,
-    irqs: BTreeSet<u32>,
+    /// The IRQs when the watch was made; `None` when the policy does not set IRQs'
+    /// affinities (`irq_affinity` off): IRQs that come or go change nothing it watches.
+    irqs: Option<BTreeSet<u32>>,
     /// `/proc/irq`, kept open.
     irq_dir: Option<std::sync::Mutex<nix::dir::Dir>>,
 }
@@ -135,6 +137,13 @@ impl Watch {
                 read_len: READ_FIRST.into(),
             });
         }
+        if !policy.on("irq_affinity") {
+            return Ok(Watch {
+                items,
+                irqs: None,
+                irq_dir: None,
+            });
+        }
         // std opens it read-only and close-on-exec; fdopendir takes the descriptor over.
         let irq_dir = File::open(root.path("/proc/irq"))
             .ok()
@@ -142,7 +151,7 @@ impl Watch {
             .map(std::sync::Mutex::new);
         Ok(Watch {
             items,
-            irqs: irq_numbers(root),
+            irqs: Some(irq_numbers(root)),
             irq_dir,
         })
     }
@@ -168,11 +177,14 @@ impl Watch {
     /// Whether the IRQs under `/proc/irq` are still those the watch was made with (a read
     /// that fails says no: the caller then compares everything).
     fn same_irqs(&self, root: &SysRoot) -> bool {
+        let Some(irqs) = &self.irqs else {
+            return true;
+        };
         let now = match &self.irq_dir {
             Some(d) => d.lock().ok().and_then(|mut d| irq_numbers_in(&mut d)),
             None => Some(irq_numbers(root)),
         };
-        now.is_some_and(|n| n == self.irqs)
+        now.is_some_and(|n| n == *irqs)
     }
 
     /// How many files a check reads.
@@ -180,9 +192,10 @@ impl Watch {
         self.items.len()
     }
 
-    /// Whether it watches nothing.
+    /// Whether it watches nothing: no file, and not the set of IRQs (a check would read
+    /// nothing and find nothing).
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.items.is_empty() && self.irqs.is_none()
     }
 
     /// The first watched file that no longer holds what it must (or cannot be read), or
