@@ -439,6 +439,14 @@ pub fn percpu_kthread_cpu(comm: &[u8]) -> Option<usize> {
 mod tests {
     use super::*;
 
+    /// The kinds' names are the `kind` label of isold's rescue metrics: fixed.
+    #[test]
+    fn each_kind_has_its_metrics_name() {
+        assert_eq!(Kind::PerCpuKthread.as_str(), "percpu_kthread");
+        assert_eq!(Kind::Kthread.as_str(), "kthread");
+        assert_eq!(Kind::Task.as_str(), "task");
+    }
+
     #[test]
     fn a_cpus_event_count_is_every_event_written_read_or_lost() {
         // As 6.1's tracing_stats_read prints it.

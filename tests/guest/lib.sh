@@ -1082,7 +1082,11 @@ nb_measure() {
 # each), each over 20 s; lost pages at the end.
 noise_bench() {
     rm -f /tmp/nb.*
-    printf 'isolated_cpus = "2-3"\n[items]\nirq_affinity = false\n[stalls]\nenabled = false\n[metrics]\ntextfile = "/tmp/nb.prom"\ninterval = 1\n' >/tmp/nb.toml
+    # NB_STALLS=on: the stall guard on too, as shipped (the whole daemon idle, issue 49).
+    _stalls='[stalls]\nenabled = false\n'
+    [ "${NB_STALLS:-off}" = on ] && _stalls=''
+    printf "isolated_cpus = \"2-3\"\n[items]\nirq_affinity = false\n${_stalls}[metrics]\ntextfile = \"/tmp/nb.prom\"\ninterval = 1\n" >/tmp/nb.toml
+    echo "stalls=${NB_STALLS:-off}"
     setsid taskset -c 0-1 isold --config /tmp/nb.toml run </dev/null >/tmp/nb.log 2>&1 &
     _p=$!
     wait_for 60 grep -q '"state": "recording CPUs 2-3"' /run/isold/status.json || {

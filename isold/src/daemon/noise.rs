@@ -397,7 +397,8 @@ fn run(
         let state = sh.state.clone();
         out.mono = r.clock == "mono";
         sh.cpu_s = super::os::thread_cpu_ns() as f64 / 1e9;
-        if let Some(m) = metrics {
+        // The sums moved only with what was read.
+        if let Some(m) = metrics.filter(|_| !got.is_empty()) {
             m.noise_sums(&sh.per_cpu, cfg.sources);
         }
         drop(sh);

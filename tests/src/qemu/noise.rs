@@ -256,10 +256,13 @@ pub fn bench_scenario(role: super::KernelRole) -> Scenario {
         Ok(r) => r.split_whitespace().map(str::to_string).collect(),
         Err(_) => BENCH_RATES.iter().map(u32::to_string).collect(),
     };
+    // TASKISOL_BENCH_NOISE_STALLS=on: the stall guard on as well (the whole daemon idle).
+    let stalls = std::env::var("TASKISOL_BENCH_NOISE_STALLS").unwrap_or_else(|_| "off".into());
     s.step_with_timeout(
         "noise_bench",
         &format!(
-            "taskset -pc 0-1 $$ >/dev/null\nnoise_bench {}",
+            "taskset -pc 0-1 $$ >/dev/null\nNB_STALLS={} noise_bench {}",
+            if stalls == "on" { "on" } else { "off" },
             rates.join(" ")
         ),
         Duration::from_secs(400),
