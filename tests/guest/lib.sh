@@ -1029,6 +1029,7 @@ noise_case() {
     isold noise | sed 's/^/human: /'
     isold status | grep -i 'noise\|longest' | sed 's/^/status: /'
     grep '^isold_cpu_noise' /tmp/nz.prom | grep -v '_bucket' | sed 's/^/metric: /'
+    grep '^isold_cpu_foreign_context_switches_total' /tmp/nz.prom | sed 's/^/metric: /'
     grep '^isold_cpu_noise_duration_seconds_bucket{cpu="3",le="2e-05"}\|^isold_cpu_noise_duration_seconds_bucket{cpu="3",le="0.00002"}' /tmp/nz.prom | sed 's/^/metric: /'
     kill -TERM "$(cat /tmp/nz.isold)"
     wait_for 20 sg_gone "$(cat /tmp/nz.isold)"

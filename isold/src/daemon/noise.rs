@@ -285,7 +285,12 @@ fn run(
     out: &mut Out,
 ) {
     let say = |state: String| shared.lock().unwrap_or_else(|e| e.into_inner()).state = state;
+    // Where it records, for the stall guard; and for the metrics, whose foreign context
+    // switches on those CPUs it counts from then on (their walks leave them out).
     let recording = |r: Option<(String, CpuSet)>| {
+        if let Some(m) = metrics {
+            m.ledger_counts_switches(r.as_ref().map_or(&CpuSet::new(), |(_, c)| c));
+        }
         shared.lock().unwrap_or_else(|e| e.into_inner()).recording = r;
     };
     let mut rec: Option<Recorder> = None;
@@ -376,6 +381,9 @@ fn run(
             sh.state = format!("stopped: {e}");
             sh.recording = None;
             drop(sh);
+            if let Some(m) = metrics {
+                m.ledger_counts_switches(&CpuSet::new());
+            }
             if let Some(r) = rec.take() {
                 r.close();
             }
@@ -387,6 +395,11 @@ fn run(
             out.ledger.add(now, *cpu, i);
             if let Some(m) = metrics {
                 m.noise_observe(*cpu, i.net_ns as f64 / 1e9);
+                // A thread that came on the CPU: its own run, or a PREEMPT_RT IRQ thread's
+                // (counted as its IRQ).
+                if i.source.kind == noise::Kind::Thread || !i.counted {
+                    m.foreign_switch(*cpu);
+                }
             }
         }
         if !got.is_empty() {

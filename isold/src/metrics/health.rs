@@ -19,16 +19,20 @@ use super::Metrics;
 /// once per [`WALK_DUTY`] times its own time; the samples between read the interrupt tables
 /// alone. Threads that live through two walks (the CPUs' kernel threads, a workload's
 /// neighbours) have every switch counted; one that starts and exits between two walks is
-/// not seen.
+/// not seen. The CPUs the noise ledger records are not walked: it counts every thread that
+/// comes on them ([`Metrics::foreign_switch`]), and a sample whose CPUs are all its own
+/// walks nothing.
 pub const WALK_EVERY_SAMPLES: u32 = 10;
 /// See [`WALK_EVERY_SAMPLES`].
 pub const WALK_DUTY: u32 = 50;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(super) struct Walked {
     at: Instant,
     cost: Duration,
     samples_since: u32,
+    /// The CPUs whose threads it counted (those the noise ledger did not).
+    pub(super) cpus: CpuSet,
 }
 
 impl Walked {
@@ -56,15 +60,35 @@ impl Metrics {
     /// the last one.
     pub fn sample(&self, root: &SysRoot, scope: &Scope) -> libtaskisol::Result<()> {
         let t = Instant::now();
+        // The CPUs the noise ledger counts need no walk: it sees every thread come on them.
+        let walk_cpus = scope.cpus.difference(
+            &self
+                .switches_by_ledger
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
         let mut walked = self.walked.lock().unwrap_or_else(|e| e.into_inner());
-        let walk = Walked::due(walked.as_ref(), t);
+        let walk = !walk_cpus.is_empty() && Walked::due(walked.as_ref(), t);
         let s = if walk {
-            let s = Sample::read_for(root, &scope.cpus)?;
+            let s = Sample::read_for(root, &walk_cpus)?;
+            // CPUs the last walk did not count (the ledger did): this walk is where their
+            // threads' counts start from.
+            let from_scratch = walked.as_ref().is_some_and(|w| w.cpus != walk_cpus);
             *walked = Some(Walked {
                 at: t,
                 cost: t.elapsed(),
                 samples_since: 0,
+                cpus: walk_cpus,
             });
+            if from_scratch {
+                if let Some(l) = self.last.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                    l.switches = s
+                        .threads
+                        .iter()
+                        .map(|t| ((t.tid, t.starttime), t.switches))
+                        .collect();
+                }
+            }
             s
         } else {
             if let Some(w) = walked.as_mut() {
@@ -224,6 +248,7 @@ mod tests {
             at: t0,
             cost: Duration::from_millis(10),
             samples_since,
+            cpus: CpuSet::new(),
         };
         let at = t0 + Duration::from_secs(9);
         assert!(!Walked::due(Some(&cheap(0)), at));

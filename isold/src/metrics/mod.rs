@@ -15,6 +15,7 @@ mod http;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use libtaskisol::cpuset::CpuSet;
 use libtaskisol::policy::Policy;
 use prometheus::core::Collector;
 use prometheus::{
@@ -99,6 +100,10 @@ pub struct Metrics {
     last: Mutex<Option<Last>>,
     /// The last walk of the threads: when, what it cost, and the samples taken since.
     walked: Mutex<Option<Walked>>,
+    /// The CPUs whose foreign context switches the noise ledger counts as it reads them
+    /// (every thread it sees come on one of them that is neither the workload nor isold):
+    /// the walks leave them out.
+    switches_by_ledger: Mutex<CpuSet>,
     service_cpu: CounterVec,
 }
 
@@ -197,7 +202,7 @@ impl Metrics {
         let cpu_foreign_switches = must(IntCounterVec::new(
             Opts::new(
                 "isold_cpu_foreign_context_switches_total",
-                "Context switches of threads that are not the workload's (kernel threads included) that last ran on an isolated CPU, counted at each walk of the threads (one health sample in ten at most)",
+                "Context switches of threads that are not the workload's (kernel threads included) onto an isolated CPU: as the noise ledger sees them on the CPUs it records, else counted at each walk of the threads (one health sample in ten at most)",
             ),
             &["cpu"],
         ));
@@ -345,6 +350,7 @@ impl Metrics {
             noise_counted: Mutex::new(NoiseCounted::default()),
             last: Mutex::new(None),
             walked: Mutex::new(None),
+            switches_by_ledger: Mutex::new(CpuSet::new()),
             service_cpu,
         }
     }
@@ -435,6 +441,23 @@ impl Metrics {
             .observe(seconds);
     }
 
+    /// The noise ledger records `cpus` (none: it stopped) and counts their foreign context
+    /// switches from now on ([`Metrics::foreign_switch`]).
+    pub fn ledger_counts_switches(&self, cpus: &CpuSet) {
+        *self
+            .switches_by_ledger
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = cpus.clone();
+    }
+
+    /// A thread that is neither the workload nor isold came on `cpu`, as the noise ledger
+    /// saw it.
+    pub fn foreign_switch(&self, cpu: usize) {
+        self.cpu_foreign_switches
+            .with_label_values(&[&cpu.to_string()])
+            .inc();
+    }
+
     /// The noise ledger's sums now: what grew since the last call is counted. The `top`
     /// sources of each CPU by time get a label of their own (and keep it, up to twice
     /// `top`); the others are summed as `other` of their kind.
@@ -516,7 +539,57 @@ pub fn write_textfile(path: &std::path::Path, metrics: &Metrics) -> std::io::Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use libtaskisol::cpuset::CpuSet;
+
+    /// The CPUs the noise ledger records are never walked for their foreign context switches:
+    /// the ledger counts them as it sees threads come on; the others are walked as before.
+    #[test]
+    fn the_ledgers_cpus_are_not_walked_and_its_switches_are_counted() {
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/debian-6.12-rt-isold");
+        let root = libtaskisol::SysRoot::new(&fixture);
+        let p = policy();
+        let scope = scope_of(&p);
+        let m = Metrics::new(&p);
+        let walked = |m: &Metrics| {
+            m.walked
+                .lock()
+                .unwrap()
+                .as_ref()
+                .map(|w| w.cpus.to_string())
+        };
+        m.sample(&root, &scope).unwrap();
+        assert_eq!(
+            walked(&m).as_deref(),
+            Some("2-3"),
+            "no ledger: the first sample walks"
+        );
+        m.ledger_counts_switches(&"2-3".parse().unwrap());
+        *m.walked.lock().unwrap() = None;
+        m.sample(&root, &scope).unwrap();
+        assert_eq!(
+            walked(&m),
+            None,
+            "every CPU the ledger's: no walk, though one is due"
+        );
+        m.foreign_switch(3);
+        m.foreign_switch(3);
+        let text = String::from_utf8(m.encode()).unwrap();
+        assert!(
+            text.contains("isold_cpu_foreign_context_switches_total{cpu=\"3\"} 2"),
+            "{text}"
+        );
+        m.ledger_counts_switches(&"3".parse().unwrap());
+        m.sample(&root, &scope).unwrap();
+        assert_eq!(walked(&m).as_deref(), Some("2"), "CPU 2 alone walked");
+        m.ledger_counts_switches(&CpuSet::new());
+        *m.walked.lock().unwrap() = None;
+        m.sample(&root, &scope).unwrap();
+        assert_eq!(
+            walked(&m).as_deref(),
+            Some("2-3"),
+            "the ledger stopped: both walked"
+        );
+    }
 
     /// CPUs 2-3 isolated of 0-3, realtime-virtual-host.
     fn policy() -> Policy {

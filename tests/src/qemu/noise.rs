@@ -224,6 +224,13 @@ pub fn add(s: &mut Scenario) {
                     }
                 },
             ),
+            Expect::that(
+                "the ledger counts the threads that came on CPU 3 as foreign context switches (the pinned shell's ten wake-ups at least)",
+                |o: &StepOutput| match metric(o, r#"isold_cpu_foreign_context_switches_total{cpu="3"}"#) {
+                    Some(n) if n >= 10.0 => Ok(()),
+                    other => Err(format!("isold_cpu_foreign_context_switches_total{{cpu=\"3\"}} = {other:?}")),
+                },
+            ),
             Expect::output_has("human: CPU 3: "),
             Expect::output_has("IPI TLB shootdown"),
             Expect::output_has("status: "),
