@@ -95,6 +95,9 @@ pub struct Shared {
     /// The instance recording now (its directory below the root) and its CPUs: the stall
     /// guard reads its event counts ([`libtaskisol::cpuwatch::EventCounts`]).
     pub recording: Option<(String, CpuSet)>,
+    /// The CPUs whose last task switch read went to the idle task, each with its event count
+    /// before that read: idle still while the count is that (the stall guard's word).
+    pub idle_at: BTreeMap<usize, u64>,
 }
 
 /// The ledger's thread, seen from the main thread.
@@ -291,8 +294,12 @@ fn run(
         if let Some(m) = metrics {
             m.ledger_counts_switches(r.as_ref().map_or(&CpuSet::new(), |(_, c)| c));
         }
-        shared.lock().unwrap_or_else(|e| e.into_inner()).recording = r;
+        let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
+        sh.recording = r;
+        sh.idle_at.clear();
     };
+    // The recording's event counts, read before each read of its buffers.
+    let mut counts: Option<libtaskisol::cpuwatch::EventCounts> = None;
     let mut rec: Option<Recorder> = None;
     let mut retry_at = Instant::now();
     let mut names_at = Instant::now() + NAMES_FOR;
@@ -319,6 +326,7 @@ fn run(
                         }
                     ));
                     recording(Some((r.dir().to_string(), cpus.clone())));
+                    counts = libtaskisol::cpuwatch::EventCounts::open(root, r.dir(), &cpus);
                     rec = Some(r);
                 }
                 Err(why) => {
@@ -340,6 +348,7 @@ fn run(
                 if moved {
                     // Adopted again at once: only its CPUs are written.
                     recording(None);
+                    counts = None;
                     if let Some(r) = rec.take() {
                         r.close();
                     }
@@ -374,13 +383,18 @@ fn run(
             out.write(&state, &cpus);
             continue;
         };
+        // Counted before the read: a CPU seen idle at the end of it has been idle since its
+        // count was this (an event written meanwhile was read too, and moved it past).
+        let before = counts.as_ref().map(|c| c.read()).unwrap_or_default();
         let mut got: Vec<(usize, noise::Interruption)> = Vec::new();
         let read = r.read(&threads, &mut |cpu, i| got.push((cpu, i)));
         let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = read {
             sh.state = format!("stopped: {e}");
             sh.recording = None;
+            sh.idle_at.clear();
             drop(sh);
+            counts = None;
             if let Some(m) = metrics {
                 m.ledger_counts_switches(&CpuSet::new());
             }
@@ -405,6 +419,11 @@ fn run(
         if !got.is_empty() {
             sh.per_cpu = out.ledger.since_start.clone();
         }
+        sh.idle_at = r
+            .idle_cpus()
+            .iter()
+            .filter_map(|cpu| before.get(&cpu).map(|c| (cpu, *c)))
+            .collect();
         sh.lost_pages = r.lost_pages;
         out.lost_pages = r.lost_pages;
         let state = sh.state.clone();
@@ -424,6 +443,13 @@ impl Recording for Mutex<Shared> {
         self.lock()
             .unwrap_or_else(|e| e.into_inner())
             .recording
+            .clone()
+    }
+
+    fn idle_at(&self) -> BTreeMap<usize, u64> {
+        self.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .idle_at
             .clone()
     }
 }

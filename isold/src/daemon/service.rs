@@ -66,6 +66,12 @@ pub(super) struct Cx<'a> {
 /// the stall guard reads event counts from (`None` while it does not record).
 pub(super) trait Recording: Send + Sync {
     fn recording(&self) -> Option<(String, CpuSet)>;
+
+    /// The CPUs whose last task switch the ledger read went to the idle task, each with
+    /// its event count before that read (see `libtaskisol::stalls::Guard::idle_by_ledger`).
+    fn idle_at(&self) -> std::collections::BTreeMap<usize, u64> {
+        Default::default()
+    }
 }
 
 /// What a service tells the others.

@@ -248,6 +248,10 @@ fn run(
             );
             counted = now_recording;
         }
+        // What the ledger saw go idle, at which counts (read with the counts it matches).
+        if counted.is_some() {
+            guard.idle_by_ledger(ledger.as_ref().map(|l| l.idle_at()).unwrap_or_default());
+        }
         let start = Instant::now();
         let events = guard.pass(&root, start);
         next = guard.next_pass(start);

@@ -223,11 +223,18 @@ pub struct Cpu {
     first: Option<u64>,
     /// A switch was seen.
     switched: bool,
+    /// The last switch seen went to the idle task.
+    to_idle: bool,
     /// Exits without an entry (the stream started inside a handler, or lost events).
     pub unmatched: u64,
 }
 
 impl Cpu {
+    /// Whether the last task switch seen went to the idle task (none seen: not known).
+    pub fn idle(&self) -> bool {
+        self.switched && self.to_idle
+    }
+
     /// Take one event at `ts` (ns); the interruptions it ends are passed to `out`.
     ///
     /// Long because it is one arm per kind of trace event: the state machine of a CPU reads best in
@@ -292,6 +299,7 @@ impl Cpu {
                 next_pid,
                 next_comm,
             } => {
+                self.to_idle = *next_pid == 0;
                 if !self.switched {
                     self.switched = true;
                     if *prev_pid != 0 && threads.runner(*prev_pid, "") == Runner::Workload {
@@ -542,6 +550,34 @@ mod tests {
             next_pid: next,
             next_comm: comm.into(),
         }
+    }
+
+    /// A CPU is idle when the last task switch seen went to the idle task; not known before
+    /// the first switch.
+    #[test]
+    fn a_cpu_is_idle_after_a_switch_to_the_idle_task() {
+        let (_, cpu) = run(&[(
+            0,
+            Event::VectorEntry {
+                name: "local_timer".into(),
+            },
+        )]);
+        assert!(!cpu.idle(), "no switch seen");
+        let (_, cpu) = run(&[(0, sw(100, 0, "swapper/3"))]);
+        assert!(cpu.idle());
+        let (_, cpu) = run(&[(0, sw(100, 0, "swapper/3")), (10, sw(0, 101, "ktimers/3"))]);
+        assert!(!cpu.idle());
+        let (_, cpu) = run(&[
+            (0, sw(0, 101, "ktimers/3")),
+            (10, sw(101, 0, "swapper/3")),
+            (
+                20,
+                Event::VectorEntry {
+                    name: "local_timer".into(),
+                },
+            ),
+        ]);
+        assert!(cpu.idle(), "an interrupt of the idle task leaves it idle");
     }
 
     /// A second program pinned to the CPU (a workload by the rule) that preempts the main

@@ -233,6 +233,16 @@ impl Recorder {
         Ok(n)
     }
 
+    /// The CPUs whose last task switch read went to the idle task: idle since, as long as
+    /// nothing more is written there.
+    pub fn idle_cpus(&self) -> CpuSet {
+        self.cpus
+            .iter()
+            .filter(|(_, _, state)| state.idle())
+            .map(|(cpu, ..)| *cpu)
+            .collect()
+    }
+
     /// Stop recording and remove the instance.
     pub fn stop(self, root: &SysRoot) -> Result<()> {
         drop(self.cpus);

@@ -13,7 +13,8 @@
 //!    busy. With no busy CPU and no loan the pass ends there. Where the noise ledger records
 //!    task switches ([`Guard::set_event_counts`]), a CPU that was idle with no event written
 //!    since, still idle, needs no `/proc/stat` (whose text the kernel makes from every IRQ's
-//!    count): while every watched CPU is so, a pass reads one `stats` file per CPU (and
+//!    count), nor does one the ledger saw go idle at the count it has now
+//!    ([`Guard::idle_by_ledger`]): while every watched CPU is so, a pass reads one `stats` file per CPU (and
 //!    whether the instance records task switches), `/proc/stat` once per [`QUIET_FOR`]
 //!    thresholds, and the passes come every half threshold ([`Guard::asleep`]). A busy CPU
 //!    whose count stood between two reads ran one task all along (a real-time loop) and is
@@ -199,9 +200,19 @@ struct Quiet {
     idle: CpuSet,
     busy: CpuSet,
     last_stat: Option<Instant>,
+    /// The CPUs the noise ledger saw go idle, each with its count when it did
+    /// ([`Guard::idle_by_ledger`]): idle still while the count is that.
+    told: BTreeMap<usize, u64>,
+    /// The CPUs known idle that way at the last pass.
+    told_idle: CpuSet,
 }
 
 impl Quiet {
+    /// Whether the noise ledger saw `cpu` go idle at the count it has now.
+    fn told_idle(told: &BTreeMap<usize, u64>, counts: &BTreeMap<usize, u64>, cpu: usize) -> bool {
+        counts.get(&cpu).is_some_and(|c| told.get(&cpu) == Some(c))
+    }
+
     /// Whether `cpu`'s count is known now and the same as at the last `/proc/stat` read.
     fn count_stood(&self, counts: &BTreeMap<usize, u64>, cpu: usize) -> bool {
         counts
@@ -327,7 +338,11 @@ impl Guard {
             && self.loans.is_empty()
             && self.tracked.is_empty()
             && !self.watch.cpus.is_empty()
-            && self.watch.cpus.iter().all(|cpu| q.idle.contains(cpu))
+            && self
+                .watch
+                .cpus
+                .iter()
+                .all(|cpu| q.idle.contains(cpu) || q.told_idle.contains(cpu))
     }
 
     /// The CPUs watched.
@@ -352,6 +367,16 @@ impl Guard {
             counts,
             ..Quiet::default()
         };
+    }
+
+    /// What the noise ledger saw at its last read of the instance whose counts the guard
+    /// reads: the CPUs whose last task switch went to the idle task, each with its count
+    /// before that read. A CPU whose count is that still has run its idle task since, with
+    /// nothing switched in: known idle without `/proc/stat`, as one whose count stood since
+    /// the last `/proc/stat` found it idle (a PREEMPT_RT kernel's idle CPUs run ktimers
+    /// every second or two, which moves their counts between two passes).
+    pub fn idle_by_ledger(&mut self, told: BTreeMap<usize, u64>) {
+        self.quiet.told = told;
     }
 
     /// The directory of the instance whose counts the guard reads.
@@ -409,6 +434,15 @@ impl Guard {
             .map(|c| c.read())
             .unwrap_or_default();
         let known = self.known_now(&counts, now);
+        self.quiet.told_idle = match &known {
+            Some(_) => self
+                .watch
+                .cpus
+                .iter()
+                .filter(|cpu| Quiet::told_idle(&self.quiet.told, &counts, *cpu))
+                .collect(),
+            None => CpuSet::new(),
+        };
         if known.is_some() {
             self.work.quiet_passes += 1;
         }
@@ -531,11 +565,12 @@ impl Guard {
         let mut busy = CpuSet::new();
         for cpu in self.watch.cpus.iter() {
             if !q.count_stood(counts, cpu) {
-                return None;
-            }
-            if q.busy.contains(cpu) {
+                if !Quiet::told_idle(&q.told, counts, cpu) {
+                    return None;
+                }
+            } else if q.busy.contains(cpu) {
                 busy.insert(cpu);
-            } else if !q.idle.contains(cpu) {
+            } else if !q.idle.contains(cpu) && !Quiet::told_idle(&q.told, counts, cpu) {
                 return None;
             }
         }

@@ -1067,3 +1067,34 @@ fn each_record_expires_on_its_own() {
     }
     assert_eq!((loans(&files), g.recorded()), (0, 0));
 }
+
+/// A CPU whose count moved since the last `/proc/stat` (a PREEMPT_RT kernel's idle CPU runs
+/// ktimers every second or two) is known idle without it when the noise ledger saw its last
+/// task switch go to the idle task at the count it has now; a count that moved past what the
+/// ledger saw needs the read again.
+#[test]
+fn a_cpu_the_ledger_saw_go_idle_needs_no_proc_stat() {
+    let (t, mut g) = recording();
+    let t0 = Instant::now();
+    let ms = |n: u64| Duration::from_millis(n);
+    g.pass(&t.root, t0);
+    t.idle([200, 200, 200, 200]);
+    g.pass(&t.root, t0 + ms(250));
+    assert!(g.asleep());
+    let quiet = g.work.quiet_passes;
+    std::fs::remove_file(t.dir.path().join("proc/stat")).unwrap();
+    // ktimers/3 ran and CPU 3 went idle again: its count moved; the ledger read up to
+    // count 23 and saw the switch back to the idle task.
+    t.events(3, 23);
+    g.idle_by_ledger([(3, 23)].into_iter().collect());
+    let ev = g.pass(&t.root, t0 + ms(500));
+    assert!(ev.is_empty(), "{ev:?}");
+    assert_eq!(g.work.quiet_passes, quiet + 1);
+    assert!(g.asleep(), "every CPU known idle: the guard sleeps");
+    // What the ledger saw at another count tells nothing: /proc/stat is read (and fails).
+    g.idle_by_ledger([(2, 10), (3, 22)].into_iter().collect());
+    let ev = g.pass(&t.root, t0 + ms(1000));
+    assert!(matches!(&ev[..], [Event::Failed(_)]), "{ev:?}");
+    assert_eq!(g.work.quiet_passes, quiet + 1);
+    assert!(!g.asleep());
+}
