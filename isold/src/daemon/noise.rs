@@ -570,7 +570,8 @@ impl Service for Noise {
         let Some(n) = self.thread.as_ref() else {
             return;
         };
-        let sh = n.shared.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        // Read under the lock, not cloned: its sums by source are the ledger's whole.
+        let sh = n.shared.lock().unwrap_or_else(|e| e.into_inner());
         let st = cx.books.status.noise.get_or_insert_with(Default::default);
         let longest: Vec<(usize, f64, String)> = sh
             .per_cpu
@@ -588,7 +589,7 @@ impl Service for Noise {
             .map(|t| t.events)
             .sum();
         if st.state != sh.state || st.longest != longest || st.events != events {
-            st.state = sh.state;
+            st.state = sh.state.clone();
             st.longest = longest;
             st.events = events;
             st.lost_pages = sh.lost_pages;
