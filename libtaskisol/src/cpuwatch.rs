@@ -550,6 +550,53 @@ mod tests {
         assert_eq!(idle.len(), 2);
         assert_eq!(idle[&0], 152);
         assert_eq!(idle[&3], 153);
+        // The CPU lines come first: the reading stops at the first line after them.
+        let idle = parse_idle(&format!("{text}cpu7 1 0 1 70 0 0 0 0 0 0\n"));
+        assert_eq!(idle.keys().copied().collect::<Vec<_>>(), [0, 3]);
+    }
+
+    /// A thread read whole: gone (no such directory) is `None`, another failure an error;
+    /// read when runnable: on one of the CPUs asked and runnable, else `Some(None)`.
+    #[test]
+    fn a_thread_read_is_gone_failed_or_runnable_on_the_cpus_asked() {
+        let t = tempfile::tempdir().unwrap();
+        let root = SysRoot::new(t.path());
+        let stat = |state: &str, cpu: u32| {
+            let mut f: Vec<String> = (3..=52).map(|_| "0".to_string()).collect();
+            f[0] = state.into();
+            f[36] = cpu.to_string();
+            format!("40 (kworker/3:1) {}\n", f.join(" "))
+        };
+        let dir = t.path().join("proc/40/task/40");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("stat"), stat("R", 3)).unwrap();
+        std::fs::write(dir.join("schedstat"), "500 20 7\n").unwrap();
+        let s = read_seen(&root, 40, 40).unwrap().unwrap();
+        assert_eq!((s.state, s.cpu, s.exec_ns, s.runs), ('R', 3, 500, 7));
+        assert_eq!(read_seen(&root, 41, 41).unwrap(), None, "gone");
+        std::fs::create_dir_all(t.path().join("proc/42/task/42/stat")).unwrap();
+        assert!(
+            read_seen(&root, 42, 42).is_err(),
+            "a stat that cannot be read"
+        );
+        let three = CpuSet::parse_list("3").unwrap();
+        assert!(matches!(
+            read_if_runnable(&root, 40, 40, &three),
+            Some(Some(_))
+        ));
+        let two = CpuSet::parse_list("2").unwrap();
+        assert_eq!(
+            read_if_runnable(&root, 40, 40, &two),
+            Some(None),
+            "on another CPU"
+        );
+        std::fs::write(dir.join("stat"), stat("S", 3)).unwrap();
+        assert_eq!(
+            read_if_runnable(&root, 40, 40, &three),
+            Some(None),
+            "asleep"
+        );
+        assert_eq!(read_if_runnable(&root, 41, 41, &three), None, "gone");
     }
 
     fn seen(policy: u32, prio: u32, flags: u64) -> Seen {
