@@ -18,8 +18,9 @@
 //!    whether the instance records task switches), `/proc/stat` once per [`QUIET_FOR`]
 //!    thresholds, and the passes come every half threshold ([`Guard::asleep`]). A busy CPU
 //!    whose count stood between two reads ran one task all along (a real-time loop) and is
-//!    busy still while its count stands: the passes go on every interval, without
-//!    `/proc/stat` while every watched CPU is known so.
+//!    busy still while its count stands: without `/proc/stat` while every watched CPU is
+//!    known so, and, with nothing lent or asked about, a pass every half threshold or when
+//!    a followed thread could first starve, the earlier ([`Guard::next_pass`]).
 //! 2. The threads that live on the busy CPUs (their per-CPU kernel threads and the threads
 //!    whose affinity is inside the watched CPUs) are read at most every half threshold, the
 //!    threads the caller saw start or exec ([`Guard::ask`]) for five seconds, and a walk
@@ -245,6 +246,8 @@ pub struct Guard {
     next_walk: Option<Instant>,
     /// How long the last pass took.
     last_pass: Duration,
+    /// The last pass knew every watched CPU busy or idle from the recorded task switches.
+    last_quiet: bool,
     /// When the residents are read next, and how long the last read took: at most every
     /// half threshold, and every fifty times its own length (a big machine's thousands).
     next_roster: Option<Instant>,
@@ -291,6 +294,7 @@ impl Guard {
             ledger_time: Duration::ZERO,
             next_walk: None,
             last_pass: Duration::ZERO,
+            last_quiet: false,
             next_roster: None,
             failing: None,
             quiet: Quiet::default(),
@@ -316,11 +320,23 @@ impl Guard {
     /// since the last read, the CPU idle then, and the next that finds it busy). While every
     /// watched CPU is known idle from the recorded task
     /// switches ([`Guard::asleep`]), half the threshold: nothing can starve on a CPU that
-    /// runs its idle task, and the next pass sees a count that moved since.
+    /// runs its idle task, and the next pass sees a count that moved since. Likewise while
+    /// every watched CPU is known busy or idle from them (a real-time loop that runs on with
+    /// its count standing) with nothing lent and no thread asked about: the threads that live
+    /// there are read every half threshold whatever the passes, and a followed thread can
+    /// starve no sooner than its threshold after it was last seen to run, when a pass comes
+    /// (the earlier of the two); a task switched in or an interrupt there moves the count,
+    /// which that pass sees.
     pub fn next_pass(&self, start: Instant) -> Instant {
         let st = &self.watch.settings;
         let wait = if self.asleep() {
             st.threshold / 2
+        } else if self.last_quiet && self.loans.is_empty() && self.asked.is_empty() {
+            self.tracked
+                .values()
+                .map(|t| (t.since + st.threshold).saturating_duration_since(start))
+                .min()
+                .map_or(st.threshold / 2, |due| due.min(st.threshold / 2))
         } else {
             (self.last_pass * DUTY).min(st.threshold / 2)
         };
@@ -434,6 +450,7 @@ impl Guard {
             .map(|c| c.read())
             .unwrap_or_default();
         let known = self.known_now(&counts, now);
+        self.last_quiet = known.is_some();
         self.quiet.told_idle = match &known {
             Some(_) => self
                 .watch

@@ -341,8 +341,10 @@ fn a_cpu_that_runs_one_task_is_known_busy_until_a_switch() {
         assert!(ev.is_empty(), "pass {k}: {ev:?}");
     }
     assert_eq!((g.work.quiet_passes, g.work.busy_passes), (4, 5));
-    assert!(!g.asleep(), "a busy CPU is looked at every interval");
-    assert_eq!(g.next_pass(t0 + ms(1250)), t0 + ms(1500));
+    assert!(!g.asleep(), "a busy CPU: no sleep");
+    // Known busy, nothing followed, lent or asked about: the next look when the residents
+    // are read again, half a threshold on.
+    assert_eq!(g.next_pass(t0 + ms(1250)), t0 + ms(2250));
     // A thread switched in on CPU 2: the read again (its failure said).
     t.events(2, 11);
     let ev = g.pass(&t.root, t0 + ms(1500));
@@ -1097,4 +1099,43 @@ fn a_cpu_the_ledger_saw_go_idle_needs_no_proc_stat() {
     assert!(matches!(&ev[..], [Event::Failed(_)]), "{ev:?}");
     assert_eq!(g.work.quiet_passes, quiet + 1);
     assert!(!g.asleep());
+}
+
+/// While every watched CPU is known busy or idle from the counts and nothing is lent or
+/// asked about, the next pass is due when a followed thread could first starve (its
+/// threshold after it was first seen waiting), or half a threshold on, the earlier; once a
+/// thread is lent a slice, every interval again.
+#[test]
+fn a_known_busy_cpu_is_looked_at_when_a_followed_thread_is_due() {
+    let (t, mut g) = recording();
+    let t0 = Instant::now();
+    let ms = |n: u64| Duration::from_millis(n);
+    g.pass(&t.root, t0);
+    t.idle([200, 200, 200, 100]);
+    t.thread(20, "kworker/3:1", 0x4208060, 'R', 0, 0, 3, "3");
+    g.pass(&t.root, t0 + ms(250));
+    assert_eq!(g.work.busy_passes, 1);
+    std::fs::remove_file(t.dir.path().join("proc/stat")).unwrap();
+    let ev = g.pass(&t.root, t0 + ms(500));
+    assert!(ev.is_empty(), "{ev:?}");
+    assert_eq!(g.work.quiet_passes, 1, "CPU 3 known busy from its count");
+    assert_eq!(
+        g.next_pass(t0 + ms(500)),
+        t0 + ms(1500),
+        "half a threshold on"
+    );
+    g.pass(&t.root, t0 + ms(1500));
+    // Followed since 0.25 s: due at 2.25 s, before half a threshold on.
+    assert_eq!(g.next_pass(t0 + ms(1500)), t0 + ms(2250));
+    let ev = g.pass(&t.root, t0 + ms(2250));
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::Rescued(r) if r.thread.tid == 20)),
+        "{ev:?}"
+    );
+    assert_eq!(
+        g.next_pass(t0 + ms(2250)),
+        t0 + ms(2500),
+        "a loan: every interval"
+    );
 }
