@@ -247,6 +247,11 @@ mod tests {
         assert!(!stale(&root, p, "mine", ns));
         assert!(!stale(&root, p, "isold-audit-0-78", 0), "namespace unknown");
         assert!(own_pid_ns() > 0);
+        assert_eq!(
+            std::fs::read_link("/proc/self/ns/pid").unwrap(),
+            std::path::PathBuf::from(format!("pid:[{}]", own_pid_ns())),
+            "the kernel's number of this pid namespace"
+        );
         // The same through remove_stale, on a tracefs tree.
         let t = dir.path().join("sys/kernel/tracing/instances");
         let ours = own_pid_ns();
