@@ -69,26 +69,17 @@ impl Metrics {
         );
         let mut walked = self.walked.lock().unwrap_or_else(|e| e.into_inner());
         let walk = !walk_cpus.is_empty() && Walked::due(walked.as_ref(), t);
+        // CPUs the last walk did not count (the ledger did, or no walk came before: the
+        // ledger recorded from the start): this walk is where their threads' counts start.
+        let from_scratch = walk && walked.as_ref().map_or(true, |w| w.cpus != walk_cpus);
         let s = if walk {
             let s = Sample::read_for(root, &walk_cpus)?;
-            // CPUs the last walk did not count (the ledger did): this walk is where their
-            // threads' counts start from.
-            let from_scratch = walked.as_ref().is_some_and(|w| w.cpus != walk_cpus);
             *walked = Some(Walked {
                 at: t,
                 cost: t.elapsed(),
                 samples_since: 0,
                 cpus: walk_cpus,
             });
-            if from_scratch {
-                if let Some(l) = self.last.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
-                    l.switches = s
-                        .threads
-                        .iter()
-                        .map(|t| ((t.tid, t.starttime), t.switches))
-                        .collect();
-                }
-            }
             s
         } else {
             if let Some(w) = walked.as_mut() {
@@ -97,7 +88,7 @@ impl Metrics {
             Sample::read_counters(root)?
         };
         drop(walked);
-        self.take(root, scope, &s, t, walk);
+        self.take(root, scope, &s, t, walk, from_scratch);
         self.samples.inc();
         self.sample_seconds.set(t.elapsed().as_secs_f64());
         Ok(())
@@ -105,8 +96,17 @@ impl Metrics {
 
     /// Add sample `s` (taken at `at`) to the counters: the differences from the last sample
     /// (the kernel's whole count the first time for the interrupt counters, which then equal
-    /// the kernel's); the context switches when it `walked` the threads, from the last walk.
-    fn take(&self, root: &SysRoot, scope: &Scope, s: &Sample, at: Instant, walked: bool) {
+    /// the kernel's); the context switches when it `walked` the threads, from the last walk
+    /// (none `from_scratch`: a walk of CPUs the last did not cover, whose counts start there).
+    fn take(
+        &self,
+        root: &SysRoot,
+        scope: &Scope,
+        s: &Sample,
+        at: Instant,
+        walked: bool,
+        from_scratch: bool,
+    ) {
         let cpus = &scope.cpus;
         let interrupts = by_source(&s.interrupts, cpus, true);
         let softirqs = s
@@ -154,8 +154,9 @@ impl Metrics {
         );
         if let Some(l) = last.as_ref() {
             let me = std::process::id() as i32;
-            // Between two walks `s` has no thread.
-            for t in &s.threads {
+            // Between two walks `s` has no thread; a walk whose CPUs the last did not cover
+            // starts their counts.
+            for t in s.threads.iter().filter(|_| !from_scratch) {
                 if !cpus.contains(t.processor as usize) || t.pid == me || workloads.is(t) {
                     continue;
                 }

@@ -546,7 +546,16 @@ mod tests {
     fn the_ledgers_cpus_are_not_walked_and_its_switches_are_counted() {
         let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../tests/fixtures/debian-6.12-rt-isold");
-        let root = libtaskisol::SysRoot::new(&fixture);
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("root");
+        let cp = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&fixture)
+            .arg(&tree)
+            .status()
+            .unwrap();
+        assert!(cp.success());
+        let root = libtaskisol::SysRoot::new(&tree);
         let p = policy();
         let scope = scope_of(&p);
         let m = Metrics::new(&p);
@@ -578,9 +587,27 @@ mod tests {
             text.contains("isold_cpu_foreign_context_switches_total{cpu=\"3\"} 2"),
             "{text}"
         );
+        // ksoftirqd/2 switched 40 times while the ledger counted CPU 2's switches: the walk
+        // that takes CPU 2 back starts its counts there, and counts none of them again.
+        let st = tree.join("proc/43/task/43/status");
+        let text = std::fs::read_to_string(&st).unwrap();
+        assert!(text.contains("voluntary_ctxt_switches:\t2461"));
+        std::fs::write(
+            &st,
+            text.replace(
+                "voluntary_ctxt_switches:\t2461",
+                "voluntary_ctxt_switches:\t2501",
+            ),
+        )
+        .unwrap();
         m.ledger_counts_switches(&"3".parse().unwrap());
         m.sample(&root, &scope).unwrap();
         assert_eq!(walked(&m).as_deref(), Some("2"), "CPU 2 alone walked");
+        let text = String::from_utf8(m.encode()).unwrap();
+        assert!(
+            !text.contains("isold_cpu_foreign_context_switches_total{cpu=\"2\"}"),
+            "{text}"
+        );
         m.ledger_counts_switches(&CpuSet::new());
         *m.walked.lock().unwrap() = None;
         m.sample(&root, &scope).unwrap();
