@@ -13,6 +13,8 @@ pub mod metrics;
 pub mod noise;
 pub mod peers;
 pub mod status;
+#[cfg(test)]
+mod testing;
 pub mod text;
 
 use clap::Parser;

@@ -354,17 +354,7 @@ mod tests {
     /// How many times the scan thread of `policy` (every half of a 0.2 s interval) ran over
     /// 1 s on the tree captured from the 6.12-rt guest.
     fn runs_over_a_second(items: &[&str]) -> u64 {
-        let dir = tempfile::tempdir().unwrap();
-        let tree = dir.path().join("root");
-        let fixture =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/debian-6.12-rt-isold");
-        let cp = std::process::Command::new("cp")
-            .arg("-a")
-            .arg(&fixture)
-            .arg(&tree)
-            .status()
-            .unwrap();
-        assert!(cp.success());
+        let (_dir, tree) = crate::testing::captured_tree();
         let root = SysRoot::new(&tree);
         let cfg = Config::parse("isolated_cpus = \"2-3\"\n", Path::new("isold.toml")).unwrap();
         let policy = Policy::resolve(cfg, &root).unwrap().only(items);

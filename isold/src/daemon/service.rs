@@ -155,84 +155,58 @@ pub(super) struct Lent<'a> {
     pub books: &'a mut Books,
 }
 
+impl Lent<'_> {
+    /// What a call of service `speaker` (none: the daemon) gets, with the board.
+    fn cx<'b>(&'b mut self, board: &'b mut Board, speaker: Option<usize>) -> Cx<'b> {
+        board.speaker = speaker;
+        Cx {
+            env: self.env,
+            policy: self.policy,
+            claims: self.claims,
+            books: &mut *self.books,
+            board,
+        }
+    }
+}
+
 impl Services {
     /// `make` builds and starts a service; it joins the others, and what it said is delivered.
     pub fn add<S: Service + 'static>(
         &mut self,
-        lent: Lent<'_>,
+        mut lent: Lent<'_>,
         make: impl FnOnce(&mut Cx<'_>) -> S,
     ) {
-        let Lent {
-            env,
-            policy,
-            claims,
-            books,
-        } = lent;
-        self.board.speaker = Some(self.list.len());
-        let mut cx = Cx {
-            env,
-            policy,
-            claims,
-            books,
-            board: &mut self.board,
-        };
-        let s = make(&mut cx);
-        env.log.debug(&format!("service started: {}", s.name()));
+        let s = make(&mut lent.cx(&mut self.board, Some(self.list.len())));
+        lent.env
+            .log
+            .debug(&format!("service started: {}", s.name()));
         self.list.push(Box::new(s));
-        self.deliver(env, policy, claims, books);
+        self.deliver(&mut lent);
     }
 
     /// `f` on every service in turn, then what they said delivered.
-    pub fn each(&mut self, lent: Lent<'_>, mut f: impl FnMut(&mut dyn Service, &mut Cx<'_>)) {
-        let Lent {
-            env,
-            policy,
-            claims,
-            books,
-        } = lent;
+    pub fn each(&mut self, mut lent: Lent<'_>, mut f: impl FnMut(&mut dyn Service, &mut Cx<'_>)) {
         for (i, s) in self.list.iter_mut().enumerate() {
-            self.board.speaker = Some(i);
-            let mut cx = Cx {
-                env,
-                policy,
-                claims,
-                books,
-                board: &mut self.board,
-            };
-            f(s.as_mut(), &mut cx);
+            f(s.as_mut(), &mut lent.cx(&mut self.board, Some(i)));
         }
-        self.deliver(env, policy, claims, books);
+        self.deliver(&mut lent);
     }
 
     /// Service `i`'s wake was readable: what it asks.
-    pub fn wake(&mut self, i: usize, lent: Lent<'_>) -> Vec<Request> {
-        let Lent {
-            env,
-            policy,
-            claims,
-            books,
-        } = lent;
+    pub fn wake(&mut self, i: usize, mut lent: Lent<'_>) -> Vec<Request> {
         let Some(s) = self.list.get_mut(i) else {
             return Vec::new();
         };
-        self.board.speaker = Some(i);
-        let mut cx = Cx {
-            env,
-            policy,
-            claims,
-            books,
-            board: &mut self.board,
-        };
-        let asked = s.on_wake(&mut cx);
-        self.deliver(env, policy, claims, books);
+        let asked = s.on_wake(&mut lent.cx(&mut self.board, Some(i)));
+        self.deliver(&mut lent);
         asked
     }
 
     /// A note of the daemon's own (no sender), delivered at once.
-    pub fn tell(&mut self, note: Note, lent: Lent<'_>) {
+    pub fn tell(&mut self, note: Note, mut lent: Lent<'_>) {
         self.board.speaker = None;
         self.board.say(note);
-        self.deliver(lent.env, lent.policy, lent.claims, lent.books);
+        self.deliver(&mut lent);
     }
 
     /// The fds to poll, each with its service's index.
@@ -245,21 +219,13 @@ impl Services {
 
     /// Every note said, to every service: the others first, in their order, then its sender;
     /// what they say on hearing it comes after.
-    fn deliver(&mut self, env: &Env, policy: &Policy, claims: &[Claim], books: &mut Books) {
+    fn deliver(&mut self, lent: &mut Lent<'_>) {
         while let Some((from, note)) = self.board.notes.pop_front() {
             let order = (0..self.list.len())
                 .filter(|&j| Some(j) != from)
                 .chain(from.filter(|&f| f < self.list.len()));
             for j in order.collect::<Vec<_>>() {
-                self.board.speaker = Some(j);
-                let mut cx = Cx {
-                    env,
-                    policy,
-                    claims,
-                    books,
-                    board: &mut self.board,
-                };
-                self.list[j].hear(&note, &mut cx);
+                self.list[j].hear(&note, &mut lent.cx(&mut self.board, Some(j)));
             }
         }
         self.board.speaker = None;

@@ -592,17 +592,7 @@ mod tests {
     }
 
     fn fake() -> Fake {
-        let dir = tempfile::tempdir().unwrap();
-        let tree = dir.path().join("root");
-        let fixture =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/debian-6.12-rt-isold");
-        let cp = std::process::Command::new("cp")
-            .arg("-a")
-            .arg(&fixture)
-            .arg(&tree)
-            .status()
-            .unwrap();
-        assert!(cp.success(), "cp -a {}", fixture.display());
+        let (dir, tree) = crate::testing::captured_tree();
         let root = SysRoot::new(&tree);
         set_affinity(&tree, "0-1");
         let cfg = Config::parse("isolated_cpus = \"2-3\"\n", Path::new("isold.toml")).unwrap();

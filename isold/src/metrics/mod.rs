@@ -544,17 +544,7 @@ mod tests {
     /// the ledger counts them as it sees threads come on; the others are walked as before.
     #[test]
     fn the_ledgers_cpus_are_not_walked_and_its_switches_are_counted() {
-        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/debian-6.12-rt-isold");
-        let dir = tempfile::tempdir().unwrap();
-        let tree = dir.path().join("root");
-        let cp = std::process::Command::new("cp")
-            .arg("-a")
-            .arg(&fixture)
-            .arg(&tree)
-            .status()
-            .unwrap();
-        assert!(cp.success());
+        let (_dir, tree) = crate::testing::captured_tree();
         let root = libtaskisol::SysRoot::new(&tree);
         let p = policy();
         let scope = scope_of(&p);
