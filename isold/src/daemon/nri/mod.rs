@@ -84,19 +84,12 @@ pub enum Ask {
         reason: &'static str,
         message: String,
     },
-    /// StartContainer: its claim, with its process.
-    Claim(ClaimRequest),
-    /// PostUpdateContainer: the claim moved to the container's new cpuset, or released when
-    /// that cannot be claimed.
-    Follow(ClaimRequest),
-    /// StopContainer, RemoveContainer, or an update that left the container nothing to claim:
-    /// its claim released.
-    Release(String),
-    /// Synchronize: every container that exists, and the claims the running ones ask for.
-    Sync {
-        existing: Vec<String>,
-        asks: Vec<ClaimRequest>,
-    },
+    /// What the daemon carries out: StartContainer's claim (with its process),
+    /// PostUpdateContainer's (`Follow`: moved to the new cpuset, or released when that cannot
+    /// be claimed), the release after StopContainer, RemoveContainer or an update that left
+    /// the container nothing to claim, and Synchronize's containers (`Sync`: every one that
+    /// exists, and the claims the running ones ask for).
+    Do(Asked),
 }
 
 /// The main loop's word on an [`Ask`].
@@ -434,10 +427,7 @@ impl Service for Nri {
                     reply(&libtaskisol::claims::wire::Reply::said(false, message));
                     continue;
                 }
-                Ask::Claim(req) => Asked::Claim(req),
-                Ask::Follow(req) => Asked::Follow(req),
-                Ask::Release(id) => Asked::Release(id),
-                Ask::Sync { existing, asks } => Asked::Sync { existing, asks },
+                Ask::Do(ask) => ask,
             };
             asked.push(service::Request::new(ask, reply));
         }

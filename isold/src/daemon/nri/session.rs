@@ -347,7 +347,7 @@ impl<'a> Session<'a> {
             }
         }
         let existing = containers.into_iter().map(|c| c.id).collect();
-        self.tell(Ask::Sync { existing, asks });
+        self.tell(Ask::Do(Asked::Sync { existing, asks }));
     }
 
     fn said_not_exclusive(&self, c: &api::Container, why: &str) {
@@ -428,7 +428,7 @@ impl<'a> Session<'a> {
                 }
             }
             "StopContainer" => {
-                self.tell(Ask::Release(c.id.clone()));
+                self.tell(Ask::Do(Asked::Release(c.id.clone())));
                 Response::default()
             }
             _ => Response::default(),
@@ -453,21 +453,21 @@ impl<'a> Session<'a> {
             },
             Some(Event::PostUpdateContainer) => {
                 match self.judge(&pc.pod, c) {
-                    Judged::Claim(r) => self.tell(Ask::Follow(r)),
-                    Judged::Refused { claim: Some(r), .. } => self.tell(Ask::Follow(r)),
+                    Judged::Claim(r) => self.tell(Ask::Do(Asked::Follow(r))),
+                    Judged::Refused { claim: Some(r), .. } => self.tell(Ask::Do(Asked::Follow(r))),
                     _ if self.claimed(&c.id) => {
                         self.ctx.log.info(&format!(
                             "NRI: container {} now has cpuset {}, which it may not claim: its claim is released",
                             c.id, c.cpus
                         ));
-                        self.tell(Ask::Release(c.id.clone()))
+                        self.tell(Ask::Do(Asked::Release(c.id.clone())))
                     }
                     _ => {}
                 }
                 Response::default()
             }
             Some(Event::RemoveContainer) => {
-                self.tell(Ask::Release(c.id.clone()));
+                self.tell(Ask::Do(Asked::Release(c.id.clone())));
                 Response::default()
             }
             _ => Response::default(),
@@ -478,7 +478,12 @@ impl<'a> Session<'a> {
     fn claim_then_answer(&mut self, stream: u32, r: ClaimRequest) -> Option<Response> {
         let who = libtaskisol::claims::who(&r.container, r.name.as_deref());
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        if self.ctx.to_main.send((Ask::Claim(r), Some(tx))).is_err() {
+        if self
+            .ctx
+            .to_main
+            .send((Ask::Do(Asked::Claim(r)), Some(tx)))
+            .is_err()
+        {
             return Some(Response::default());
         }
         let _ = (&self.ctx.notify_main).write_all(b"n");

@@ -217,7 +217,7 @@ fn synchronize_is_answered_before_the_main_loop_is_told() {
         }
     };
     match told {
-        Ask::Sync { existing, asks } => {
+        Ask::Do(Asked::Sync { existing, asks }) => {
             assert_eq!(existing, ["c0", "c1", "c2", "c3", "c4"]);
             assert!(asks.is_empty(), "{asks:?}");
         }
